@@ -1,0 +1,112 @@
+"""Result types shared by every model family: plain dataclasses with to_dict / from_dict."""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Optional
+
+
+@dataclass
+class Token:
+    """One output token. Times in seconds; `frame` and `duration_frames` in encoder frames."""
+
+    id: int
+    text: str
+    start: float
+    end: float
+    confidence: Optional[float] = None
+    frame: Optional[int] = None
+    duration_frames: Optional[int] = None
+    logprob: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Token":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class Word:
+    word: str
+    start: float
+    end: float
+    confidence: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Word":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class Segment:
+    text: str
+    start: float
+    end: float
+    words: list[Word] = field(default_factory=list)
+    # Filled by model families that compute them (Whisper); None elsewhere.
+    avg_logprob: Optional[float] = None
+    no_speech_prob: Optional[float] = None
+    compression_ratio: Optional[float] = None
+    temperature: Optional[float] = None
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["words"] = [w.to_dict() for w in self.words]
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Segment":
+        d = _known(cls, d)
+        d["words"] = [Word.from_dict(w) for w in d.get("words", [])]
+        return cls(**d)
+
+
+@dataclass
+class Transcript:
+    text: str
+    duration: float
+    segments: list[Segment] = field(default_factory=list)
+    words: list[Word] = field(default_factory=list)
+    tokens: list[Token] = field(default_factory=list)
+    model: str = ""
+
+    def to_dict(self) -> dict:
+        return {
+            "text": self.text,
+            "duration": self.duration,
+            "segments": [s.to_dict() for s in self.segments],
+            "words": [w.to_dict() for w in self.words],
+            "tokens": [t.to_dict() for t in self.tokens],
+            "model": self.model,
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Transcript":
+        return cls(
+            text=d["text"],
+            duration=d["duration"],
+            segments=[Segment.from_dict(s) for s in d.get("segments", [])],
+            words=[Word.from_dict(w) for w in d.get("words", [])],
+            tokens=[Token.from_dict(t) for t in d.get("tokens", [])],
+            model=d.get("model", ""),
+        )
+
+
+@dataclass
+class Hypothesis:
+    """A decoded token sequence, before it becomes text: what the search layer returns."""
+
+    ids: list[int]
+    frames: list[int]
+    durations: list[int] = field(default_factory=list)
+    confidences: list[float] = field(default_factory=list)
+    score: float = 0.0
+
+
+def _known(cls, d: dict) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in d.items() if k in names}
