@@ -1,0 +1,373 @@
+"""Audio input: decode any common container, mix to mono, resample to the model's rate.
+
+`load_audio` is the one entry point. It accepts
+
+- a path (``str`` or ``os.PathLike``) to a wav, flac, ogg, mp3, m4a/mp4, webm, ... file;
+  the string ``"-"`` reads standard input's binary buffer;
+- ``bytes`` / ``bytearray`` / ``memoryview`` holding an encoded file;
+- a binary file object (anything with ``read``);
+- a numpy array or torch tensor of samples, with ``source_rate`` giving its rate.
+
+WAV, FLAC, Ogg and AIFF go through soundfile (libsndfile); everything else, and anything
+libsndfile refuses, goes through PyAV (FFmpeg). Decoding streams: the file is read in blocks, each
+block is mixed to mono and fed to a streaming soxr resampler, so a long file costs little more than
+its mono float32 output at the target rate.
+
+Every failure raises `transcribe.errors.AudioError` with a one-line message that begins with the
+name of the input (``"talk.mp3: ..."``).
+"""
+from __future__ import annotations
+
+import io
+import os
+import sys
+from typing import Iterator, Optional
+
+import numpy as np
+
+from .errors import AudioError
+
+__all__ = ["load_audio", "RESAMPLE_QUALITY"]
+
+RESAMPLE_QUALITY = "HQ"
+
+# Samples gathered before each call to the resampler (mono, at the source rate).
+_BLOCK = 1 << 16
+
+# Leading bytes of the containers that libsndfile reads well.
+_SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"RIFX", b"fLaC", b"OggS", b"FORM", b".snd", b"BW64")
+
+
+def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] = None) -> np.ndarray:
+    """Return the audio in `source` as a mono float32 1-D numpy array at `sample_rate` Hz.
+
+    Channels are mixed by their mean; the rate is converted with soxr at high quality.
+    Silence is valid (an array of zeros); no samples at all, or NaN / infinite samples, are not.
+
+    Arrays and tensors need `source_rate`. Integer samples are scaled to [-1, 1) (int16 by 32768,
+    int32 by 2**31, int8 by 128, uint8 centred on 128); floating samples are taken as they are.
+    A 1-D array is mono. A 2-D array is read with its *smaller* dimension as the channel axis,
+    so both ``[samples, channels]`` (soundfile's layout) and ``[channels, samples]``
+    (torchaudio's) work; a square array is taken as ``[samples, channels]``.
+    """
+    if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
+        raise AudioError(f"sample_rate must be a positive integer, got {sample_rate!r}")
+    sample_rate = int(sample_rate)
+
+    if _is_array(source):
+        return _from_array(source, sample_rate, source_rate)
+    if source_rate is not None:
+        raise AudioError("source_rate applies only to arrays and tensors; encoded audio carries its own rate")
+
+    if isinstance(source, str) and source == "-":
+        name = "<stdin>"
+        try:
+            data = sys.stdin.buffer.read()
+        except (OSError, AttributeError, ValueError) as e:
+            raise AudioError(f"{name}: cannot read standard input: {e}") from None
+        return _decode(io.BytesIO(data), name, sample_rate)
+    if isinstance(source, (str, os.PathLike)):
+        return _from_path(os.fspath(source), sample_rate)
+    if isinstance(source, (bytes, bytearray, memoryview)):
+        return _decode(io.BytesIO(bytes(source)), "<bytes>", sample_rate)
+    if hasattr(source, "read"):
+        name = getattr(source, "name", None)
+        name = name if isinstance(name, str) else "<file object>"
+        return _from_fileobj(source, name, sample_rate)
+    raise AudioError(
+        f"cannot read audio from a {type(source).__name__}: expected a path, bytes, a binary file object, "
+        "or a numpy array / torch tensor with source_rate"
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Sources
+
+
+def _from_path(path: str, sample_rate: int) -> np.ndarray:
+    if not os.path.exists(path):
+        raise AudioError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise AudioError(f"{path}: is a directory, not an audio file")
+    try:
+        f = open(path, "rb")
+    except OSError as e:
+        raise AudioError(f"{path}: cannot open: {e.strerror or e}") from None
+    with f:
+        return _decode(f, path, sample_rate)
+
+
+def _from_fileobj(fileobj, name: str, sample_rate: int) -> np.ndarray:
+    seekable = False
+    try:
+        seekable = bool(fileobj.seekable()) if hasattr(fileobj, "seekable") else False
+    except (OSError, ValueError):
+        seekable = False
+    if seekable:
+        return _decode(fileobj, name, sample_rate)
+    # A pipe or socket: both decoders want to seek, so take the bytes first.
+    try:
+        data = fileobj.read()
+    except (OSError, ValueError) as e:
+        raise AudioError(f"{name}: cannot read: {e}") from None
+    if isinstance(data, str):
+        raise AudioError(f"{name}: file object is open in text mode; open it with 'rb'")
+    return _decode(io.BytesIO(data), name, sample_rate)
+
+
+def _decode(f, name: str, sample_rate: int) -> np.ndarray:
+    """Decode the seekable binary file `f`, trying soundfile for the formats it reads well."""
+    try:
+        start = f.tell()
+        head = f.read(64)
+        f.seek(start)
+    except (OSError, ValueError) as e:
+        raise AudioError(f"{name}: cannot read: {e}") from None
+    if isinstance(head, str):
+        raise AudioError(f"{name}: file object is open in text mode; open it with 'rb'")
+    if not head:
+        raise AudioError(f"{name}: file is empty (0 bytes)")
+
+    sf_error = None
+    if head.startswith(_SOUNDFILE_MAGIC):
+        try:
+            return _decode_soundfile(f, name, sample_rate)
+        except _NotDecodable as e:
+            sf_error = e
+            f.seek(start)
+    try:
+        return _decode_av(f, name, sample_rate)
+    except _NotDecodable as e:
+        if _looks_like_text(head, f, start):
+            raise AudioError(f"{name}: this is a text file, not audio") from None
+        reason = sf_error or e
+        raise AudioError(f"{name}: not a readable audio file ({reason})") from None
+
+
+class _NotDecodable(Exception):
+    """A decoder could not make sense of the data (the next one may)."""
+
+
+def _decode_soundfile(f, name: str, sample_rate: int) -> np.ndarray:
+    import soundfile as sf
+
+    try:
+        sfile = sf.SoundFile(f)
+    except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
+        raise _NotDecodable(_short(e)) from None
+    with sfile:
+        out = _Collector(name, sample_rate)
+        rate = sfile.samplerate
+        try:
+            while True:
+                block = sfile.read(_BLOCK, dtype="float32", always_2d=True)
+                if block.shape[0] == 0:
+                    break
+                out.push(block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0], rate)
+        except (sf.LibsndfileError, RuntimeError) as e:
+            if out.pushed == 0:
+                raise _NotDecodable(_short(e)) from None
+            raise AudioError(f"{name}: corrupt audio data: {_short(e)}") from None
+        return out.finish()
+
+
+def _decode_av(f, name: str, sample_rate: int) -> np.ndarray:
+    import av
+
+    try:
+        container = av.open(f, mode="r")
+    except (av.FFmpegError, ValueError, OSError, UnicodeDecodeError) as e:
+        raise _NotDecodable(_short(e)) from None
+    with container:
+        streams = [s for s in container.streams if s.type == "audio"]
+        if not streams:
+            raise _NotDecodable("no audio stream found")
+        stream = streams[0]
+        stream.thread_type = "AUTO"
+        out = _Collector(name, sample_rate)
+        try:
+            for frame in container.decode(stream):
+                if frame.samples == 0:
+                    continue
+                out.push(_frame_to_mono(frame, name), frame.sample_rate)
+        except (av.FFmpegError, ValueError, OSError) as e:
+            if out.pushed == 0:
+                raise _NotDecodable(_short(e)) from None
+            raise AudioError(f"{name}: corrupt audio data: {_short(e)}") from None
+        return out.finish()
+
+
+_INT_SCALE = {"s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
+
+
+def _frame_to_mono(frame, name: str) -> np.ndarray:
+    """One PyAV audio frame as mono float32 samples (the mean of its channels)."""
+    fmt = frame.format
+    channels = max(1, len(frame.layout.channels))
+    arr = frame.to_ndarray()
+    if fmt.is_planar:
+        arr = arr.reshape(channels, -1)
+    else:
+        arr = arr.reshape(-1, channels).T
+    base = fmt.name.rstrip("p")
+    if base in ("flt", "dbl"):
+        x = arr.astype(np.float32, copy=False)
+    elif base == "u8":
+        x = (arr.astype(np.float32) - 128.0) / 128.0
+    elif base in _INT_SCALE:
+        x = (arr.astype(np.float64) / _INT_SCALE[base]).astype(np.float32)
+    else:
+        raise AudioError(f"{name}: unsupported sample format {fmt.name!r}")
+    return x.mean(axis=0, dtype=np.float32) if x.shape[0] > 1 else x[0]
+
+
+def _is_array(source) -> bool:
+    if isinstance(source, np.ndarray):
+        return True
+    torch = sys.modules.get("torch")
+    return torch is not None and isinstance(source, torch.Tensor)
+
+
+def _from_array(source, sample_rate: int, source_rate) -> np.ndarray:
+    name = "<array>"
+    if source_rate is None:
+        raise AudioError(f"{name}: source_rate is required for arrays and tensors")
+    if isinstance(source_rate, bool) or not isinstance(source_rate, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(source_rate) or source_rate <= 0:
+        raise AudioError(f"{name}: source_rate must be a positive number, got {source_rate!r}")
+
+    if not isinstance(source, np.ndarray):  # torch.Tensor
+        t = source.detach().cpu()
+        if t.is_floating_point() and t.dtype not in (_torch_dtype("float32"), _torch_dtype("float64")):
+            t = t.float()  # bfloat16 / float16 have no (or no exact) numpy twin
+        if t.is_complex():
+            raise AudioError(f"{name}: complex samples are not audio")
+        source = t.numpy()
+
+    x = source
+    if x.ndim == 0 or x.ndim > 2:
+        raise AudioError(f"{name}: expected shape [samples] or a 2-D [samples, channels] / "
+                         f"[channels, samples] array, got shape {tuple(x.shape)}")
+    dt = x.dtype
+    if dt.kind == "f":
+        x = x.astype(np.float32, copy=False)
+    elif dt == np.int16:
+        x = x.astype(np.float32) / 32768.0
+    elif dt == np.int32:
+        x = (x.astype(np.float64) / 2147483648.0).astype(np.float32)
+    elif dt == np.int8:
+        x = x.astype(np.float32) / 128.0
+    elif dt == np.uint8:
+        x = (x.astype(np.float32) - 128.0) / 128.0
+    else:
+        raise AudioError(f"{name}: unsupported sample type {dt}; use float32, int16 or int32")
+
+    if x.ndim == 2:
+        channel_axis = 0 if x.shape[0] < x.shape[1] else 1
+        x = x.mean(axis=channel_axis, dtype=np.float32) if x.shape[channel_axis] > 1 \
+            else x.reshape(-1)
+    if x.size == 0:
+        raise AudioError(f"{name}: contains no audio samples")
+    out = _Collector(name, sample_rate)
+    out.push(np.ascontiguousarray(x), source_rate)
+    return out.finish()
+
+
+def _torch_dtype(name: str):
+    return getattr(sys.modules["torch"], name)
+
+
+# ---------------------------------------------------------------------------------------------
+# Mono blocks -> resampled output
+
+
+class _Collector:
+    """Gathers mono blocks at a source rate and resamples them, streaming, to the target rate."""
+
+    def __init__(self, name: str, sample_rate: int):
+        self.name = name
+        self.rate = sample_rate
+        self.seen_rate = None
+        self.pushed = 0
+        self._stream = None
+        self._pending: list[np.ndarray] = []
+        self._pending_n = 0
+        self._chunks: list[np.ndarray] = []
+
+    def push(self, mono: np.ndarray, rate) -> None:
+        if mono.size == 0:
+            return
+        if not np.isfinite(mono).all():
+            raise AudioError(f"{self.name}: contains NaN or infinite samples")
+        if rate != self.seen_rate:
+            if self.seen_rate is not None:
+                self._flush(last=True)  # the rate changed mid-stream: finish the old resampler
+            self.seen_rate = rate
+            self._stream = None
+            if rate != self.rate:
+                import soxr
+
+                self._stream = soxr.ResampleStream(rate, self.rate, 1, dtype="float32",
+                                                   quality=RESAMPLE_QUALITY)
+        self._pending.append(np.asarray(mono, dtype=np.float32))
+        self._pending_n += mono.size
+        self.pushed += mono.size
+        if self._pending_n >= _BLOCK:
+            self._flush(last=False)
+
+    def _flush(self, last: bool) -> None:
+        if self._pending:
+            block = self._pending[0] if len(self._pending) == 1 else np.concatenate(self._pending)
+        else:
+            block = np.zeros(0, np.float32)
+        self._pending, self._pending_n = [], 0
+        if self._stream is not None:
+            block = self._stream.resample_chunk(block, last=last)
+        if block.size:
+            # Copy so the list never pins a larger buffer that `block` might view.
+            self._chunks.append(np.array(block, dtype=np.float32, copy=True))
+
+    def finish(self) -> np.ndarray:
+        if self.pushed == 0:
+            raise AudioError(f"{self.name}: contains no audio samples")
+        self._flush(last=True)
+        if not self._chunks:
+            # Fewer source samples than one output sample: still a valid, tiny input.
+            return np.zeros(1, np.float32)
+        out = self._chunks[0] if len(self._chunks) == 1 else np.concatenate(self._chunks)
+        self._chunks = []
+        return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers
+
+
+def _looks_like_text(head: bytes, f, start: int) -> bool:
+    """True when the data starts like a text file (UTF-8, no control bytes but whitespace)."""
+    try:
+        f.seek(start)
+        sample = f.read(4096)
+    except (OSError, ValueError):
+        sample = head
+    if not sample or b"\x00" in sample:
+        return False
+    try:
+        text = sample.decode("utf-8")
+    except UnicodeDecodeError as e:
+        if e.start < len(sample) - 3:  # only a multi-byte character cut at the end is allowed
+            return False
+        text = sample[: e.start].decode("utf-8")
+    bad = sum(1 for c in text if ord(c) < 32 and c not in "\t\n\r\f\v")
+    return bad == 0
+
+
+def _short(e: BaseException) -> str:
+    """The useful part of a decoder's exception message, on one line."""
+    for attr in ("error_string", "strerror"):  # soundfile.LibsndfileError, av.FFmpegError
+        detail = getattr(e, attr, None)
+        if isinstance(detail, str) and detail.strip():
+            return detail.strip().splitlines()[0][:200]
+    msg = str(e).strip().splitlines()
+    msg = msg[0] if msg else type(e).__name__
+    return msg[:200]
