@@ -1,0 +1,282 @@
+"""The command line, against a fake model: outputs, files, batching, and every exit code."""
+import io
+import json
+import runpy
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import transcribe
+from transcribe import cli
+from transcribe.errors import ModelError, TranscribeError
+from transcribe.results import Segment, Transcript, Word
+
+SR = 16000
+
+
+class FakeModel:
+    """Stands in for a loaded model: `name`, `sample_rate`, `transcribe(list_of_audio, ...)`."""
+
+    name = "fake-model"
+    sample_rate = SR
+
+    def __init__(self):
+        self.calls = []
+        self.refuse_len = None  # raise TranscribeError for an input of this many samples
+        self.crash = False
+
+    def transcribe(self, audios, batch_size=8, timestamps=True, head=None):
+        self.calls.append({"n": len(audios), "batch_size": batch_size, "timestamps": timestamps, "head": head})
+        if self.crash:
+            raise RuntimeError("boom")
+        out = []
+        for a in audios:
+            assert isinstance(a, np.ndarray) and a.dtype == np.float32 and a.ndim == 1
+            if len(a) == self.refuse_len:
+                raise TranscribeError("input refused by the model")
+            out.append(expected_transcript(len(a) / SR))
+        return out
+
+
+def expected_transcript(dur):
+    text = f"heard {dur:.2f} seconds"
+    return Transcript(
+        text=text, duration=dur,
+        segments=[Segment(text=text, start=0.0, end=dur, words=[Word("heard", 0.0, dur / 2, 0.5)])],
+        words=[Word("heard", 0.0, dur / 2, 0.5)], model=FakeModel.name)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    model = FakeModel()
+    model.load_kwargs = None
+
+    def load_model(path_or_id, device="cpu", dtype=None, threads=None):
+        if path_or_id == "missing-model":
+            raise ModelError("missing-model: no such model file or known model id")
+        if path_or_id == "bad-option":
+            raise TranscribeError("bfloat16 is not supported on this device")
+        model.load_kwargs = {"model": path_or_id, "device": device, "dtype": dtype, "threads": threads}
+        return model
+
+    monkeypatch.setattr(transcribe, "load_model", load_model, raising=False)
+    return model
+
+
+@pytest.fixture
+def wavs(tmp_path):
+    """Good inputs of 1.0, 1.5 and 0.5 s, and the bad ones."""
+    d = tmp_path / "in"
+    d.mkdir()
+    rng = np.random.default_rng(0)
+    for name, sec in (("one", 1.0), ("two", 1.5), ("three", 0.5)):
+        sf.write(d / f"{name}.wav", (0.1 * rng.standard_normal(int(sec * SR))).astype(np.float32), SR)
+    sf.write(d / "empty.wav", np.zeros(0, np.float32), SR)
+    (d / "notes.wav").write_text("not audio at all\n")
+    (d / "corrupt.mp3").write_bytes(bytes(rng.integers(0, 256, 3000, dtype=np.uint8)))
+    return d
+
+
+def run(capsys, *argv):
+    code = cli.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_txt_to_stdout(fake, wavs, capsys):
+    code, out, err = run(capsys, wavs / "one.wav", wavs / "two.wav", "--model", "m")
+    assert code == 0 and err == ""
+    assert out == "heard 1.00 seconds\nheard 1.50 seconds\n"
+    assert fake.load_kwargs == {"model": "m", "device": "cpu", "dtype": None, "threads": None}
+    assert fake.calls == [{"n": 2, "batch_size": 8, "timestamps": False, "head": None}]
+
+
+def test_json_lines_are_to_dict(fake, wavs, capsys):
+    code, out, err = run(capsys, wavs / "one.wav", wavs / "three.wav", "-m", "m", "--format", "json")
+    assert code == 0 and err == ""
+    lines = out.splitlines()
+    assert len(lines) == 2
+    assert [json.loads(line) for line in lines] == [expected_transcript(1.0).to_dict(),
+                                                    expected_transcript(0.5).to_dict()]
+    assert fake.calls[0]["timestamps"] is True
+
+
+def test_srt_and_vtt_to_stdout(fake, wavs, capsys):
+    code, out, _ = run(capsys, wavs / "one.wav", "-m", "m", "--format", "srt")
+    assert code == 0
+    assert out == "1\n00:00:00,000 --> 00:00:01,000\nheard 1.00 seconds\n"
+    code, out, _ = run(capsys, wavs / "one.wav", wavs / "three.wav", "-m", "m", "--format", "vtt")
+    assert code == 0
+    assert out.count("WEBVTT") == 2 and "\n\nWEBVTT\n" in out
+
+
+def test_options_reach_the_model(fake, wavs, capsys):
+    code, _, _ = run(capsys, wavs / "one.wav", "-m", "m", "--head", "ctc", "--batch-size", "3",
+                     "--threads", "2", "--device", "cuda", "--dtype", "bfloat16", "-q")
+    assert code == 0
+    assert fake.load_kwargs == {"model": "m", "device": "cuda", "dtype": "bfloat16", "threads": 2}
+    assert fake.calls == [{"n": 1, "batch_size": 3, "timestamps": False, "head": "ctc"}]
+
+
+def test_inputs_are_batched(fake, wavs, capsys):
+    files = [wavs / "one.wav", wavs / "two.wav", wavs / "three.wav"] * 2
+    code, out, _ = run(capsys, *files, "-m", "m", "--batch-size", "2")
+    assert code == 0
+    assert [c["n"] for c in fake.calls] == [2, 2, 2]
+    assert out.splitlines() == ["heard 1.00 seconds", "heard 1.50 seconds", "heard 0.50 seconds"] * 2
+
+
+def test_output_dir_all_formats(fake, wavs, tmp_path, capsys):
+    out_dir = tmp_path / "new" / "dir"
+    code, out, err = run(capsys, wavs / "one.wav", wavs / "two.wav", "-m", "m", "--format", "all",
+                         "--output-dir", out_dir)
+    assert code == 0 and out == "" and err == ""
+    assert sorted(p.name for p in out_dir.iterdir()) == sorted(
+        f"{stem}.{ext}" for stem in ("one", "two") for ext in ("txt", "json", "srt", "vtt"))
+    assert (out_dir / "two.txt").read_text() == "heard 1.50 seconds\n"
+    assert json.loads((out_dir / "one.json").read_text()) == expected_transcript(1.0).to_dict()
+    assert (out_dir / "one.srt").read_text().startswith("1\n00:00:00,000 --> 00:00:01,000\n")
+    assert (out_dir / "one.vtt").read_text().startswith("WEBVTT\n\n00:00:00.000 --> 00:00:01.000\n")
+
+
+def test_output_dir_same_stem_is_not_overwritten(fake, wavs, tmp_path, capsys):
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "one.wav").write_bytes((wavs / "two.wav").read_bytes())
+    code, _, _ = run(capsys, wavs / "one.wav", other / "one.wav", "-m", "m", "-o", tmp_path / "out")
+    assert code == 0
+    assert (tmp_path / "out" / "one.txt").read_text() == "heard 1.00 seconds\n"
+    assert (tmp_path / "out" / "one-2.txt").read_text() == "heard 1.50 seconds\n"
+
+
+def test_stdin(fake, wavs, tmp_path, capsys, monkeypatch):
+    data = (wavs / "two.wav").read_bytes()
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+    code, _, _ = run(capsys, "-", "-m", "m", "--format", "json", "-o", tmp_path / "out")
+    assert code == 0
+    assert json.loads((tmp_path / "out" / "stdin.json").read_text())["duration"] == 1.5
+
+
+@pytest.mark.parametrize("bad,words", [
+    ("missing.wav", "no such file"),
+    ("corrupt.mp3", "not a readable audio file"),
+    ("empty.wav", "no audio samples"),
+    ("notes.wav", "text file"),
+])
+def test_bad_input_is_one_line_and_exit_2(fake, wavs, capsys, bad, words):
+    code, out, err = run(capsys, wavs / "one.wav", wavs / bad, wavs / "three.wav", "-m", "m")
+    assert code == 2
+    assert out == "heard 1.00 seconds\nheard 0.50 seconds\n"  # the good inputs are still done
+    lines = err.splitlines()
+    assert len(lines) == 1
+    assert lines[0].startswith(f"transcribe: error: {wavs / bad}: ") and words in lines[0]
+
+
+def test_all_bad_inputs_are_reported(fake, wavs, tmp_path, capsys):
+    bad = ["missing.wav", "corrupt.mp3", "empty.wav", "notes.wav"]
+    code, out, err = run(capsys, *(wavs / b for b in bad), wavs / "two.wav", tmp_path,
+                         "-m", "m", "-o", tmp_path / "out")
+    assert code == 2
+    lines = err.splitlines()
+    assert len(lines) == 5 and all(line.startswith("transcribe: error: ") for line in lines)
+    assert "directory" in lines[-1]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["two.txt"]
+    assert [c["n"] for c in fake.calls] == [1]
+
+
+def test_input_the_model_refuses(fake, wavs, capsys):
+    fake.refuse_len = int(1.5 * SR)
+    code, out, err = run(capsys, wavs / "one.wav", wavs / "two.wav", wavs / "three.wav", "-m", "m")
+    assert code == 2
+    assert out == "heard 1.00 seconds\nheard 0.50 seconds\n"
+    assert err == f"transcribe: error: {wavs / 'two.wav'}: input refused by the model\n"
+
+
+@pytest.mark.parametrize("model,words", [("missing-model", "no such model"), ("bad-option", "bfloat16")])
+def test_bad_model_is_one_line_exit_2(fake, wavs, capsys, model, words):
+    code, out, err = run(capsys, wavs / "one.wav", "-m", model)
+    assert code == 2 and out == ""
+    assert len(err.splitlines()) == 1 and err.startswith("transcribe: error: ") and words in err
+
+
+@pytest.mark.parametrize("argv", [
+    [],
+    ["x.wav"],                                          # no --model
+    ["x.wav", "-m", "m", "--format", "all"],            # all needs --output-dir
+    ["x.wav", "-m", "m", "--format", "doc"],
+    ["x.wav", "-m", "m", "--batch-size", "0"],
+    ["x.wav", "-m", "m", "--threads", "many"],
+    ["x.wav", "-m", "m", "--head", "joint"],
+    ["x.wav", "-m", "m", "--device", "tpu"],
+    ["-", "-", "-m", "m"],
+])
+def test_usage_errors_exit_2(fake, capsys, argv):
+    code, out, err = run(capsys, *argv)
+    assert code == 2 and out == ""
+    assert "transcribe: error: " in err
+    assert fake.load_kwargs is None
+
+
+def test_output_dir_that_is_a_file(fake, wavs, tmp_path, capsys):
+    f = tmp_path / "file"
+    f.write_text("x")
+    code, _, err = run(capsys, wavs / "one.wav", "-m", "m", "-o", f)
+    assert code == 2 and len(err.splitlines()) == 1 and "output directory" in err
+
+
+def test_version_and_help(capsys, monkeypatch):
+    monkeypatch.setattr(transcribe, "__version__", "9.8.7", raising=False)
+    code, out, _ = run(capsys, "--version")
+    assert code == 0 and out.strip() == "transcribe 9.8.7"
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "--output-dir" in out
+
+
+def test_internal_error_exit_1(fake, wavs, capsys, monkeypatch):
+    fake.crash = True
+    monkeypatch.delenv("TRANSCRIBE_DEBUG", raising=False)
+    code, out, err = run(capsys, wavs / "one.wav", "-m", "m")
+    assert code == 1 and out == ""
+    assert err == "transcribe: internal error: RuntimeError: boom\n"
+    monkeypatch.setenv("TRANSCRIBE_DEBUG", "1")
+    code, _, err = run(capsys, wavs / "one.wav", "-m", "m")
+    assert code == 1 and err.startswith("transcribe: internal error: ") and "Traceback" in err
+
+
+def test_python_dash_m(fake, wavs, capsys, monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["transcribe", str(wavs / "one.wav"), "-m", "m"])
+    monkeypatch.delitem(sys.modules, "transcribe.__main__", raising=False)
+    with pytest.raises(SystemExit) as e:
+        runpy.run_module("transcribe", run_name="__main__")
+    assert e.value.code == 0
+    assert capsys.readouterr().out == "heard 1.00 seconds\n"
+
+
+def test_no_progress_when_stderr_is_not_a_tty(fake, wavs, capsys):
+    code, _, err = run(capsys, *([wavs / "one.wav"] * 3), "-m", "m", "--batch-size", "1")
+    assert code == 0 and err == ""
+
+
+class _Tty(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def test_progress_display(fake, wavs, capsys, monkeypatch):
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    code = cli.main([str(wavs / "one.wav"), str(wavs / "missing.wav"), "-m", "m", "--batch-size", "1"])
+    shown = tty.getvalue()
+    assert code == 2
+    assert "2/2 files" in shown and "[" + "#" * cli._Progress.WIDTH + "]" in shown
+    assert "0:01 audio" in shown
+    assert "\r\033[Ktranscribe: error: " in shown  # the bar is cleared before an error line
+    assert shown.endswith("\r\033[K")  # and cleared at the end
+    assert capsys.readouterr().out == "heard 1.00 seconds\n"
+    # -q: nothing but the error line
+    tty = _Tty()
+    monkeypatch.setattr(sys, "stderr", tty)
+    cli.main([str(wavs / "one.wav"), str(wavs / "missing.wav"), "-m", "m", "-q"])
+    assert tty.getvalue().count("\n") == 1 and "files" not in tty.getvalue()
