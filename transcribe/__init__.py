@@ -1,0 +1,25 @@
+"""transcribe: local speech-to-text with NVIDIA Parakeet (and, later, Whisper and Granite) models.
+
+    import transcribe
+    model = transcribe.load_model("nvidia/parakeet-tdt-0.6b-v2")   # or a .nemo path
+    result = model.transcribe("audio.wav")
+    print(result.text, result.words[0].start)
+"""
+from .errors import AudioError, ModelError, TranscribeError
+from .loading import load_model
+from .results import Segment, Token, Transcript, Word
+
+__version__ = "0.1.0"
+
+
+def load_audio(source, sample_rate: int = 16000, **kw):
+    """Decode any common audio container, bytes, file object or array to mono float32."""
+    from .audio import load_audio as _load
+
+    return _load(source, sample_rate, **kw)
+
+
+__all__ = [
+    "load_model", "load_audio", "Transcript", "Segment", "Word", "Token",
+    "TranscribeError", "AudioError", "ModelError", "__version__",
+]

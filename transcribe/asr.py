@@ -1,0 +1,185 @@
+"""The Parakeet recognizer behind `load_model`: audio in, `Transcript` out."""
+from __future__ import annotations
+
+import logging
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from .errors import TranscribeError
+from .models.parakeet import ParakeetModel
+from .results import Hypothesis, Segment, Token, Transcript, Word
+from .search import ctc as ctc_search
+from .search import transducer as transducer_search
+from .search.confidence import METHODS as CONFIDENCE_METHODS
+from .text.tokenizers import SentencePieceTokenizer, punctuation_in
+from .text.words import TokenSpan, group_segments, group_words, snap_punctuation
+
+log = logging.getLogger("transcribe")
+
+# Above this much audio in one input, the encoder switches from full attention to NeMo's local
+# attention with a [128, 128] context (as NVIDIA recommends for long audio): full attention's cost
+# grows with the square of the length.
+LOCAL_ATTENTION_AFTER_S = 20 * 60.0
+LOCAL_CONTEXT = (128, 128)
+
+
+class ParakeetASR:
+    """A loaded Parakeet model: `transcribe()` takes paths, bytes or arrays at `sample_rate`."""
+
+    family = "parakeet"
+
+    def __init__(self, model: ParakeetModel, tokenizer: SentencePieceTokenizer, name: str, device: str = "cpu"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = torch.device(device)
+        self.sample_rate = model.sample_rate
+        self.punctuation = punctuation_in(tokenizer.pieces)
+        if len(tokenizer) != model.vocab_size:
+            raise TranscribeError(
+                f"{name}: tokenizer has {len(tokenizer)} pieces but the model's vocabulary has {model.vocab_size}"
+            )
+
+    @property
+    def heads(self) -> list[str]:
+        return self.model.heads
+
+    # ------------------------------------------------------------------------------------------
+    def transcribe(
+        self,
+        audio,
+        *,
+        batch_size: int = 8,
+        timestamps: bool = True,
+        head: Optional[str] = None,
+        confidence: str = "entropy",
+        attention: str = "auto",
+    ) -> Union[Transcript, list[Transcript]]:
+        """Transcribe one input (a path, bytes, file object or array) or a list of them.
+
+        head: "tdt"/"rnnt" (the transducer, default) or "ctc" (CTC models and hybrids).
+        confidence: "entropy" (NeMo's default measure) or "max_prob".
+        attention: "auto" (full; local beyond 20 minutes), "full" or "local".
+        """
+        single = not isinstance(audio, (list, tuple))
+        items = [audio] if single else list(audio)
+        head = self._resolve_head(head)
+        if confidence not in CONFIDENCE_METHODS:
+            raise TranscribeError(f"unknown confidence method {confidence!r} (one of {', '.join(CONFIDENCE_METHODS)})")
+        if attention not in ("auto", "full", "local"):
+            raise TranscribeError(f"attention must be auto, full or local, got {attention!r}")
+        if batch_size < 1:
+            raise TranscribeError("batch_size must be at least 1")
+        pcm = [self._load(a) for a in items]
+        order = sorted(range(len(pcm)), key=lambda i: -len(pcm[i]))
+        out: list[Optional[Transcript]] = [None] * len(pcm)
+        for s in range(0, len(order), batch_size):
+            idx = order[s : s + batch_size]
+            for i, t in zip(idx, self._transcribe_batch([pcm[i] for i in idx], head, confidence, attention, timestamps)):
+                out[i] = t
+        return out[0] if single else out  # type: ignore[return-value]
+
+    def _resolve_head(self, head: Optional[str]) -> str:
+        heads = self.heads
+        if head is None:
+            return heads[0]
+        if head in ("tdt", "rnnt", "transducer") and self.model.transducer:
+            return self.model.transducer
+        if head == "ctc" and self.model.ctc_decoder is not None:
+            return "ctc"
+        raise TranscribeError(f"{self.name} has no {head} head (it has: {', '.join(heads)})")
+
+    def _load(self, a) -> np.ndarray:
+        if isinstance(a, (np.ndarray, torch.Tensor)):
+            x = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
+            x = np.asarray(x, dtype=np.float32)
+            if x.ndim != 1:
+                raise TranscribeError(f"an audio array must be 1-D mono at {self.sample_rate} Hz, got shape {x.shape}")
+            if not np.all(np.isfinite(x)):
+                raise TranscribeError("audio array has non-finite samples")
+            return x
+        from .audio import load_audio
+
+        return load_audio(a, self.sample_rate)
+
+    # ------------------------------------------------------------------------------------------
+    @torch.inference_mode()
+    def _transcribe_batch(self, pcm: Sequence[np.ndarray], head: str, confidence: str, attention: str, timestamps: bool):
+        m = self.model
+        n = max(1, max(len(p) for p in pcm))
+        audio = torch.zeros(len(pcm), n)
+        for i, p in enumerate(pcm):
+            audio[i, : len(p)] = torch.from_numpy(p)
+        lengths = torch.tensor([len(p) for p in pcm], dtype=torch.long)
+        audio, lengths = audio.to(self.device), lengths.to(self.device)
+        longest_s = n / self.sample_rate
+        saved = m.encoder.local_context
+        if attention == "local" or (attention == "auto" and saved is None and longest_s > LOCAL_ATTENTION_AFTER_S):
+            if saved is None:
+                log.info("audio of %.0f s: using local attention with context %s", longest_s, LOCAL_CONTEXT)
+            m.encoder.set_attention("local", saved or LOCAL_CONTEXT)
+        elif attention == "full":
+            m.encoder.set_attention("full")
+        try:
+            enc, enc_len = m.encode(audio, lengths)
+        finally:
+            m.encoder.local_context = saved
+        enc = enc.float()
+        if head == "ctc":
+            logp = m.ctc_decoder(enc.to(next(m.ctc_decoder.parameters()).dtype))
+            hyps = [ctc_search.greedy(logp[i], int(enc_len[i]), m.blank, confidence) for i in range(len(pcm))]
+        else:
+            hyps = self._greedy_transducer(enc, enc_len, confidence)
+        return [self._to_transcript(h, len(p) / self.sample_rate, head, timestamps) for h, p in zip(hyps, pcm)]
+
+    def _greedy_transducer(self, enc: torch.Tensor, enc_len: torch.Tensor, confidence: str) -> list[Hypothesis]:
+        m = self.model
+        dtype = next(m.joint.parameters()).dtype
+        enc_proj = m.joint.project_encoder(enc.transpose(1, 2).to(dtype))
+
+        def predict(labels, state):
+            out, st = m.decoder(labels, state)
+            return m.joint.project_predictor(out), st
+
+        def merge(mask, new, old):
+            return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
+
+        return transducer_search.greedy_batch(
+            enc_proj, enc_len, predict, m.joint, merge,
+            m.decoder.initial_state(enc.shape[0], enc.device, dtype),
+            m.blank, m.durations if m.transducer == "tdt" else None, m.max_symbols, confidence,
+        )
+
+    # ------------------------------------------------------------------------------------------
+    def _to_transcript(self, h: Hypothesis, duration: float, head: str, timestamps: bool) -> Transcript:
+        tok = self.tokenizer
+        text = tok.decode(h.ids)
+        spans = []
+        for i, tid in enumerate(h.ids):
+            start = h.frames[i]
+            if head == "rnnt":
+                end = start + 1
+            else:
+                end = start + h.durations[i]
+            spans.append(TokenSpan(tid, tok.piece(tid), tok.decode([tid]), start, end,
+                                   h.confidences[i] if h.confidences else None))
+        if head == "tdt":
+            snap_punctuation(spans, self.punctuation)
+        sec = self.model.frame_seconds
+        tokens = [
+            Token(s.id, s.piece, sec(s.start), sec(s.end), s.confidence, h.frames[i],
+                  h.durations[i] if head != "rnnt" else None)
+            for i, s in enumerate(spans)
+        ]
+        if not timestamps:
+            return Transcript(text=text, duration=duration, tokens=tokens, model=self.name)
+        wspans = group_words(spans, tok.decode, self.punctuation)
+        words = [Word(w.word, sec(w.start), sec(w.end), w.confidence) for w in wspans]
+        word_of = {id(w): words[i] for i, w in enumerate(wspans)}
+        segments = [
+            Segment(s.text, sec(s.start), sec(s.end), [word_of[id(w)] for w in s.words])
+            for s in group_segments(wspans)
+        ]
+        return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=tokens, model=self.name)

@@ -1,0 +1,201 @@
+"""Front ends: audio samples -> features, each checked against its reference implementation.
+
+`NemoMelFrontEnd` is NeMo's `AudioToMelSpectrogramPreprocessor` as it runs at inference (no dither,
+no augmentation): pre-emphasis, centred STFT, power spectrum, mel filterbank, log with an additive
+zero guard, per-feature normalization over the valid frames, masking and `pad_to`.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import nn
+
+_WINDOWS = {
+    "hann": torch.hann_window,
+    "hamming": torch.hamming_window,
+    "blackman": torch.blackman_window,
+    "bartlett": torch.bartlett_window,
+}
+
+# Added to the per-feature standard deviation, as NeMo does.
+_STD_EPS = 1e-5
+
+
+def _hz_to_mel_slaney(f: torch.Tensor) -> torch.Tensor:
+    # Slaney's auditory toolbox scale: linear below 1 kHz, logarithmic above.
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = math.log(6.4) / 27.0
+    lin = f / f_sp
+    log = min_log_mel + torch.log(torch.clamp(f, min=1e-10) / min_log_hz) / logstep
+    return torch.where(f >= min_log_hz, log, lin)
+
+
+def _mel_to_hz_slaney(m: torch.Tensor) -> torch.Tensor:
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = math.log(6.4) / 27.0
+    lin = f_sp * m
+    log = min_log_hz * torch.exp(logstep * (m - min_log_mel))
+    return torch.where(m >= min_log_mel, log, lin)
+
+
+def mel_filterbank(
+    sample_rate: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: Optional[float] = None
+) -> torch.Tensor:
+    """Triangular mel filters on the Slaney scale with Slaney area normalization: [n_mels, n_fft//2+1].
+
+    The same filters librosa builds with its defaults (htk=False, norm="slaney"), computed in float64.
+    """
+    fmax = sample_rate / 2 if fmax is None else fmax
+    n_freqs = n_fft // 2 + 1
+    fft_freqs = torch.linspace(0, sample_rate / 2, n_freqs, dtype=torch.float64)
+    mel_pts = torch.linspace(
+        float(_hz_to_mel_slaney(torch.tensor(float(fmin), dtype=torch.float64))),
+        float(_hz_to_mel_slaney(torch.tensor(float(fmax), dtype=torch.float64))),
+        n_mels + 2,
+        dtype=torch.float64,
+    )
+    hz_pts = _mel_to_hz_slaney(mel_pts)
+    widths = hz_pts[1:] - hz_pts[:-1]
+    ramps = hz_pts[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / widths[:-1, None]
+    upper = ramps[2:] / widths[1:, None]
+    weights = torch.clamp(torch.minimum(lower, upper), min=0.0)
+    enorm = 2.0 / (hz_pts[2 : n_mels + 2] - hz_pts[:n_mels])
+    return (weights * enorm[:, None]).to(torch.float32)
+
+
+class NemoMelFrontEnd(nn.Module):
+    """NeMo's log-mel front end. Input [B, samples] and lengths; output [B, n_mels, T] and lengths."""
+
+    def __init__(
+        self,
+        sample_rate: int = 16000,
+        window_size: float = 0.02,
+        window_stride: float = 0.01,
+        n_window_size: Optional[int] = None,
+        n_window_stride: Optional[int] = None,
+        window: str = "hann",
+        normalize: Optional[str] = "per_feature",
+        n_fft: Optional[int] = None,
+        preemph: Optional[float] = 0.97,
+        features: int = 64,
+        lowfreq: float = 0.0,
+        highfreq: Optional[float] = None,
+        log: bool = True,
+        log_zero_guard_type: str = "add",
+        log_zero_guard_value: float | str = 2**-24,
+        pad_to: int = 16,
+        pad_value: float = 0.0,
+        mag_power: float = 2.0,
+        exact_pad: bool = False,
+        frame_splicing: int = 1,
+        **_ignored,
+    ):
+        super().__init__()
+        if frame_splicing != 1:
+            raise ValueError("frame_splicing other than 1 is not supported")
+        self.sample_rate = int(sample_rate)
+        self.win_length = int(n_window_size or round(window_size * sample_rate))
+        self.hop_length = int(n_window_stride or round(window_stride * sample_rate))
+        self.n_fft = int(n_fft or 2 ** math.ceil(math.log2(self.win_length)))
+        self.exact_pad = bool(exact_pad)
+        self.normalize = normalize if normalize not in ("NA", "none", None, False) else None
+        self.preemph = preemph
+        self.log = log
+        if log_zero_guard_type not in ("add", "clamp"):
+            raise ValueError(f"unknown log_zero_guard_type {log_zero_guard_type!r}")
+        self.log_zero_guard_type = log_zero_guard_type
+        self.log_zero_guard_value = log_zero_guard_value
+        self.pad_to = pad_to
+        self.pad_value = float(pad_value)
+        self.mag_power = float(mag_power)
+        self.n_mels = int(features)
+        win_fn = _WINDOWS.get(window)
+        if win_fn is None:
+            raise ValueError(f"unknown window {window!r}")
+        self.register_buffer("window", win_fn(self.win_length, periodic=False), persistent=True)
+        fb = mel_filterbank(self.sample_rate, self.n_fft, self.n_mels, lowfreq, highfreq)
+        self.register_buffer("fb", fb.unsqueeze(0), persistent=True)
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        """Number of valid frames for a given number of samples."""
+        pad = (self.n_fft - self.hop_length) // 2 * 2 if self.exact_pad else self.n_fft // 2 * 2
+        out = torch.div(lengths + pad - self.n_fft, self.hop_length, rounding_mode="floor")
+        return torch.where(lengths == 0, torch.zeros_like(out), out).long()
+
+    def _guard(self, x: torch.Tensor) -> float:
+        v = self.log_zero_guard_value
+        if isinstance(v, str):
+            if v == "tiny":
+                return torch.finfo(x.dtype).tiny
+            if v == "eps":
+                return torch.finfo(x.dtype).eps
+            raise ValueError(f"unknown log_zero_guard_value {v!r}")
+        return float(v)
+
+    @torch.no_grad()
+    def forward(self, audio: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        audio = audio.float()
+        frames = self.output_lengths(lengths)
+        if self.exact_pad:
+            p = (self.n_fft - self.hop_length) // 2
+            audio = nn.functional.pad(audio, (p, p))
+        if self.preemph is not None:
+            valid = torch.arange(audio.shape[1], device=audio.device)[None, :] < lengths[:, None]
+            audio = torch.cat([audio[:, :1], audio[:, 1:] - self.preemph * audio[:, :-1]], dim=1)
+            audio = audio.masked_fill(~valid, 0.0)
+        spec = torch.stft(
+            audio,
+            n_fft=self.n_fft,
+            hop_length=self.hop_length,
+            win_length=self.win_length,
+            window=self.window.float(),
+            center=not self.exact_pad,
+            pad_mode="constant",
+            return_complex=True,
+        )
+        mag = torch.view_as_real(spec).pow(2).sum(-1).sqrt()
+        if self.mag_power != 1.0:
+            mag = mag.pow(self.mag_power)
+        x = torch.matmul(self.fb.float(), mag)
+        if self.log:
+            g = self._guard(x)
+            x = torch.log(x + g) if self.log_zero_guard_type == "add" else torch.log(torch.clamp(x, min=g))
+        t = torch.arange(x.shape[-1], device=x.device)[None, :]
+        valid = t < frames[:, None]
+        if self.normalize == "per_feature":
+            x = _normalize_per_feature(x, frames, valid)
+        elif self.normalize == "all_features":
+            x = _normalize_all_features(x, frames, valid)
+        elif self.normalize is not None:
+            raise ValueError(f"unknown normalize type {self.normalize!r}")
+        x = x.masked_fill(~valid[:, None, :], self.pad_value)
+        if isinstance(self.pad_to, int) and self.pad_to > 0:
+            rem = x.shape[-1] % self.pad_to
+            if rem:
+                x = nn.functional.pad(x, (0, self.pad_to - rem), value=self.pad_value)
+        return x, frames
+
+
+def _normalize_per_feature(x: torch.Tensor, frames: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    m = valid[:, None, :]
+    n = frames.to(x.dtype)[:, None]
+    mean = torch.where(m, x, 0.0).sum(-1) / n
+    var = torch.where(m, x - mean[..., None], 0.0).pow(2).sum(-1) / (n - 1.0)
+    std = var.sqrt()
+    std = std.masked_fill(std.isnan(), 0.0) + _STD_EPS
+    return (x - mean[..., None]) / std[..., None]
+
+
+def _normalize_all_features(x: torch.Tensor, frames: torch.Tensor, valid: torch.Tensor) -> torch.Tensor:
+    out = torch.empty_like(x)
+    for i in range(x.shape[0]):
+        v = x[i, :, : int(frames[i])]
+        out[i] = (x[i] - v.mean()) / (v.std() + _STD_EPS)
+    return out

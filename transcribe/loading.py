@@ -1,0 +1,110 @@
+"""Resolving a model name (a local file or directory, or a Hugging Face id) and building it."""
+from __future__ import annotations
+
+import logging
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+import torch
+
+from .errors import ModelError
+
+log = logging.getLogger("transcribe")
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+_DTYPES = {
+    None: None, "float32": torch.float32, "fp32": torch.float32, "bfloat16": torch.bfloat16,
+    "bf16": torch.bfloat16, "float16": torch.float16, "fp16": torch.float16,
+}
+
+
+def resolve(name: str) -> Path:
+    """A local path as is; a hub id through huggingface_hub (its cache first, then a download)."""
+    p = Path(os.path.expanduser(str(name)))
+    if p.exists():
+        return p
+    if not _HUB_ID.match(str(name)) or str(name).startswith((".", "/")) or str(name).endswith(".nemo"):
+        raise ModelError(f"{name}: no such model file or directory")
+    return _from_hub(str(name))
+
+
+def _from_hub(repo_id: str) -> Path:
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise ModelError(f"{repo_id}: huggingface_hub is not installed, so hub ids cannot be resolved") from None
+    patterns = ["*.nemo", "*.json", "*.yaml", "*.model", "*.txt", "*.bin", "*.safetensors", "*.pt", "*.ckpt"]
+    errors = []
+    for local_only in (True, False):
+        if not local_only and os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+            break
+        try:
+            return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=local_only))
+        except Exception as e:  # hub errors are many types; report the first line
+            errors.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
+    raise ModelError(
+        f"unknown model {repo_id!r}: not a local path, not in the Hugging Face cache, and it could not be "
+        f"downloaded ({errors[-1] if errors else 'offline'})"
+    )
+
+
+def load_model(
+    name: Optional[str] = None,
+    device: str = "cpu",
+    dtype: Optional[str | torch.dtype] = None,
+    threads: Optional[int] = None,
+):
+    """Load a model by path or hub id. Returns a recognizer with `.transcribe()`."""
+    if name is None:
+        raise ModelError("no model given: pass a .nemo file, a model directory or a Hugging Face id")
+    if threads is not None:
+        if int(threads) < 1:
+            raise ModelError(f"threads must be at least 1, got {threads}")
+        torch.set_num_threads(int(threads))
+    if isinstance(dtype, str) or dtype is None:
+        if dtype not in _DTYPES:
+            raise ModelError(f"unknown dtype {dtype!r} (float32, bfloat16, float16)")
+        dtype = _DTYPES[dtype]
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise ModelError(f"unknown device {device!r} ({e})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise ModelError("device cuda was asked for, but no CUDA GPU is available")
+    path = resolve(name)
+    if path.is_dir() and not (path / "model_config.yaml").exists() and not list(path.glob("*.nemo")):
+        raise ModelError(f"{path}: not a model directory this package can read (no .nemo or model_config.yaml)")
+    return _load_parakeet(path, str(name), dev, dtype)
+
+
+def _load_parakeet(path: Path, name: str, device: torch.device, dtype):
+    from .asr import ParakeetASR
+    from .formats.nemo import read_nemo
+    from .models.parakeet import ParakeetModel
+    from .text.tokenizers import SentencePieceTokenizer
+
+    ckpt = read_nemo(path)
+    if ckpt.tokenizer is None:
+        raise ModelError(f"{path}: the config names no SentencePiece tokenizer (tokenizer.model_path)")
+    try:
+        model = ParakeetModel(ckpt.config)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ModelError(f"{path}: model config not supported ({e})") from None
+    try:
+        model.load_nemo_state_dict(ckpt.state_dict)
+    except KeyError as e:
+        raise ModelError(f"{path}: {e.args[0] if e.args else e}") from None
+    del ckpt.state_dict
+    try:
+        tokenizer = SentencePieceTokenizer(ckpt.tokenizer)
+    except ValueError as e:
+        raise ModelError(f"{path}: {e}") from None
+    model.encoder.fold_batch_norm()
+    model.eval()
+    model.to(device)
+    if dtype is not None and dtype != torch.float32:
+        # The front end stays in float32; the encoder runs in the given dtype.
+        model.encoder.to(dtype)
+    return ParakeetASR(model, tokenizer, name, str(device))

@@ -1,0 +1,533 @@
+"""FastConformer encoder (NeMo `ConformerEncoder`), inference only.
+
+Parameter names follow NeMo's state dict so a checkpoint loads without renaming. Every
+hyperparameter comes from the `encoder` section of `model_config.yaml` (see `ConformerEncoder.from_config`).
+
+Shapes: features [B, n_mels, T] -> encoder output [B, d_model, T'] with lengths [B].
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+# NeMo's masking constant for attention scores.
+_MASK_VALUE = -10000.0
+
+
+# --------------------------------------------------------------------------------------------------
+# Subsampling
+# --------------------------------------------------------------------------------------------------
+
+
+class ConvSubsampling(nn.Module):
+    """`dw_striding` / `striding` 2-D convolutional subsampling by 2, 4, 8 or 16.
+
+    Time frames past each sequence's length are zeroed before every layer, as NeMo does, so a
+    batch gives the same result as one file at a time. Long inputs run in overlapping time chunks,
+    which gives the same numbers with bounded memory.
+    """
+
+    def __init__(
+        self,
+        feat_in: int,
+        d_model: int,
+        factor: int,
+        conv_channels: int,
+        kind: str = "dw_striding",
+        causal: bool = False,
+    ):
+        super().__init__()
+        if kind not in ("dw_striding", "striding"):
+            raise ValueError(f"subsampling {kind!r} is not supported (dw_striding, striding)")
+        n = int(math.log2(factor))
+        if 2**n != factor or n < 1:
+            raise ValueError(f"subsampling_factor must be a power of 2, got {factor}")
+        self.factor = factor
+        self.stages = n
+        self.kernel = 3
+        self.stride = 2
+        self.causal = causal
+        if causal:
+            self.pad = (self.kernel - 1, self.stride - 1)
+        else:
+            self.pad = ((self.kernel - 1) // 2, (self.kernel - 1) // 2)
+        c = conv_channels
+        layers: list[nn.Module] = []
+        # The index of each module matches NeMo's nn.Sequential so state dict keys line up.
+        layers.append(nn.Conv2d(1, c, self.kernel, self.stride, 0))
+        layers.append(nn.ReLU())
+        for _ in range(n - 1):
+            if kind == "dw_striding":
+                layers.append(nn.Conv2d(c, c, self.kernel, self.stride, 0, groups=c))
+                layers.append(nn.Conv2d(c, c, 1, 1, 0))
+            else:
+                layers.append(nn.Conv2d(c, c, self.kernel, self.stride, 0))
+            layers.append(nn.ReLU())
+        self.conv = nn.ModuleList(layers)
+        f = feat_in
+        for _ in range(n):
+            f = (f + sum(self.pad) - self.kernel) // self.stride + 1
+        self.out = nn.Linear(c * f, d_model)
+        # Elements of the first conv output above which the input is processed in time chunks.
+        self.chunk_elements = 1 << 26
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        x = lengths.to(torch.float32)
+        for _ in range(self.stages):
+            x = torch.floor((x + sum(self.pad) - self.kernel) / self.stride + 1.0)
+        return x.to(torch.long)
+
+    def _stage_len(self, lengths: torch.Tensor) -> torch.Tensor:
+        return torch.div(lengths + sum(self.pad) - self.kernel, self.stride, rounding_mode="floor") + 1
+
+    def _convs(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """x [B, 1, T, F] (already masked) -> [B, C, T', F'] with the per-layer time masking."""
+        cur = lengths
+        for layer in self.conv:
+            x = _mask_time(x, cur)
+            if isinstance(layer, nn.Conv2d) and layer.stride != (1, 1):
+                left, right = self.pad
+                x = F.pad(x, (left, right, left, right))
+                x = layer(x)
+                cur = self._stage_len(cur)
+            else:
+                x = layer(x)
+        return _mask_time(x, cur)
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats [B, T, F] -> [B, T', d_model]."""
+        b, t, f = feats.shape
+        out_len = self.output_lengths(lengths)
+        c = self.conv[0].out_channels
+        if b * c * (t // 2) * (f // 2) <= self.chunk_elements:
+            x = self._convs(feats.unsqueeze(1), lengths)
+        else:
+            x = self._chunked(feats, lengths, c, f)
+        b, c, t2, f2 = x.shape
+        return self.out(x.transpose(1, 2).reshape(b, t2, c * f2)), out_len
+
+    def _chunked(self, feats: torch.Tensor, lengths: torch.Tensor, c: int, f: int) -> torch.Tensor:
+        # Output frame j depends on input frames within a few `factor`s of j*factor; chunks start on
+        # multiples of `factor` with a margin on both sides, and the margin's outputs are dropped.
+        b, t, _ = feats.shape
+        margin = 4 * self.factor
+        out_total = int(self.output_lengths(torch.tensor([t]))[0])
+        step = max(self.factor, (self.chunk_elements // max(1, b * c * (f // 2))) * 2 // self.factor * self.factor)
+        outs = []
+        for start in range(0, t, step):
+            lo = max(0, start - margin)
+            hi = min(t, start + step + margin)
+            local = torch.clamp(lengths - lo, min=0)
+            y = self._convs(feats[:, lo:hi].unsqueeze(1), local)
+            first = (start - lo) // self.factor
+            n_out = min(step // self.factor, out_total - start // self.factor)
+            outs.append(y[:, :, first : first + n_out])
+        return torch.cat(outs, dim=2)
+
+
+def _mask_time(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    t = x.shape[2]
+    keep = torch.arange(t, device=x.device)[None, :] < lengths[:, None]
+    return x * keep[:, None, :, None].to(x.dtype)
+
+
+# --------------------------------------------------------------------------------------------------
+# Positional encoding and attention
+# --------------------------------------------------------------------------------------------------
+
+
+def sinusoid_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
+    """Sinusoidal encodings for the given (float32) positions, as NeMo computes them: [P, d_model]."""
+    inv = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
+    pe = torch.zeros(positions.shape[0], d_model)
+    pe[:, 0::2] = torch.sin(positions[:, None] * inv)
+    pe[:, 1::2] = torch.cos(positions[:, None] * inv)
+    return pe
+
+
+class RelPositionalEncoding(nn.Module):
+    """Encodings for relative positions T-1 ... -(T-1), grown on demand and cached."""
+
+    def __init__(self, d_model: int, max_len: int = 5000):
+        super().__init__()
+        self.d_model = d_model
+        self.register_buffer("pe", torch.zeros(0, d_model), persistent=False)
+        self._extend(max_len)
+
+    def _extend(self, length: int) -> None:
+        if self.pe.shape[0] >= 2 * length - 1:
+            return
+        pos = torch.arange(length - 1, -length, -1, dtype=torch.float32)
+        self.pe = sinusoid_table(pos, self.d_model).to(self.pe.device)
+
+    def forward(self, length: int, dtype: torch.dtype) -> torch.Tensor:
+        self._extend(length)
+        center = self.pe.shape[0] // 2
+        return self.pe[center - length + 1 : center + length].to(dtype)
+
+    def local(self, left: int, right: int, dtype: torch.dtype) -> torch.Tensor:
+        """Encodings for relative positions left ... -right (local attention)."""
+        pos = torch.arange(left, -right - 1, -1, dtype=torch.float32)
+        return sinusoid_table(pos, self.d_model).to(device=self.pe.device, dtype=dtype)
+
+
+def _rel_shift(x: torch.Tensor) -> torch.Tensor:
+    """[..., T, 2T-1] scores indexed by position (T-1-p) -> [..., T, T] indexed by key j (p = i - j)."""
+    *lead, t, p = x.shape
+    x = F.pad(x, (1, 0))
+    x = x.reshape(*lead, p + 1, t)[..., 1:, :].reshape(*lead, t, p)
+    return x[..., :t]
+
+
+class RelPositionMultiHeadAttention(nn.Module):
+    """Multi-head self-attention with Transformer-XL relative positions (pos_bias_u / pos_bias_v).
+
+    Full context, a banded context (att_context_size), or NeMo's local attention
+    (`rel_pos_local_attn`) computed block by block so memory grows linearly with length.
+    """
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True):
+        super().__init__()
+        self.h = n_heads
+        self.d_k = d_model // n_heads
+        self.linear_q = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_k = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_v = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_out = nn.Linear(d_model, d_model, bias=bias)
+        self.linear_pos = nn.Linear(d_model, d_model, bias=False)
+        self.pos_bias_u = nn.Parameter(torch.zeros(n_heads, self.d_k))
+        self.pos_bias_v = nn.Parameter(torch.zeros(n_heads, self.d_k))
+        # Query rows per block in the blocked paths.
+        self.block = 256
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        return x.view(b, t, self.h, self.d_k).transpose(1, 2)
+
+    def forward(
+        self,
+        x: torch.Tensor,
+        pos_emb: torch.Tensor,
+        pad_mask: torch.Tensor,
+        att_mask: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """x [B, T, D]; pos_emb [2T-1, D]; pad_mask [B, T] True at padding; att_mask [T, T] True = blocked."""
+        b, t, _ = x.shape
+        q = self._heads(self.linear_q(x))
+        k = self._heads(self.linear_k(x))
+        v = self._heads(self.linear_v(x))
+        p = self.linear_pos(pos_emb).view(-1, self.h, self.d_k).transpose(0, 1)  # [h, 2T-1, d_k]
+        qu = q + self.pos_bias_u[None, :, None, :]
+        qv = q + self.pos_bias_v[None, :, None, :]
+        scale = 1.0 / math.sqrt(self.d_k)
+        key_pad = pad_mask[:, None, None, :]
+        out = torch.empty_like(q)
+        for s in range(0, t, self.block if t > 2 * self.block else t):
+            e = min(t, s + (self.block if t > 2 * self.block else t))
+            # Relative positions i - j for queries s..e-1 and all keys: pe rows (T-1-i) .. (2T-2-i).
+            pb = p[:, t - e : 2 * t - 1 - s]  # positions (e-1) ... -(T-1-s)
+            bd = torch.matmul(qv[:, :, s:e], pb.transpose(-2, -1))  # [B, h, e-s, T + e-s - 1]
+            bd = _rel_shift_block(bd, e - s, t) * scale
+            mask = key_pad
+            if att_mask is not None:
+                mask = mask | att_mask[None, None, s:e, :]
+            bd = bd.masked_fill(mask, _MASK_VALUE)
+            out[:, :, s:e] = F.scaled_dot_product_attention(qu[:, :, s:e], k, v, attn_mask=bd)
+        out = out.masked_fill(pad_mask[:, None, :, None], 0.0)
+        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
+
+    def forward_local(
+        self, x: torch.Tensor, pos_local: torch.Tensor, pad_mask: torch.Tensor, left: int, right: int
+    ) -> torch.Tensor:
+        """NeMo's `rel_pos_local_attn`: each query sees keys i-left ... i+right.
+
+        pos_local [left+right+1, D] holds relative positions left ... -right.
+        """
+        b, t, _ = x.shape
+        w = max(left, right)
+        q = self._heads(self.linear_q(x))
+        k = self._heads(self.linear_k(x))
+        v = self._heads(self.linear_v(x))
+        p = self.linear_pos(pos_local).view(-1, self.h, self.d_k).transpose(0, 1)  # [h, l+r+1, d_k]
+        qu = q + self.pos_bias_u[None, :, None, :]
+        qv = q + self.pos_bias_v[None, :, None, :]
+        scale = 1.0 / math.sqrt(self.d_k)
+        # Keys padded by w on each side; out-of-range keys get -inf, padded keys the mask value.
+        kp = F.pad(k, (0, 0, w, w))
+        vp = F.pad(v, (0, 0, w, w))
+        keyflag = F.pad(pad_mask.to(torch.int8), (w, w), value=2)  # 0 valid, 1 padding, 2 outside
+        offs = torch.arange(2 * w + 1, device=x.device)
+        # Columns c <-> key offset c - w. NeMo adds the position term to the first `left` columns and
+        # the last `right + 1` columns, and blocks columns outside [w-left, w+right].
+        col_mask = (offs < w - left) | (offs > w + right)
+        out = torch.empty_like(q)
+        blk = self.block
+        for s in range(0, t, blk):
+            e = min(t, s + blk)
+            n = e - s
+            kb = kp[:, :, s : e + 2 * w]  # keys s-w ... e-1+w
+            vb = vp[:, :, s : e + 2 * w]
+            ac = torch.matmul(qu[:, :, s:e], kb.transpose(-2, -1))  # [B, h, n, n + 2w]
+            idx = torch.arange(n, device=x.device)[:, None] + offs[None, :]  # [n, 2w+1]
+            diag = torch.gather(ac, -1, idx.expand(b, self.h, n, 2 * w + 1))
+            bd = torch.matmul(qv[:, :, s:e], p.transpose(-2, -1))  # [B, h, n, l+r+1]
+            diag = diag.clone()
+            if left > 0:
+                diag[..., :left] += bd[..., :left]
+            diag[..., 2 * w + 1 - (right + 1) :] += bd[..., left:]
+            scores = diag * scale
+            flags = keyflag[:, s : e + 2 * w][:, idx]  # [B, n, 2w+1]
+            scores = scores.masked_fill(col_mask, _MASK_VALUE)
+            scores = scores.masked_fill((flags == 1)[:, None], _MASK_VALUE)
+            scores = scores.masked_fill((flags == 2)[:, None], float("-inf"))
+            attn = torch.softmax(scores, dim=-1)
+            full = torch.zeros(b, self.h, n, n + 2 * w, dtype=attn.dtype, device=x.device)
+            full.scatter_(-1, idx.expand(b, self.h, n, 2 * w + 1), attn)
+            out[:, :, s:e] = torch.matmul(full, vb)
+        out = out.masked_fill(pad_mask[:, None, :, None], 0.0)
+        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
+
+
+def _rel_shift_block(x: torch.Tensor, n: int, t: int) -> torch.Tensor:
+    """Scores [.., n, t+n-1] over positions (s+n-1) ... -(t-1-s), row r being query s+r, to [.., n, t]
+    indexed by key j: element (r, j) takes the column of position (s + r) - j, i.e. column n-1-r+j."""
+    *lead, rows, cols = x.shape
+    x = F.pad(x, (1, 0))  # [.., n, cols+1]
+    x = x.reshape(*lead, cols + 1, rows)[..., 1:, :].reshape(*lead, rows, cols)
+    # After the shift, row r starts at the column that held position (s + r) - 0 for r counted from
+    # the last row; take the t leading columns.
+    return x[..., :t]
+
+
+# --------------------------------------------------------------------------------------------------
+# Conformer layer
+# --------------------------------------------------------------------------------------------------
+
+
+class FeedForward(nn.Module):
+    def __init__(self, d_model: int, d_ff: int, bias: bool = True):
+        super().__init__()
+        self.linear1 = nn.Linear(d_model, d_ff, bias=bias)
+        self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.linear2(F.silu(self.linear1(x)))
+
+
+class ConvModule(nn.Module):
+    """Pointwise -> GLU -> depthwise -> BatchNorm or LayerNorm -> swish -> pointwise."""
+
+    def __init__(
+        self,
+        d_model: int,
+        kernel_size: int,
+        norm: str = "batch_norm",
+        context: Optional[Sequence[int]] = None,
+        bias: bool = True,
+    ):
+        super().__init__()
+        if context is None:
+            context = ((kernel_size - 1) // 2, (kernel_size - 1) // 2)
+        self.context = (int(context[0]), int(context[1]))
+        self.pointwise_conv1 = nn.Conv1d(d_model, 2 * d_model, 1, bias=bias)
+        self.depthwise_conv = nn.Conv1d(d_model, d_model, kernel_size, groups=d_model, bias=bias)
+        if norm == "batch_norm":
+            self.batch_norm: nn.Module = nn.BatchNorm1d(d_model)
+        elif norm == "layer_norm":
+            # NeMo stores this LayerNorm under the name `batch_norm`.
+            self.batch_norm = nn.LayerNorm(d_model)
+        else:
+            raise ValueError(f"conv_norm_type {norm!r} is not supported (batch_norm, layer_norm)")
+        self.norm_kind = norm
+        self.pointwise_conv2 = nn.Conv1d(d_model, d_model, 1, bias=bias)
+
+    def fold_batch_norm(self) -> None:
+        """Fold an inference BatchNorm into the depthwise convolution."""
+        if not isinstance(self.batch_norm, nn.BatchNorm1d):
+            return
+        bn = self.batch_norm
+        scale = bn.weight / torch.sqrt(bn.running_var + bn.eps)
+        conv = self.depthwise_conv
+        with torch.no_grad():
+            conv.weight.mul_(scale[:, None, None])
+            b = conv.bias if conv.bias is not None else torch.zeros_like(bn.running_mean)
+            new_b = (b - bn.running_mean) * scale + bn.bias
+            if conv.bias is None:
+                conv.bias = nn.Parameter(new_b)
+            else:
+                conv.bias.copy_(new_b)
+        self.batch_norm = nn.Identity()
+        self.norm_kind = "folded"
+
+    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
+        x = x.transpose(1, 2)
+        x = F.glu(self.pointwise_conv1(x), dim=1)
+        x = x.masked_fill(pad_mask[:, None, :], 0.0)
+        x = self.depthwise_conv(F.pad(x, self.context))
+        if self.norm_kind == "layer_norm":
+            x = self.batch_norm(x.transpose(1, 2)).transpose(1, 2)
+        else:
+            x = self.batch_norm(x)
+        x = self.pointwise_conv2(F.silu(x))
+        return x.transpose(1, 2)
+
+
+class ConformerLayer(nn.Module):
+    def __init__(self, d_model, d_ff, n_heads, conv_kernel, conv_norm, conv_context, bias=True):
+        super().__init__()
+        self.norm_feed_forward1 = nn.LayerNorm(d_model)
+        self.feed_forward1 = FeedForward(d_model, d_ff, bias)
+        self.norm_conv = nn.LayerNorm(d_model)
+        self.conv = ConvModule(d_model, conv_kernel, conv_norm, conv_context, bias)
+        self.norm_self_att = nn.LayerNorm(d_model)
+        self.self_attn = RelPositionMultiHeadAttention(d_model, n_heads, bias)
+        self.norm_feed_forward2 = nn.LayerNorm(d_model)
+        self.feed_forward2 = FeedForward(d_model, d_ff, bias)
+        self.norm_out = nn.LayerNorm(d_model)
+
+    def forward(self, x, pos_emb, pad_mask, att_mask=None, local: Optional[tuple[int, int]] = None):
+        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+        h = self.norm_self_att(x)
+        if local is None:
+            x = x + self.self_attn(h, pos_emb, pad_mask, att_mask)
+        else:
+            x = x + self.self_attn.forward_local(h, pos_emb, pad_mask, local[0], local[1])
+        x = x + self.conv(self.norm_conv(x), pad_mask)
+        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
+        return self.norm_out(x)
+
+
+# --------------------------------------------------------------------------------------------------
+# Encoder
+# --------------------------------------------------------------------------------------------------
+
+
+class ConformerEncoder(nn.Module):
+    """NeMo FastConformer encoder. `attention` selects full or local (`rel_pos_local_attn`) context."""
+
+    def __init__(
+        self,
+        feat_in: int,
+        n_layers: int,
+        d_model: int,
+        n_heads: int = 4,
+        ff_expansion_factor: int = 4,
+        subsampling: str = "dw_striding",
+        subsampling_factor: int = 8,
+        subsampling_conv_channels: int = 256,
+        causal_downsampling: bool = False,
+        conv_kernel_size: int = 9,
+        conv_norm_type: str = "batch_norm",
+        conv_context_size=None,
+        self_attention_model: str = "rel_pos",
+        att_context_size=None,
+        att_context_style: str = "regular",
+        xscaling: bool = True,
+        pos_emb_max_len: int = 5000,
+        use_bias: bool = True,
+        untie_biases: bool = True,
+        feat_out: int = -1,
+        **_ignored,
+    ):
+        super().__init__()
+        if self_attention_model not in ("rel_pos", "rel_pos_local_attn"):
+            raise ValueError(f"self_attention_model {self_attention_model!r} is not supported")
+        if not untie_biases:
+            raise ValueError("untie_biases=False is not supported")
+        if feat_out not in (-1, None, 0):
+            raise ValueError("feat_out other than -1 is not supported")
+        if subsampling_conv_channels in (-1, None):
+            subsampling_conv_channels = d_model
+        self.d_model = d_model
+        self.subsampling_factor = subsampling_factor
+        self.xscale = math.sqrt(d_model) if xscaling else None
+        self.pre_encode = ConvSubsampling(
+            feat_in, d_model, subsampling_factor, subsampling_conv_channels, subsampling, causal_downsampling
+        )
+        self.pos_enc = RelPositionalEncoding(d_model, pos_emb_max_len)
+        if conv_context_size == "causal":
+            conv_context_size = [conv_kernel_size - 1, 0]
+        self.layers = nn.ModuleList(
+            ConformerLayer(
+                d_model, d_model * ff_expansion_factor, n_heads, conv_kernel_size, conv_norm_type,
+                conv_context_size, use_bias,
+            )
+            for _ in range(n_layers)
+        )
+        # Context: a list of [left, right] pairs (multi-lookahead streaming models) -> the first.
+        ctx = att_context_size if att_context_size is not None else [-1, -1]
+        if len(ctx) and isinstance(ctx[0], (list, tuple)):
+            ctx = ctx[0]
+        self.att_context_size = [int(ctx[0]), int(ctx[1])]
+        if att_context_style not in ("regular", "chunked_limited"):
+            raise ValueError(f"att_context_style {att_context_style!r} is not supported")
+        self.att_context_style = att_context_style
+        self.self_attention_model = self_attention_model
+        # Local-attention context used when self_attention_model is rel_pos_local_attn.
+        self.local_context = tuple(self.att_context_size) if self_attention_model == "rel_pos_local_attn" else None
+
+    @classmethod
+    def from_config(cls, cfg: dict) -> "ConformerEncoder":
+        cfg = dict(cfg)
+        target = str(cfg.pop("_target_", "ConformerEncoder"))
+        if not target.endswith("ConformerEncoder"):
+            raise ValueError(f"encoder {target} is not supported (ConformerEncoder)")
+        return cls(**cfg)
+
+    def set_attention(self, mode: str, context: Sequence[int] = (128, 128)) -> None:
+        """'full' (rel_pos) or 'local' (rel_pos_local_attn with [left, right] context)."""
+        if mode == "full":
+            self.local_context = None
+        elif mode == "local":
+            self.local_context = (int(context[0]), int(context[1]))
+        else:
+            raise ValueError(f"attention must be 'full' or 'local', got {mode!r}")
+
+    def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
+        return self.pre_encode.output_lengths(lengths)
+
+    def _att_mask(self, t: int, device) -> Optional[torch.Tensor]:
+        left, right = self.att_context_size
+        if left < 0 and right < 0:
+            return None
+        i = torch.arange(t, device=device)
+        if self.att_context_style == "regular":
+            diff = i[None, :] - i[:, None]  # key - query
+            allowed = torch.ones(t, t, dtype=torch.bool, device=device)
+            if left >= 0:
+                allowed &= diff >= -left
+            if right >= 0:
+                allowed &= diff <= right
+        else:
+            chunk = right + 1
+            left_chunks = left // chunk if left >= 0 else 10000
+            c = i // chunk
+            d = c[:, None] - c[None, :]
+            allowed = (d >= 0) & (d <= left_chunks)
+        return ~allowed
+
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats [B, n_mels, T], lengths [B] -> ([B, d_model, T'], lengths [B])."""
+        x, lengths = self.pre_encode(feats.transpose(1, 2), lengths)
+        b, t, _ = x.shape
+        if self.xscale is not None:
+            x = x * self.xscale
+        pad_mask = torch.arange(t, device=x.device)[None, :] >= lengths[:, None]
+        local = self.local_context
+        if local is None:
+            pos = self.pos_enc(t, x.dtype)
+            att_mask = self._att_mask(t, x.device)
+        else:
+            pos = self.pos_enc.local(local[0], local[1], x.dtype)
+            att_mask = None
+        for layer in self.layers:
+            x = layer(x, pos, pad_mask, att_mask, local)
+        return x.transpose(1, 2), lengths
+
+    def fold_batch_norm(self) -> None:
+        for layer in self.layers:
+            layer.conv.fold_batch_norm()

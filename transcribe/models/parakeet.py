@@ -1,0 +1,205 @@
+"""Parakeet heads (LSTM predictor, joint, CTC head) and the Parakeet model that joins them.
+
+Module and parameter names follow NeMo's state dict (`decoder.prediction.*`, `joint.*`,
+`ctc_decoder.*` / `decoder.decoder_layers.*`), so checkpoints load without renaming.
+"""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..features import NemoMelFrontEnd
+from .conformer import ConformerEncoder
+
+
+class _LSTM(nn.Module):
+    def __init__(self, hidden: int, layers: int):
+        super().__init__()
+        self.lstm = nn.LSTM(hidden, hidden, num_layers=layers, batch_first=True)
+
+    def forward(self, x, state):
+        return self.lstm(x, state)
+
+
+class _Prediction(nn.Module):
+    def __init__(self, vocab_with_blank: int, hidden: int, layers: int):
+        super().__init__()
+        self.embed = nn.Embedding(vocab_with_blank, hidden)
+        self.dec_rnn = _LSTM(hidden, layers)
+
+
+class Predictor(nn.Module):
+    """NeMo `RNNTDecoder`: embedding (blank as padding: the blank's row is zero) + LSTM."""
+
+    def __init__(self, vocab_size: int, pred_hidden: int, pred_rnn_layers: int = 1):
+        super().__init__()
+        self.blank = vocab_size
+        self.hidden = pred_hidden
+        self.layers = pred_rnn_layers
+        self.prediction = _Prediction(vocab_size + 1, pred_hidden, pred_rnn_layers)
+
+    def initial_state(self, batch: int, device=None, dtype=torch.float32):
+        z = torch.zeros(self.layers, batch, self.hidden, device=device, dtype=dtype)
+        return (z, z.clone())
+
+    def forward(self, labels: torch.Tensor, state) -> tuple[torch.Tensor, tuple]:
+        """labels [B] -> output [B, H], new state. The blank label embeds to zeros (start of sequence)."""
+        emb = self.prediction.embed(labels)
+        emb = emb.masked_fill((labels == self.blank)[:, None], 0.0)
+        out, state = self.prediction.dec_rnn(emb[:, None, :], state)
+        return out[:, 0], state
+
+
+class Joint(nn.Module):
+    """NeMo `RNNTJoint`: enc and pred projections, activation, output layer (tokens + blank + durations)."""
+
+    def __init__(self, enc_hidden: int, pred_hidden: int, joint_hidden: int, n_out: int, activation: str, out_index: int):
+        super().__init__()
+        self.enc = nn.Linear(enc_hidden, joint_hidden)
+        self.pred = nn.Linear(pred_hidden, joint_hidden)
+        acts = {"relu": nn.ReLU(), "tanh": nn.Tanh(), "sigmoid": nn.Sigmoid(), "swish": nn.SiLU(), "silu": nn.SiLU()}
+        if activation not in acts:
+            raise ValueError(f"joint activation {activation!r} is not supported")
+        layers: list[nn.Module] = [acts[activation]] + [nn.Identity() for _ in range(out_index - 1)]
+        layers.append(nn.Linear(joint_hidden, n_out))
+        self.joint_net = nn.Sequential(*layers)
+
+    def project_encoder(self, enc: torch.Tensor) -> torch.Tensor:
+        return self.enc(enc)
+
+    def project_predictor(self, pred: torch.Tensor) -> torch.Tensor:
+        return self.pred(pred)
+
+    def forward(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor:
+        """Projected encoder frames and predictor outputs of the same leading shape -> logits."""
+        return self.joint_net(enc_proj + pred_proj)
+
+
+class CTCHead(nn.Module):
+    """NeMo `ConvASRDecoder`: a 1x1 convolution to vocabulary + blank, then log-softmax."""
+
+    def __init__(self, feat_in: int, n_classes_with_blank: int):
+        super().__init__()
+        self.decoder_layers = nn.Sequential(nn.Conv1d(feat_in, n_classes_with_blank, 1))
+
+    def forward(self, enc: torch.Tensor) -> torch.Tensor:
+        """enc [B, D, T] -> log-probs [B, T, V+1]."""
+        return F.log_softmax(self.decoder_layers(enc).transpose(1, 2).float(), dim=-1)
+
+
+class ParakeetModel(nn.Module):
+    """Front end + FastConformer encoder + transducer (TDT / RNN-T) and/or CTC head."""
+
+    def __init__(self, cfg: dict):
+        super().__init__()
+        self.cfg = cfg
+        pre = dict(cfg.get("preprocessor") or {})
+        pre.pop("_target_", None)
+        self.preprocessor = NemoMelFrontEnd(**pre)
+        self.sample_rate = int(cfg.get("sample_rate") or pre.get("sample_rate", 16000))
+        self.encoder = ConformerEncoder.from_config(cfg["encoder"])
+        d_model = self.encoder.d_model
+        self.transducer: Optional[str] = None
+        self.durations: Optional[list[int]] = None
+        self.max_symbols = 10
+        self.decoder: Optional[Predictor] = None
+        self.joint: Optional[Joint] = None
+        self.ctc_decoder: Optional[CTCHead] = None
+        target = str(cfg.get("target", ""))
+        dec = cfg.get("decoder") or {}
+        dec_target = str(dec.get("_target_", ""))
+        if "RNNTDecoder" in dec_target or "joint" in cfg and cfg.get("joint"):
+            vocab = int(dec.get("vocab_size") or cfg["joint"]["num_classes"])
+            pn = dec.get("prednet") or {}
+            self.decoder = Predictor(vocab, int(pn["pred_hidden"]), int(pn.get("pred_rnn_layers", 1)))
+            jcfg = cfg["joint"]
+            jn = jcfg.get("jointnet") or {}
+            extra = int(jcfg.get("num_extra_outputs") or 0)
+            n_classes = int(jcfg.get("num_classes") or vocab)
+            out_index = 2 if float(jn.get("dropout") or 0.0) > 0 else 1
+            self.joint = Joint(
+                int(jn.get("encoder_hidden", d_model)), int(jn["pred_hidden"]), int(jn["joint_hidden"]),
+                n_classes + 1 + extra, str(jn.get("activation", "relu")).lower(), out_index,
+            )
+            self.vocab_size = n_classes
+            decoding = cfg.get("decoding") or {}
+            durations = decoding.get("durations") or (cfg.get("model_defaults") or {}).get("tdt_durations")
+            if extra > 0:
+                if not durations or len(durations) != extra:
+                    raise ValueError("TDT joint without a matching list of durations in the config")
+                self.transducer = "tdt"
+                self.durations = [int(d) for d in durations]
+            else:
+                self.transducer = "rnnt"
+            greedy = decoding.get("greedy") or {}
+            ms = greedy.get("max_symbols", greedy.get("max_symbols_per_step"))
+            self.max_symbols = int(ms) if ms is not None else 10
+        ctc_cfg = None
+        if "ConvASRDecoder" in dec_target:
+            ctc_cfg = dec
+        elif cfg.get("aux_ctc"):
+            ctc_cfg = cfg["aux_ctc"].get("decoder")
+        if ctc_cfg is not None:
+            n = int(ctc_cfg.get("num_classes") or len(ctc_cfg.get("vocabulary") or []))
+            if n <= 0:
+                raise ValueError("CTC decoder without num_classes")
+            self.ctc_decoder = CTCHead(int(ctc_cfg.get("feat_in", d_model)), n + 1)
+            if self.decoder is None:
+                self.vocab_size = n
+        if self.decoder is None and self.ctc_decoder is None:
+            raise ValueError(f"model {target or '?'} has neither a transducer nor a CTC head")
+        self.blank = self.vocab_size
+        # Seconds per encoder frame: hop x subsampling / rate (see `frame_seconds`).
+        self.frame_stride = self.preprocessor.hop_length * self.encoder.subsampling_factor
+
+    @property
+    def heads(self) -> list[str]:
+        out = []
+        if self.transducer:
+            out.append(self.transducer)
+        if self.ctc_decoder is not None:
+            out.append("ctc")
+        return out
+
+    def frame_seconds(self, frames: float) -> float:
+        """The one place where encoder frames become seconds."""
+        return float(frames) * self.frame_stride / self.sample_rate
+
+    def load_nemo_state_dict(self, sd: dict[str, torch.Tensor]) -> None:
+        """Load a NeMo state dict: the CTC head of a pure CTC model is stored as `decoder.*`."""
+        own = {}
+        for k, v in sd.items():
+            if k.startswith("preprocessor.featurizer."):
+                own["preprocessor." + k[len("preprocessor.featurizer."):]] = v
+            elif k.startswith("decoder.decoder_layers.") and self.decoder is None:
+                own["ctc_decoder." + k[len("decoder."):]] = v
+            elif k.endswith("num_batches_tracked"):
+                continue
+            else:
+                own[k] = v
+        expected = self.state_dict()
+        missing = [k for k in expected if k not in own and not k.startswith("preprocessor.") and not k.endswith("num_batches_tracked")]
+        unexpected = [k for k in own if k not in expected]
+        if missing or unexpected:
+            raise KeyError(
+                "checkpoint does not match the config: "
+                + (f"missing {missing[:5]}{'...' if len(missing) > 5 else ''} " if missing else "")
+                + (f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}" if unexpected else "")
+            )
+        for k, v in own.items():
+            if expected[k].shape != v.shape:
+                raise KeyError(f"checkpoint tensor {k} has shape {tuple(v.shape)}, config expects {tuple(expected[k].shape)}")
+        self.load_state_dict(own, strict=False)
+
+    @torch.no_grad()
+    def features(self, audio: torch.Tensor, lengths: torch.Tensor):
+        return self.preprocessor(audio, lengths)
+
+    @torch.no_grad()
+    def encode(self, audio: torch.Tensor, lengths: torch.Tensor):
+        feats, flen = self.preprocessor(audio, lengths)
+        dtype = next(self.encoder.parameters()).dtype
+        return self.encoder(feats.to(dtype), flen)
