@@ -294,3 +294,14 @@ def test_bad_array_arguments():
     assert "int16" in _err(np.zeros(10, np.int64), source_rate=SR)
     assert "source_rate" in _err(b"RIFF", source_rate=SR)
     assert "cannot read audio from" in _err(12345)
+
+
+def test_committed_sample():
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parent.parent / "samples" / "sample.wav"
+    info = sf.info(str(path))
+    assert (info.samplerate, info.channels, info.subtype) == (16000, 1, "PCM_16")
+    y = load_audio(path)
+    assert 3.0 <= len(y) / SR <= 6.0
+    assert 0.5 < np.abs(y).max() <= 1.0
