@@ -21,7 +21,7 @@ from __future__ import annotations
 import io
 import os
 import sys
-from typing import Iterator, Optional
+from typing import Optional
 
 import numpy as np
 
