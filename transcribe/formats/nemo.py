@@ -40,7 +40,7 @@ def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
     try:
         tar = tarfile.open(path, "r:*")
     except (tarfile.TarError, OSError, EOFError) as e:
-        raise ModelError(f"{path}: not a .nemo archive (not a readable tar file: {e})") from None
+        raise ModelError(f"{path}: not a .nemo archive (not a tar file, or a corrupt one)") from None
     with tar:
         try:
             members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}

@@ -1,0 +1,200 @@
+"""Parakeet model behaviour that needs no reference: batching, chunking, blocking, errors, long audio."""
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import transcribe
+from transcribe.errors import ModelError
+
+from .conftest import AUDIO, TINY, REPO
+
+
+def _clips():
+    names = ["jfk.wav", "ls_2086-149220-0033.wav"]
+    out = [sf.read(AUDIO / n, dtype="float32")[0] for n in names]
+    out.append(out[0][: 16000 * 3])  # a short one, so the batch is padded
+    return out
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in TINY.glob("*.nemo")))
+def test_batched_equals_single(name):
+    model = transcribe.load_model(str(TINY / f"{name}.nemo"))
+    clips = _clips()
+    for head in model.heads:
+        single = [model.transcribe(c, head=head) for c in clips]
+        batched = model.transcribe(clips, head=head, batch_size=len(clips))
+        for s, b in zip(single, batched):
+            assert [t.id for t in s.tokens] == [t.id for t in b.tokens]
+            assert [t.frame for t in s.tokens] == [t.frame for t in b.tokens]
+            assert [t.duration_frames for t in s.tokens] == [t.duration_frames for t in b.tokens]
+            assert [w.word for w in s.words] == [w.word for w in b.words]
+            np.testing.assert_allclose([t.confidence for t in s.tokens], [t.confidence for t in b.tokens], atol=1e-5)
+
+
+def test_encoder_batch_padding_does_not_leak():
+    m = transcribe.load_model(str(TINY / "tiny-tdt-fit.nemo")).model
+    clips = _clips()
+    n = max(len(c) for c in clips)
+    x = torch.zeros(len(clips), n)
+    for i, c in enumerate(clips):
+        x[i, : len(c)] = torch.from_numpy(c)
+    lens = torch.tensor([len(c) for c in clips])
+    enc_b, len_b = m.encode(x, lens)
+    for i, c in enumerate(clips):
+        enc_1, len_1 = m.encode(torch.from_numpy(c)[None], lens[i : i + 1])
+        assert int(len_1[0]) == int(len_b[i])
+        torch.testing.assert_close(enc_b[i, :, : int(len_1[0])], enc_1[0], atol=2e-5, rtol=0)
+
+
+def test_subsampling_chunks_match_whole():
+    m = transcribe.load_model(str(TINY / "tiny-tdt-fit.nemo")).model
+    a = torch.from_numpy(_clips()[0])[None]
+    feats, flen = m.features(a, torch.tensor([a.shape[1]]))
+    sub = m.encoder.pre_encode
+    whole, wl = sub(feats.transpose(1, 2), flen)
+    saved = sub.chunk_elements
+    try:
+        sub.chunk_elements = 20000  # forces many small chunks
+        chunked, cl = sub(feats.transpose(1, 2), flen)
+    finally:
+        sub.chunk_elements = saved
+    assert whole.shape == chunked.shape and int(wl) == int(cl)
+    torch.testing.assert_close(whole, chunked, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("local", [False, True])
+def test_attention_blocks_match_one_block(local):
+    m = transcribe.load_model(str(TINY / "tiny-tdt-fit.nemo")).model
+    a = torch.from_numpy(_clips()[0])[None]
+    lens = torch.tensor([a.shape[1]])
+    if local:
+        m.encoder.set_attention("local", (16, 16))
+    ref, _ = m.encode(a, lens)
+    for layer in m.encoder.layers:
+        layer.self_attn.block = 7  # several blocks, one partial
+    got, _ = m.encode(a, lens)
+    torch.testing.assert_close(ref, got, atol=2e-5, rtol=0)
+
+
+def test_local_attention_with_wide_context_equals_full():
+    m = transcribe.load_model(str(TINY / "tiny-tdt-fit.nemo")).model
+    a = torch.from_numpy(_clips()[1])[None]  # 93 encoder frames
+    lens = torch.tensor([a.shape[1]])
+    full, _ = m.encode(a, lens)
+    m.encoder.set_attention("local", (100, 100))
+    local, _ = m.encode(a, lens)
+    torch.testing.assert_close(full, local, atol=2e-5, rtol=0)
+
+
+def test_silence_gives_empty_transcript():
+    model = transcribe.load_model(str(TINY / "tiny-ctc-fit.nemo"))
+    r = model.transcribe(np.zeros(16000, dtype=np.float32))
+    assert isinstance(r.text, str)
+    assert r.duration == 1.0
+
+
+def test_unknown_head_is_an_error():
+    model = transcribe.load_model(str(TINY / "tiny-ctc-fit.nemo"))
+    with pytest.raises(transcribe.TranscribeError, match="no tdt head"):
+        model.transcribe(_clips()[2], head="tdt")
+
+
+def test_transcript_round_trip():
+    model = transcribe.load_model(str(TINY / "tiny-tdt-fit.nemo"))
+    r = model.transcribe(str(AUDIO / "jfk.wav"))
+    d = r.to_dict()
+    assert transcribe.Transcript.from_dict(json.loads(json.dumps(d))).to_dict() == d
+    # Seconds come from frames in one place: frame x hop x subsampling / rate.
+    for t in r.tokens:
+        assert t.start == pytest.approx(t.frame * 160 * 8 / 16000)
+
+
+# ---- bad model files -------------------------------------------------------------------------
+
+
+def _tar_with(tmp_path, files: dict[str, bytes]) -> Path:
+    p = tmp_path / "m.nemo"
+    with tarfile.open(p, "w") as tar:
+        for name, data in files.items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar.addfile(info, io.BytesIO(data))
+    return p
+
+
+def test_corrupt_nemo(tmp_path):
+    p = tmp_path / "bad.nemo"
+    p.write_bytes(os.urandom(5000))
+    with pytest.raises(ModelError, match="not a .nemo archive"):
+        transcribe.load_model(str(p))
+
+
+def test_truncated_nemo(tmp_path):
+    data = (TINY / "tiny-tdt-fit.nemo").read_bytes()
+    p = tmp_path / "cut.nemo"
+    p.write_bytes(data[: len(data) // 2])
+    with pytest.raises(ModelError, match="truncated|corrupt"):
+        transcribe.load_model(str(p))
+
+
+def test_nemo_without_weights(tmp_path):
+    p = _tar_with(tmp_path, {"model_config.yaml": b"encoder: {d_model: 4}\n"})
+    with pytest.raises(ModelError, match="model_weights.ckpt is missing"):
+        transcribe.load_model(str(p))
+
+
+def test_nemo_with_corrupt_weights(tmp_path):
+    cfg = tarfile.open(TINY / "tiny-tdt-fit.nemo").extractfile("./model_config.yaml")
+    p = _tar_with(tmp_path, {"model_config.yaml": cfg.read(), "model_weights.ckpt": b"PK\x03\x04" + os.urandom(300)})
+    with pytest.raises(ModelError, match="model_weights.ckpt is corrupt"):
+        transcribe.load_model(str(p))
+
+
+def test_unknown_model_id_offline(monkeypatch, tmp_path):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    with pytest.raises(ModelError, match="unknown model 'nobody/no-such-model'"):
+        transcribe.load_model("nobody/no-such-model")
+
+
+def test_missing_model_path():
+    with pytest.raises(ModelError, match="no such model file"):
+        transcribe.load_model("/nonexistent/model.nemo")
+
+
+# ---- long audio ------------------------------------------------------------------------------
+
+_LONG = """
+import resource, sys, numpy as np, soundfile as sf, torch
+import transcribe
+a, sr = sf.read(sys.argv[1], dtype="float32")
+secs = float(sys.argv[2])
+x = np.tile(a, int(secs // (len(a) / sr)) + 1)[: int(secs * sr)]
+m = transcribe.load_model(sys.argv[3])
+r = m.transcribe(x)
+print(len(r.words), r.words[-1].end, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_one_hour_file_transcribes_in_bounded_memory():
+    """A 1-hour input: local attention takes over past 20 minutes and subsampling runs in chunks."""
+    out = subprocess.run(
+        [sys.executable, "-c", _LONG, str(AUDIO / "jfk.wav"), "3600", str(TINY / "tiny-tdt-fit.nemo")],
+        capture_output=True, text=True, cwd=REPO, timeout=900,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    n_words, last_end, maxrss_kb = out.stdout.split()
+    assert int(n_words) > 5000
+    assert float(last_end) > 3590
+    assert int(maxrss_kb) < 6 * 1024 * 1024, f"peak RSS {int(maxrss_kb) / 1e6:.1f} GB"
