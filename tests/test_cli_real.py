@@ -1,0 +1,69 @@
+"""The `transcribe` command end to end, as a subprocess, with a real tiny .nemo model."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from .conftest import AUDIO, REPO, TINY
+
+MODEL = str(TINY / "tiny-tdt-fit.nemo")
+
+
+def run(*args, env=None):
+    e = dict(os.environ, **(env or {}))
+    return subprocess.run([sys.executable, "-m", "transcribe", *args], capture_output=True, text=True, cwd=REPO, env=e, timeout=300)
+
+
+def test_json_document_for_jfk():
+    out = run(str(AUDIO / "jfk.wav"), "--model", MODEL, "--format", "json")
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.strip().splitlines()
+    assert len(lines) == 1
+    doc = json.loads(lines[0])
+    assert set(doc) == {"text", "duration", "segments", "words", "tokens", "model"}
+    assert doc["text"] == "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
+    assert [w["word"] for w in doc["words"]] == doc["text"].split()
+    assert all(w["end"] >= w["start"] for w in doc["words"])
+
+
+def _bad_inputs(tmp_path):
+    empty = tmp_path / "empty.wav"
+    import numpy as np
+    import soundfile as sf
+
+    sf.write(empty, np.zeros(0, dtype="float32"), 16000)
+    corrupt = tmp_path / "corrupt.wav"
+    corrupt.write_bytes(b"RIFF\x24\x00\x00\x00WAVEfmt " + os.urandom(200))
+    text = tmp_path / "notes.wav"
+    text.write_text("this is a text file, not audio\n" * 20)
+    return {"missing": str(tmp_path / "missing.wav"), "corrupt": str(corrupt), "empty": str(empty), "text": str(text)}
+
+
+@pytest.mark.parametrize("kind", ["missing", "corrupt", "empty", "text"])
+def test_bad_audio_one_line_exit_2(tmp_path, kind):
+    path = _bad_inputs(tmp_path)[kind]
+    out = run(path, "--model", MODEL)
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("transcribe: error: ") and path in lines[0], out.stderr
+    assert "Traceback" not in out.stderr
+
+
+def test_corrupt_nemo_one_line_exit_2(tmp_path):
+    bad = tmp_path / "broken.nemo"
+    bad.write_bytes(os.urandom(4096))
+    out = run(str(AUDIO / "jfk.wav"), "--model", str(bad))
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "not a .nemo archive" in lines[0], out.stderr
+
+
+def test_unknown_model_id_offline_one_line_exit_2(tmp_path):
+    out = run(str(AUDIO / "jfk.wav"), "--model", "nobody/no-such-model", env={"HF_HUB_OFFLINE": "1", "HF_HOME": str(tmp_path)})
+    assert out.returncode == 2
+    lines = out.stderr.strip().splitlines()
+    assert len(lines) == 1 and "unknown model 'nobody/no-such-model'" in lines[0], out.stderr
