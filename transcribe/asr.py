@@ -156,17 +156,17 @@ class ParakeetASR:
     def _to_transcript(self, h: Hypothesis, duration: float, head: str, timestamps: bool) -> Transcript:
         tok = self.tokenizer
         text = tok.decode(h.ids)
-        spans = []
-        for i, tid in enumerate(h.ids):
-            start = h.frames[i]
-            if head == "rnnt":
-                end = start + 1
-            else:
-                end = start + h.durations[i]
-            spans.append(TokenSpan(tid, tok.piece(tid), tok.decode([tid]), start, end,
-                                   h.confidences[i] if h.confidences else None))
+        offsets = token_offsets(head, h.frames, h.durations)
+        spans = [
+            TokenSpan(tid, tok.piece(tid), tok.decode([tid]), a, b, h.confidences[i] if h.confidences else None)
+            for i, (tid, (a, b)) in enumerate(zip(h.ids, offsets))
+        ]
         if head == "tdt":
             snap_punctuation(spans, self.punctuation)
+        elif head == "ctc":
+            for sp in spans[1:]:
+                if sp.text[:1] in self.punctuation:
+                    sp.end = sp.start
         sec = self.model.frame_seconds
         tokens = [
             Token(s.id, s.piece, sec(s.start), sec(s.end), s.confidence, h.frames[i],
@@ -183,3 +183,22 @@ class ParakeetASR:
             for s in group_segments(wspans)
         ]
         return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=tokens, model=self.name)
+
+
+def token_offsets(head: str, frames: Sequence[int], durations: Sequence[int]) -> list[tuple[int, int]]:
+    """(start, end) encoder frames of each token, by NeMo's conventions per head.
+
+    TDT: from the frame where the token was emitted to that plus its predicted duration.
+    RNN-T: one frame. CTC: NeMo places each token between the onset of the token before it and its
+    own onset (the first token starts one frame before its onset); we keep that convention so word
+    times agree with NeMo's.
+    """
+    if head == "tdt":
+        return [(f, f + d) for f, d in zip(frames, durations)]
+    if head == "rnnt":
+        return [(f, f + 1) for f in frames]
+    out = []
+    for i, f in enumerate(frames):
+        start = max(0, f - 1) if i == 0 else frames[i - 1]
+        out.append((start, f))
+    return out

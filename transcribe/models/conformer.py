@@ -81,22 +81,21 @@ class ConvSubsampling(nn.Module):
             x = torch.floor((x + sum(self.pad) - self.kernel) / self.stride + 1.0)
         return x.to(torch.long)
 
-    def _stage_len(self, lengths: torch.Tensor) -> torch.Tensor:
-        return torch.div(lengths + sum(self.pad) - self.kernel, self.stride, rounding_mode="floor") + 1
-
     def _convs(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-        """x [B, 1, T, F] (already masked) -> [B, C, T', F'] with the per-layer time masking."""
-        cur = lengths
+        """x [B, 1, T, F] -> [B, C, T', F'], zeroing frames past each length before every layer."""
+        cur = lengths.tolist()
+        x = _zero_tails(x.clone(), cur)
+        left, right = self.pad
         for layer in self.conv:
-            x = _mask_time(x, cur)
             if isinstance(layer, nn.Conv2d) and layer.stride != (1, 1):
-                left, right = self.pad
-                x = F.pad(x, (left, right, left, right))
-                x = layer(x)
-                cur = self._stage_len(cur)
+                x = layer(F.pad(x, (left, right, left, right)))
+                cur = [(n + left + right - self.kernel) // self.stride + 1 for n in cur]
+            elif isinstance(layer, nn.ReLU):
+                x = torch.relu_(x)
             else:
                 x = layer(x)
-        return _mask_time(x, cur)
+            x = _zero_tails(x, cur)
+        return x
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """feats [B, T, F] -> [B, T', d_model]."""
@@ -129,10 +128,13 @@ class ConvSubsampling(nn.Module):
         return torch.cat(outs, dim=2)
 
 
-def _mask_time(x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+def _zero_tails(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Zero time frames (dim 2) at and past each item's length, in place."""
     t = x.shape[2]
-    keep = torch.arange(t, device=x.device)[None, :] < lengths[:, None]
-    return x * keep[:, None, :, None].to(x.dtype)
+    for i, n in enumerate(lengths):
+        if n < t:
+            x[i, :, max(n, 0) :].zero_()
+    return x
 
 
 # --------------------------------------------------------------------------------------------------
@@ -175,14 +177,6 @@ class RelPositionalEncoding(nn.Module):
         return sinusoid_table(pos, self.d_model).to(device=self.pe.device, dtype=dtype)
 
 
-def _rel_shift(x: torch.Tensor) -> torch.Tensor:
-    """[..., T, 2T-1] scores indexed by position (T-1-p) -> [..., T, T] indexed by key j (p = i - j)."""
-    *lead, t, p = x.shape
-    x = F.pad(x, (1, 0))
-    x = x.reshape(*lead, p + 1, t)[..., 1:, :].reshape(*lead, t, p)
-    return x[..., :t]
-
-
 class RelPositionMultiHeadAttention(nn.Module):
     """Multi-head self-attention with Transformer-XL relative positions (pos_bias_u / pos_bias_v).
 
@@ -221,23 +215,30 @@ class RelPositionMultiHeadAttention(nn.Module):
         k = self._heads(self.linear_k(x))
         v = self._heads(self.linear_v(x))
         p = self.linear_pos(pos_emb).view(-1, self.h, self.d_k).transpose(0, 1)  # [h, 2T-1, d_k]
-        qu = q + self.pos_bias_u[None, :, None, :]
-        qv = q + self.pos_bias_v[None, :, None, :]
         scale = 1.0 / math.sqrt(self.d_k)
-        key_pad = pad_mask[:, None, None, :]
-        out = torch.empty_like(q)
-        for s in range(0, t, self.block if t > 2 * self.block else t):
-            e = min(t, s + (self.block if t > 2 * self.block else t))
-            # Relative positions i - j for queries s..e-1 and all keys: pe rows (T-1-i) .. (2T-2-i).
-            pb = p[:, t - e : 2 * t - 1 - s]  # positions (e-1) ... -(T-1-s)
-            bd = torch.matmul(qv[:, :, s:e], pb.transpose(-2, -1))  # [B, h, e-s, T + e-s - 1]
-            bd = _rel_shift_block(bd, e - s, t) * scale
-            mask = key_pad
-            if att_mask is not None:
-                mask = mask | att_mask[None, None, s:e, :]
-            bd = bd.masked_fill(mask, _MASK_VALUE)
-            out[:, :, s:e] = F.scaled_dot_product_attention(qu[:, :, s:e], k, v, attn_mask=bd)
-        out = out.masked_fill(pad_mask[:, None, :, None], 0.0)
+        qu = q + self.pos_bias_u[None, :, None, :]
+        qv = (q + self.pos_bias_v[None, :, None, :]) * scale
+        padded = bool(pad_mask.any())
+        blk = self.block if t > 2 * self.block else t
+        out = q.new_empty(q.shape) if blk < t else None
+        for s in range(0, t, blk):
+            e = min(t, s + blk)
+            # Relative positions i - j for queries s..e-1 and all keys: rows (T-1-(e-1)) .. (2T-2-s) of
+            # the table, which runs from position T-1 down to -(T-1).
+            pb = p[:, t - e : 2 * t - 1 - s]
+            bd = _rel_shift_block(torch.matmul(qv[:, :, s:e], pb.transpose(-2, -1)), t)
+            if padded or att_mask is not None:
+                mask = pad_mask[:, None, None, :]
+                if att_mask is not None:
+                    mask = mask | att_mask[None, None, s:e, :]
+                bd = bd.masked_fill(mask, _MASK_VALUE)
+            o = F.scaled_dot_product_attention(qu[:, :, s:e], k, v, attn_mask=bd)
+            if out is None:
+                out = o
+            else:
+                out[:, :, s:e] = o
+        if padded:
+            out = out.masked_fill(pad_mask[:, None, :, None], 0.0)
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
 
     def forward_local(
@@ -292,15 +293,12 @@ class RelPositionMultiHeadAttention(nn.Module):
         return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
 
 
-def _rel_shift_block(x: torch.Tensor, n: int, t: int) -> torch.Tensor:
-    """Scores [.., n, t+n-1] over positions (s+n-1) ... -(t-1-s), row r being query s+r, to [.., n, t]
-    indexed by key j: element (r, j) takes the column of position (s + r) - j, i.e. column n-1-r+j."""
-    *lead, rows, cols = x.shape
-    x = F.pad(x, (1, 0))  # [.., n, cols+1]
-    x = x.reshape(*lead, cols + 1, rows)[..., 1:, :].reshape(*lead, rows, cols)
-    # After the shift, row r starts at the column that held position (s + r) - 0 for r counted from
-    # the last row; take the t leading columns.
-    return x[..., :t]
+def _rel_shift_block(x: torch.Tensor, t: int) -> torch.Tensor:
+    """Scores [B, h, n, t+n-1] against positions (s+n-1) ... -(t-1-s), row r being query s+r, as a
+    view [B, h, n, t] indexed by key j: element (r, j) is column n-1-r+j (position s+r-j)."""
+    x = x.contiguous()
+    b, h, n, cols = x.shape
+    return x.as_strided((b, h, n, t), (h * n * cols, n * cols, cols - 1, 1), x.storage_offset() + n - 1)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -364,16 +362,23 @@ class ConvModule(nn.Module):
         self.norm_kind = "folded"
 
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
+        """x [B, T, D]. The pointwise convolutions run as matrix products in [B, T, D] layout."""
+        w1, b1 = self.pointwise_conv1.weight, self.pointwise_conv1.bias
+        x = F.glu(F.linear(x, w1.view(w1.shape[0], w1.shape[1]), b1), dim=-1)
+        if bool(pad_mask.any()):
+            x = x.masked_fill(pad_mask[:, :, None], 0.0)
         x = x.transpose(1, 2)
-        x = F.glu(self.pointwise_conv1(x), dim=1)
-        x = x.masked_fill(pad_mask[:, None, :], 0.0)
-        x = self.depthwise_conv(F.pad(x, self.context))
-        if self.norm_kind == "layer_norm":
-            x = self.batch_norm(x.transpose(1, 2)).transpose(1, 2)
+        left, right = self.context
+        if left == right:
+            x = F.conv1d(x, self.depthwise_conv.weight, self.depthwise_conv.bias, padding=left, groups=x.shape[1])
         else:
-            x = self.batch_norm(x)
-        x = self.pointwise_conv2(F.silu(x))
-        return x.transpose(1, 2)
+            x = self.depthwise_conv(F.pad(x, (left, right)))
+        if self.norm_kind == "layer_norm":
+            x = self.batch_norm(x.transpose(1, 2))
+        else:
+            x = self.batch_norm(x).transpose(1, 2)
+        w2, b2 = self.pointwise_conv2.weight, self.pointwise_conv2.bias
+        return F.linear(F.silu(x), w2.view(w2.shape[0], w2.shape[1]), b2)
 
 
 class ConformerLayer(nn.Module):
