@@ -198,3 +198,16 @@ def test_one_hour_file_transcribes_in_bounded_memory():
     assert int(n_words) > 5000
     assert float(last_end) > 3590
     assert int(maxrss_kb) < 6 * 1024 * 1024, f"peak RSS {int(maxrss_kb) / 1e6:.1f} GB"
+
+
+@pytest.mark.parametrize("path", [TINY / "tiny-tdt-fit.nemo", REPO / "tests" / "models" / "built-ctc-80mel-sub4.nemo"])
+def test_own_mel_filterbank_equals_the_stored_one(path):
+    """Configs without a stored filterbank get ours: it must equal what NeMo stores (librosa's)."""
+    from transcribe.features import mel_filterbank
+    from transcribe.formats.nemo import read_nemo
+
+    ck = read_nemo(path)
+    stored = ck.state_dict["preprocessor.featurizer.fb"][0]
+    pre = ck.config["preprocessor"]
+    ours = mel_filterbank(pre["sample_rate"], pre["n_fft"], pre["features"])
+    torch.testing.assert_close(ours, stored, atol=1e-7, rtol=0)

@@ -53,12 +53,13 @@ def mel_filterbank(
     """
     fmax = sample_rate / 2 if fmax is None else fmax
     n_freqs = n_fft // 2 + 1
-    fft_freqs = torch.linspace(0, sample_rate / 2, n_freqs, dtype=torch.float64)
+    cpu = dict(dtype=torch.float64, device="cpu")  # real numbers even under a meta default device
+    fft_freqs = torch.linspace(0, sample_rate / 2, n_freqs, **cpu)
     mel_pts = torch.linspace(
-        float(_hz_to_mel_slaney(torch.tensor(float(fmin), dtype=torch.float64))),
-        float(_hz_to_mel_slaney(torch.tensor(float(fmax), dtype=torch.float64))),
+        float(_hz_to_mel_slaney(torch.tensor(float(fmin), **cpu))),
+        float(_hz_to_mel_slaney(torch.tensor(float(fmax), **cpu))),
         n_mels + 2,
-        dtype=torch.float64,
+        **cpu,
     )
     hz_pts = _mel_to_hz_slaney(mel_pts)
     widths = hz_pts[1:] - hz_pts[:-1]
