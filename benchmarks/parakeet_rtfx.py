@@ -1,0 +1,272 @@
+#!/usr/bin/env python
+"""Parakeet TDT 0.6B on the CPU: speed (RTFx) and peak memory, ours against NeMo, in one run.
+
+Run from the repository root with the project's Python (torch, this package importable):
+
+    python3 benchmarks/parakeet_rtfx.py --json bench-out/parakeet_rtfx.json
+
+    options: --model PATH      the .nemo (default /work/bench-models/parakeet-tdt-0.6b-v2-random.nemo,
+                               made by benchmarks/make_parakeet_model.py)
+             --nemo-python P   Python of a NeMo virtual environment (default /work/nemo-venv/bin/python)
+             --threads N       torch threads and OMP_NUM_THREADS in every child (default 2)
+             --runs N          timed runs after one warm-up; the median counts (default 3)
+             --seconds S       clip length (default 60)
+             --precisions L    comma list of fp32, bf16 (default fp32,bf16)
+             --impls L         comma list of nemo, ours (default nemo,ours)
+
+The clip: `S` seconds of real speech, the dev utterances of ../shared/audio/dev joined end to end
+(benchmarks/speech_clip.py), written once to a temporary WAV; each child reads it into a float32
+array before anything is timed.
+
+For each precision, two fresh child processes run one after the other (never at the same time),
+with the same thread count:
+  nemo  NeMo's Python: ASRModel.restore_from(model, map_location="cpu"), eval(), decoding set to
+        greedy_batch TDT (max_symbols 10), then model.transcribe([pcm], batch_size=1, verbose=False)
+        (NeMo's default: no timestamps).  bf16: the call runs under
+        torch.autocast("cpu", dtype=torch.bfloat16) with float32 weights, which is NeMo's own
+        mixed-precision path (its inference wrappers default to compute_dtype bfloat16 with
+        use_amp=True, i.e. autocast); NeMo's preprocessor turns autocast off for the mel front end.
+  ours  this package: transcribe.load_model(model, threads=N, dtype=None | "bfloat16"), then
+        model.transcribe(pcm) with its defaults (word timestamps and segments included).  bf16:
+        the encoder's weights are cast to bfloat16; front end, predictor and joint stay float32.
+Each child: one warm-up transcription, then --runs timed ones (time.perf_counter); it reports load
+time, the median transcription time, RTFx = audio seconds / median transcription seconds, peak RSS
+(getrusage ru_maxrss, which includes the model load), RSS after the imports, the token ids and the
+first 80 characters of the transcript, and the load average around its runs.
+
+The parent prints a table (precision, RTFx each, ratio ours/NeMo, peak RSS each, load time each,
+whether both emitted the same token ids) and, with --json, writes everything to a file.
+
+Timing on a shared machine is noisy: check `uptime` first and run when the load average is low.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+DEFAULT_MODEL = "/work/bench-models/parakeet-tdt-0.6b-v2-random.nemo"
+DEFAULT_NEMO_PYTHON = "/work/nemo-venv/bin/python"
+SAMPLE_RATE = 16000
+RESULT_TAG = "RTFX-RESULT "
+
+
+# --------------------------------------------------------------------------------------
+# children (each runs in a fresh interpreter; only the standard library at module level,
+# so this file also runs under NeMo's Python without our package)
+# --------------------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _nemo_child(model_path: str, bf16: bool):
+    import contextlib
+    import copy
+    import logging
+
+    import torch
+    from nemo.utils import logging as nemo_logging
+
+    nemo_logging.setLevel(logging.ERROR)
+    from nemo.collections.asr.models import ASRModel
+    from omegaconf import open_dict
+
+    rss_import = _rss_mb()
+    t0 = time.perf_counter()
+    model = ASRModel.restore_from(model_path, map_location="cpu")
+    model.eval()
+    dec = copy.deepcopy(model.cfg.decoding)
+    with open_dict(dec):
+        dec.strategy = "greedy_batch"
+        dec.model_type = "tdt"
+        dec.greedy.max_symbols = 10
+    model.change_decoding_strategy(dec, verbose=False)
+    load_s = time.perf_counter() - t0
+
+    def run(pcm):
+        ctx = torch.autocast("cpu", dtype=torch.bfloat16) if bf16 else contextlib.nullcontext()
+        with ctx:
+            out = model.transcribe([pcm], batch_size=1, verbose=False, return_hypotheses=True)
+        if isinstance(out, tuple):  # older NeMo: (best, all)
+            out = out[0]
+        h = out[0]
+        return h.text, [int(i) for i in h.y_sequence]
+
+    return rss_import, load_s, run
+
+
+def _ours_child(model_path: str, bf16: bool, threads: int):
+    import transcribe
+
+    rss_import = _rss_mb()
+    t0 = time.perf_counter()
+    model = transcribe.load_model(model_path, threads=threads, dtype="bfloat16" if bf16 else None)
+    load_s = time.perf_counter() - t0
+
+    def run(pcm):
+        t = model.transcribe(pcm)
+        return t.text, [tok.id for tok in t.tokens]
+
+    return rss_import, load_s, run
+
+
+def child_main(args) -> int:
+    import numpy as np
+    import soundfile as sf
+    import torch
+
+    torch.set_num_threads(args.threads)
+    torch.set_flush_denormal(True)
+    pcm, sr = sf.read(args.clip, dtype="float32")
+    assert sr == SAMPLE_RATE and pcm.ndim == 1
+    pcm = np.ascontiguousarray(pcm)
+    seconds = len(pcm) / SAMPLE_RATE
+    bf16 = args.precision == "bf16"
+    if args.child == "nemo":
+        rss_import, load_s, run = _nemo_child(args.model, bf16)
+    else:
+        rss_import, load_s, run = _ours_child(args.model, bf16, args.threads)
+    rss_loaded = _rss_mb()
+    load_before = os.getloadavg()[0]
+    t0 = time.perf_counter()
+    text, ids = run(pcm)  # warm-up
+    warmup_s = time.perf_counter() - t0
+    times = []
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        text, ids = run(pcm)
+        times.append(time.perf_counter() - t0)
+    med = statistics.median(times)
+    result = dict(
+        impl=args.child, precision=args.precision, threads=torch.get_num_threads(), audio_s=seconds,
+        load_s=round(load_s, 2), warmup_s=round(warmup_s, 2), times_s=[round(t, 3) for t in times],
+        transcribe_s=round(med, 3), rtfx=round(seconds / med, 2),
+        peak_rss_mb=round(_peak_rss_mb()), rss_after_import_mb=round(rss_import), rss_after_load_mb=round(rss_loaded),
+        tokens=len(ids), token_ids=ids, text80=text[:80], loadavg_1m=[round(load_before, 2), round(os.getloadavg()[0], 2)],
+        torch=torch.__version__,
+    )
+    print(RESULT_TAG + json.dumps(result), flush=True)
+    return 0
+
+
+# --------------------------------------------------------------------------------------
+# parent
+# --------------------------------------------------------------------------------------
+
+
+def run_child(python: str, impl: str, precision: str, clip: Path, args) -> dict:
+    env = dict(os.environ)
+    env["OMP_NUM_THREADS"] = str(args.threads)
+    env["MKL_NUM_THREADS"] = str(args.threads)
+    env["TOKENIZERS_PARALLELISM"] = "false"
+    if impl == "ours":
+        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    cmd = [python, str(Path(__file__).resolve()), "--child", impl, "--precision", precision, "--clip", str(clip),
+           "--model", args.model, "--threads", str(args.threads), "--runs", str(args.runs)]
+    print(f"[{time.strftime('%H:%M:%S')}] {impl} {precision} (load average {os.getloadavg()[0]:.2f}) ...",
+          file=sys.stderr, flush=True)
+    t0 = time.time()
+    p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    for line in p.stdout.splitlines():
+        if line.startswith(RESULT_TAG):
+            r = json.loads(line[len(RESULT_TAG):])
+            print(f"    RTFx {r['rtfx']}, median {r['transcribe_s']} s, load {r['load_s']} s, "
+                  f"peak RSS {r['peak_rss_mb']} MB, child wall {time.time() - t0:.0f} s", file=sys.stderr, flush=True)
+            return r
+    tail = "\n".join((p.stdout + p.stderr).splitlines()[-30:])
+    raise SystemExit(f"{impl} {precision} child failed (exit {p.returncode}):\n{tail}")
+
+
+def table(rows: list[dict]) -> str:
+    head = ["precision", "NeMo RTFx", "ours RTFx", "ours/NeMo", "NeMo peak RSS", "ours peak RSS",
+            "NeMo load", "ours load", "same tokens"]
+    lines = [head]
+    for r in rows:
+        n, o = r.get("nemo"), r.get("ours")
+        f = lambda d, k, fmt: fmt.format(d[k]) if d else "-"  # noqa: E731
+        ratio = f"{o['rtfx'] / n['rtfx']:.2f}x" if n and o else "-"
+        same = ("yes" if n["token_ids"] == o["token_ids"] else "no") if n and o else "-"
+        lines.append([r["precision"], f(n, "rtfx", "{:.2f}"), f(o, "rtfx", "{:.2f}"), ratio,
+                      f(n, "peak_rss_mb", "{} MB"), f(o, "peak_rss_mb", "{} MB"),
+                      f(n, "load_s", "{:.1f} s"), f(o, "load_s", "{:.1f} s"), same])
+    w = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
+    out = [" | ".join(str(c).ljust(w[i]) for i, c in enumerate(l)) for l in lines]
+    out.insert(1, "-+-".join("-" * x for x in w))
+    return "\n".join(out)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default=DEFAULT_MODEL)
+    ap.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON)
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--impls", default="nemo,ours")
+    ap.add_argument("--json", metavar="PATH", help="write the results as JSON here")
+    ap.add_argument("--child", choices=["nemo", "ours"], help=argparse.SUPPRESS)
+    ap.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
+    ap.add_argument("--clip", help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_main(args)
+
+    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
+    if not set(precisions) <= {"fp32", "bf16"} or not set(impls) <= {"nemo", "ours"}:
+        ap.error("precisions: fp32, bf16; impls: nemo, ours")
+    if not Path(args.model).exists():
+        ap.error(f"{args.model}: no such model (make it with benchmarks/make_parakeet_model.py)")
+    sys.path.insert(0, str(HERE))
+    from speech_clip import speech_clip
+
+    import soundfile as sf
+
+    pcm, used = speech_clip(args.seconds)
+    started = time.strftime("%Y-%m-%d %H:%M:%S")
+    load_start = os.getloadavg()
+    rows = []
+    with tempfile.TemporaryDirectory() as tmp:
+        clip = Path(tmp) / "clip.wav"
+        sf.write(clip, pcm, SAMPLE_RATE, subtype="FLOAT")
+        for prec in precisions:
+            row = {"precision": prec}
+            for impl in impls:
+                row[impl] = run_child(args.nemo_python if impl == "nemo" else sys.executable, impl, prec, clip, args)
+            rows.append(row)
+    text = table(rows)
+    print(f"\nParakeet TDT 0.6B ({Path(args.model).name}), {args.seconds:g} s clip, {args.threads} threads, "
+          f"median of {args.runs} after 1 warm-up; load average at start {load_start[0]:.2f}, "
+          f"at end {os.getloadavg()[0]:.2f}\n")
+    print(text)
+    if args.json:
+        out = dict(started=started, model=args.model, clip_seconds=args.seconds, clip_utterances=used,
+                   threads=args.threads, runs=args.runs, cpu_count=os.cpu_count(),
+                   loadavg_start=[round(x, 2) for x in load_start],
+                   loadavg_end=[round(x, 2) for x in os.getloadavg()], results=rows, table=text)
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        print(f"\nwritten {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
