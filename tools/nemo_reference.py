@@ -29,13 +29,9 @@ os.environ.setdefault("MKL_NUM_THREADS", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import argparse
-import copy
 import hashlib
-import io
 import json
 import logging
-import math
-import shutil
 import sys
 import tarfile
 import tempfile
