@@ -142,7 +142,12 @@ def check_hypothesis(stem: str, got: transcribe.Transcript, want: dict, head: st
         key = f"confidence_{confidence}"
         if want.get(key) is not None:
             np.testing.assert_allclose([t.confidence for t in got.tokens], want[key]["token"], atol=TOL, rtol=0)
-            np.testing.assert_allclose([w.confidence for w in got.words], want[key]["word"], atol=TOL, rtol=0)
+            # NeMo's word confidences skip a lone `▁` piece before a word-initial piece, which its
+            # word timestamps keep as an empty word; ours keep it in both.
+            wc = [w.confidence for w in got.words]
+            if len(wc) != len(want[key]["word"]):
+                wc = [w.confidence for w in got.words if w.word]
+            np.testing.assert_allclose(wc, want[key]["word"], atol=TOL, rtol=0)
 
 
 @pytest.mark.parametrize("stem,name,head,strategy", _cases("decoding"))

@@ -14,7 +14,7 @@ from .search import ctc as ctc_search
 from .search import transducer as transducer_search
 from .search.confidence import METHODS as CONFIDENCE_METHODS
 from .text.tokenizers import SentencePieceTokenizer, punctuation_in
-from .text.words import TokenSpan, group_segments, group_words, snap_punctuation
+from .text.words import TokenSpan, group_segments, group_words, join_punctuation, snap_punctuation
 
 log = logging.getLogger("transcribe")
 
@@ -155,7 +155,7 @@ class ParakeetASR:
     # ------------------------------------------------------------------------------------------
     def _to_transcript(self, h: Hypothesis, duration: float, head: str, timestamps: bool) -> Transcript:
         tok = self.tokenizer
-        text = tok.decode(h.ids)
+        text = join_punctuation(tok.decode(h.ids), self.punctuation)
         offsets = token_offsets(head, h.frames, h.durations)
         spans = [
             TokenSpan(tid, tok.piece(tid), tok.decode([tid]), a, b, h.confidences[i] if h.confidences else None)

@@ -7,6 +7,7 @@ Times stay in frames here; the caller turns them into seconds in one place.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
@@ -41,6 +42,14 @@ class SegmentSpan:
     words: list[WordSpan]
 
 
+def join_punctuation(text: str, punctuation: set[str]) -> str:
+    """Drop the space before a punctuation mark ("word ," -> "word,"), as NeMo does for its text."""
+    if not punctuation:
+        return text
+    pattern = "|".join(re.escape(p) for p in sorted(punctuation))
+    return re.sub(r"\s(" + pattern + ")", r"\1", text)
+
+
 def snap_punctuation(tokens: list[TokenSpan], punctuation: set[str]) -> None:
     """TDT: a punctuation token takes no time; it sits at the end of the token before it."""
     for i in range(1, len(tokens)):
@@ -61,7 +70,7 @@ def group_words(
 
     def close(upto: int) -> None:
         ids = [tokens[k].id for k in built]
-        words.append(WordSpan(decode(ids), tokens[first].start, tokens[upto].end, conf(built[0], upto), built[0], upto))
+        words.append(WordSpan(decode(ids), tokens[first].start, tokens[upto].end, conf(first, upto), first, upto))
 
     for i, tok in enumerate(tokens):
         is_punct = tok.text in punctuation and tok.text != " "
@@ -81,10 +90,10 @@ def group_words(
             if tok.confidence is not None:
                 w.confidence = tok.confidence if w.confidence is None else min(w.confidence, tok.confidence)
         elif is_punct and built:
+            # A lone word mark before punctuation is dropped from the text, but the word still
+            # starts where the mark was.
             if tokens[built[-1]].piece in (" ", "_", "\u2581"):
                 built.pop()
-                if not built:
-                    first = i
             built.append(i)
         else:
             if not built:
