@@ -89,7 +89,8 @@ def _load_parakeet(path: Path, name: str, device: torch.device, dtype):
     if ckpt.tokenizer is None:
         raise ModelError(f"{path}: the config names no SentencePiece tokenizer (tokenizer.model_path)")
     try:
-        model = ParakeetModel(ckpt.config)
+        with torch.device("meta"):
+            model = ParakeetModel(ckpt.config)
     except (ValueError, KeyError, TypeError) as e:
         raise ModelError(f"{path}: model config not supported ({e})") from None
     try:

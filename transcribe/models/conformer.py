@@ -144,8 +144,9 @@ def _zero_tails(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
 
 def sinusoid_table(positions: torch.Tensor, d_model: int) -> torch.Tensor:
     """Sinusoidal encodings for the given (float32) positions, as NeMo computes them: [P, d_model]."""
-    inv = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32) * -(math.log(10000.0) / d_model))
-    pe = torch.zeros(positions.shape[0], d_model)
+    dev = positions.device
+    inv = torch.exp(torch.arange(0, d_model, 2, dtype=torch.float32, device=dev) * -(math.log(10000.0) / d_model))
+    pe = torch.zeros(positions.shape[0], d_model, device=dev)
     pe[:, 0::2] = torch.sin(positions[:, None] * inv)
     pe[:, 1::2] = torch.cos(positions[:, None] * inv)
     return pe
@@ -158,6 +159,11 @@ class RelPositionalEncoding(nn.Module):
         super().__init__()
         self.d_model = d_model
         self.register_buffer("pe", torch.zeros(0, d_model), persistent=False)
+        self._extend(max_len)
+
+    def reset(self, max_len: int = 5000) -> None:
+        """Recompute the table on the CPU (after a build on the meta device)."""
+        self.pe = torch.zeros(0, self.d_model, device="cpu")
         self._extend(max_len)
 
     def _extend(self, length: int) -> None:

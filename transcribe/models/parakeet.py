@@ -192,7 +192,22 @@ class ParakeetModel(nn.Module):
         for k, v in own.items():
             if expected[k].shape != v.shape:
                 raise KeyError(f"checkpoint tensor {k} has shape {tuple(v.shape)}, config expects {tuple(expected[k].shape)}")
-        self.load_state_dict(own, strict=False)
+        # assign=True adopts the checkpoint's tensors (no copy): a model built on the meta device
+        # costs no memory and no initialization before this.
+        self.load_state_dict(own, strict=False, assign=True)
+        self._materialize()
+
+    def _materialize(self) -> None:
+        """Give real values to what a checkpoint does not hold, after a build on the meta device."""
+        pre = self.preprocessor
+        for name in ("window", "fb"):
+            if getattr(pre, name).is_meta:
+                fresh = NemoMelFrontEnd(**{k: v for k, v in (self.cfg.get("preprocessor") or {}).items() if k != "_target_"})
+                setattr(pre, name, getattr(fresh, name))
+        self.encoder.pos_enc.reset()
+        for name, t in list(self.named_parameters()) + list(self.named_buffers()):
+            if t.is_meta and not name.endswith("num_batches_tracked"):
+                raise KeyError(f"checkpoint lacks {name}")
 
     @torch.no_grad()
     def features(self, audio: torch.Tensor, lengths: torch.Tensor):
