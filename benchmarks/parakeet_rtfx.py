@@ -194,6 +194,18 @@ def run_child(python: str, impl: str, precision: str, clip: Path, args) -> dict:
     raise SystemExit(f"{impl} {precision} child failed (exit {p.returncode}):\n{tail}")
 
 
+def package_commit() -> str:
+    """The repository's HEAD, with "+dirty" when transcribe/ has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "transcribe"], cwd=REPO, capture_output=True,
+                               text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"
+
+
 def table(rows: list[dict]) -> str:
     head = ["precision", "NeMo RTFx", "ours RTFx", "ours/NeMo", "NeMo peak RSS", "ours peak RSS",
             "NeMo load", "ours load", "same tokens"]
@@ -242,6 +254,7 @@ def main(argv=None) -> int:
 
     pcm, used = speech_clip(args.seconds)
     started = time.strftime("%Y-%m-%d %H:%M:%S")
+    commit = package_commit()
     load_start = os.getloadavg()
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -253,12 +266,12 @@ def main(argv=None) -> int:
                 row[impl] = run_child(args.nemo_python if impl == "nemo" else sys.executable, impl, prec, clip, args)
             rows.append(row)
     text = table(rows)
-    print(f"\nParakeet TDT 0.6B ({Path(args.model).name}), {args.seconds:g} s clip, {args.threads} threads, "
+    print(f"\nParakeet TDT 0.6B ({Path(args.model).name}), ours at {commit}, {args.seconds:g} s clip, {args.threads} threads, "
           f"median of {args.runs} after 1 warm-up; load average at start {load_start[0]:.2f}, "
           f"at end {os.getloadavg()[0]:.2f}\n")
     print(text)
     if args.json:
-        out = dict(started=started, model=args.model, clip_seconds=args.seconds, clip_utterances=used,
+        out = dict(started=started, package_commit=commit, model=args.model, clip_seconds=args.seconds, clip_utterances=used,
                    threads=args.threads, runs=args.runs, cpu_count=os.cpu_count(),
                    loadavg_start=[round(x, 2) for x in load_start],
                    loadavg_end=[round(x, 2) for x in os.getloadavg()], results=rows, table=text)
