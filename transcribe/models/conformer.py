@@ -72,8 +72,9 @@ class ConvSubsampling(nn.Module):
         for _ in range(n):
             f = (f + sum(self.pad) - self.kernel) // self.stride + 1
         self.out = nn.Linear(c * f, d_model)
-        # Elements of the first conv output above which the input is processed in time chunks.
-        self.chunk_elements = 1 << 26
+        # Elements of the first conv output above which the input is processed in time chunks:
+        # small enough (16 MB) that the convolutions' buffers are reused from the heap.
+        self.chunk_elements = 1 << 22
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         x = lengths.to(torch.float32)
@@ -88,7 +89,10 @@ class ConvSubsampling(nn.Module):
         left, right = self.pad
         for layer in self.conv:
             if isinstance(layer, nn.Conv2d) and layer.stride != (1, 1):
-                x = layer(F.pad(x, (left, right, left, right)))
+                if left == right:
+                    x = F.conv2d(x, layer.weight, layer.bias, layer.stride, left, 1, layer.groups)
+                else:
+                    x = layer(F.pad(x, (left, right, left, right)))
                 cur = [(n + left + right - self.kernel) // self.stride + 1 for n in cur]
             elif isinstance(layer, nn.ReLU):
                 x = torch.relu_(x)

@@ -46,11 +46,36 @@ class Predictor(nn.Module):
         return (z, z.clone())
 
     def forward(self, labels: torch.Tensor, state) -> tuple[torch.Tensor, tuple]:
-        """labels [B] -> output [B, H], new state. The blank label embeds to zeros (start of sequence)."""
-        emb = self.prediction.embed(labels)
-        emb = emb.masked_fill((labels == self.blank)[:, None], 0.0)
-        out, state = self.prediction.dec_rnn(emb[:, None, :], state)
-        return out[:, 0], state
+        """labels [B] -> output [B, H], new state. The blank label embeds to zeros (start of sequence).
+
+        One step of the LSTM stack, written out: each layer's input and hidden products are one
+        matrix product with the two weight matrices side by side (much cheaper per step than a
+        call of nn.LSTM on a sequence of length one).
+        """
+        x = self.prediction.embed(labels)
+        x = x.masked_fill((labels == self.blank)[:, None], 0.0)
+        h0, c0 = state
+        hs, cs = [], []
+        for layer in range(self.layers):
+            w, b = self._step_weights(layer)
+            gates = F.linear(torch.cat([x, h0[layer]], dim=1), w, b)
+            i, f, g, o = gates.chunk(4, dim=1)
+            c = torch.sigmoid(f) * c0[layer] + torch.sigmoid(i) * torch.tanh(g)
+            x = torch.sigmoid(o) * torch.tanh(c)
+            hs.append(x)
+            cs.append(c)
+        return x, (torch.stack(hs), torch.stack(cs))
+
+    def _step_weights(self, layer: int):
+        cache = self.__dict__.setdefault("_fused", {})
+        lstm = self.prediction.dec_rnn.lstm
+        w_ih = getattr(lstm, f"weight_ih_l{layer}")
+        key = (layer, w_ih.data_ptr(), w_ih.dtype, w_ih.device)
+        if key not in cache:
+            w = torch.cat([w_ih, getattr(lstm, f"weight_hh_l{layer}")], dim=1).detach()
+            b = (getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}")).detach()
+            cache[key] = (w, b)
+        return cache[key]
 
 
 class Joint(nn.Module):
