@@ -211,3 +211,37 @@ def test_own_mel_filterbank_equals_the_stored_one(path):
     pre = ck.config["preprocessor"]
     ours = mel_filterbank(pre["sample_rate"], pre["n_fft"], pre["features"])
     torch.testing.assert_close(ours, stored, atol=1e-7, rtol=0)
+
+
+def test_hub_id_resolves_from_the_local_cache_offline(monkeypatch, tmp_path):
+    """A Hugging Face id is found in huggingface_hub's cache without a network."""
+    repo = tmp_path / "hub" / "models--someone--parakeet-tiny"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (snap / "parakeet-tiny.nemo").write_bytes((TINY / "tiny-tdt-fit.nemo").read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    model = transcribe.load_model("someone/parakeet-tiny")
+    r = model.transcribe(str(AUDIO / "jfk.wav"))
+    assert r.text.startswith("and so my fellow americans")
+
+
+@pytest.mark.parametrize("name,head", [("tiny-tdt-fit", "tdt"), ("tiny-rnnt-fit", "rnnt"), ("tiny-ctc-fit", "ctc")])
+def test_token_logprobs_and_confidences(name, head):
+    r = transcribe.load_model(str(TINY / f"{name}.nemo")).transcribe(str(AUDIO / "jfk.wav"), head=head)
+    assert r.tokens
+    for t in r.tokens:
+        assert t.logprob is not None and t.logprob <= 0.0
+        assert 0.0 <= t.confidence <= 1.0
+    # The fitted models are sure of their one clip.
+    assert sum(t.logprob for t in r.tokens) > -1.0
+    for w in r.words:
+        assert w.start <= w.end

@@ -170,7 +170,7 @@ class ParakeetASR:
         sec = self.model.frame_seconds
         tokens = [
             Token(s.id, s.piece, sec(s.start), sec(s.end), s.confidence, h.frames[i],
-                  h.durations[i] if head != "rnnt" else None)
+                  h.durations[i] if head != "rnnt" else None, h.logprobs[i] if h.logprobs else None)
             for i, s in enumerate(spans)
         ]
         if not timestamps:

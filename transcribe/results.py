@@ -104,7 +104,8 @@ class Hypothesis:
     frames: list[int]
     durations: list[int] = field(default_factory=list)
     confidences: list[float] = field(default_factory=list)
-    score: float = 0.0
+    logprobs: list[float] = field(default_factory=list)
+    score: float = 0.0  # sum of logprobs
 
 
 def _known(cls, d: dict) -> dict[str, Any]:

@@ -19,7 +19,8 @@ def greedy(
     """logp [T, V+1] -> Hypothesis. Repeats collapse and blanks drop out.
 
     A token's frame is the first frame of its run, its duration the run's length; its confidence is
-    the minimum over the run's frames, blank frames excluded (NeMo's aggregation).
+    the minimum over the run's frames, blank frames excluded (NeMo's aggregation); its log-prob the
+    sum over the run's frames.
     """
     logp = logp[:length].float()
     best = logp.argmax(dim=-1)
@@ -34,12 +35,14 @@ def greedy(
                 hyp.ids.append(k)
                 hyp.frames.append(t)
                 hyp.durations.append(1)
+                hyp.logprobs.append(0.0)
                 if conf is not None:
                     hyp.confidences.append(float(conf[t]))
             else:
                 hyp.durations[-1] += 1
                 if conf is not None:
                     hyp.confidences[-1] = min(hyp.confidences[-1], float(conf[t]))
+            hyp.logprobs[-1] += float(top[t])
             hyp.score += float(top[t])
         prev = k
     return hyp

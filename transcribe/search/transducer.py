@@ -100,6 +100,7 @@ def greedy_batch(
                     h.durations.append(int(dur[bi]))
                 if conf is not None:
                     h.confidences.append(float(conf[j]))
+                h.logprobs.append(float(lp[j]))
                 h.score += float(lp[j])
             same = found & (label_time == last_frame)
             run = torch.where(found, torch.where(same, run + 1, torch.ones_like(run)), run)
