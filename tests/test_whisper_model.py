@@ -1,0 +1,110 @@
+"""Whisper model code on random weights: the key-value cache, beam reorders and masks."""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from transcribe.models.whisper import KVCache, Whisper, WhisperDims, sinusoids
+
+DIMS = WhisperDims(n_mels=8, n_audio_ctx=6, n_audio_state=16, n_audio_head=2, n_audio_layer=2,
+                   n_vocab=50, n_text_ctx=12, n_text_state=16, n_text_head=2, n_text_layer=2)
+
+
+def _model():
+    torch.manual_seed(0)
+    m = Whisper(DIMS).eval()
+    with torch.no_grad():
+        m.decoder.positional_embedding.normal_(0, 0.1)
+    return m
+
+
+def _naive_decoder(m: Whisper, tokens: torch.Tensor, audio: torch.Tensor) -> torch.Tensor:
+    """A plain re-statement of the decoder (explicit softmax, explicit causal mask, no cache)."""
+    d = m.decoder
+    x = d.token_embedding(tokens) + d.positional_embedding[: tokens.shape[1]]
+    n = tokens.shape[1]
+
+    def attn(mod, xq, xkv, causal):
+        h = mod.n_head
+        q = mod.query(xq).view(xq.shape[0], -1, h, xq.shape[-1] // h).transpose(1, 2)
+        k = mod.key(xkv).view(xkv.shape[0], -1, h, xkv.shape[-1] // h).transpose(1, 2)
+        v = mod.value(xkv).view(xkv.shape[0], -1, h, xkv.shape[-1] // h).transpose(1, 2)
+        s = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
+        if causal:
+            s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        o = torch.softmax(s, -1) @ v
+        return mod.out(o.transpose(1, 2).reshape(xq.shape[0], -1, xq.shape[-1]))
+
+    for blk in d.blocks:
+        x = x + attn(blk.attn, blk.attn_ln(x), blk.attn_ln(x), True)
+        x = x + attn(blk.cross_attn, blk.cross_attn_ln(x), audio, False)
+        x = x + blk.mlp(blk.mlp_ln(x))
+    return d.ln(x) @ d.token_embedding.weight.T
+
+
+@torch.no_grad()
+def test_decoder_equals_plain_statement():
+    m = _model()
+    audio = m.encoder(torch.randn(2, DIMS.n_mels, 2 * DIMS.n_audio_ctx))
+    tokens = torch.randint(0, DIMS.n_vocab, (2, 7))
+    logits, _, _ = m.decoder(tokens, m.decoder.cross_kv(audio))
+    torch.testing.assert_close(logits, _naive_decoder(m, tokens, audio), atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_incremental_decoding_with_cache_equals_full():
+    m = _model()
+    audio = m.encoder(torch.randn(2, DIMS.n_mels, 2 * DIMS.n_audio_ctx))
+    cross = m.decoder.cross_kv(audio)
+    tokens = torch.randint(0, DIMS.n_vocab, (2, 9))
+    full, _, _ = m.decoder(tokens, cross)
+    # A prompt of 4, then one token at a time.
+    part, cache, _ = m.decoder(tokens[:, :4], cross)
+    steps = [part]
+    for i in range(4, 9):
+        out, cache, _ = m.decoder(tokens[:, i : i + 1], cross, cache)
+        steps.append(out)
+    assert cache.length == 9
+    torch.testing.assert_close(torch.cat(steps, 1), full, atol=1e-5, rtol=1e-5)
+
+
+@torch.no_grad()
+def test_beams_share_cross_attention_and_reorder_gathers_self_cache():
+    m = _model()
+    audio = m.encoder(torch.randn(2, DIMS.n_mels, 2 * DIMS.n_audio_ctx))
+    cross = m.decoder.cross_kv(audio)  # computed once, 2 audio rows
+    prompt = torch.randint(0, DIMS.n_vocab, (2, 3))
+    _, cache, _ = m.decoder(prompt, cross)
+    # Three beams per audio: rows 0,0,0,1,1,1 of the cache.
+    beams = cache.reorder(torch.tensor([0, 0, 0, 1, 1, 1]))
+    assert beams.audio_index.tolist() == [0, 0, 0, 1, 1, 1]
+    assert cross[0][0].shape[0] == 2  # the cross tensors were not expanded
+    nxt = torch.randint(0, DIMS.n_vocab, (6, 1))
+    out, beams, _ = m.decoder(nxt, cross, beams)
+    # A reorder (beam 4 takes beam 3's history), then one more step.
+    beams = beams.reorder(torch.tensor([0, 2, 1, 3, 3, 5]))
+    nxt2 = torch.randint(0, DIMS.n_vocab, (6, 1))
+    out2, _, _ = m.decoder(nxt2, cross, beams)
+    # The same histories decoded from scratch, one row at a time.
+    hist = [[0, 0], [0, 2], [0, 1], [1, 3], [1, 3], [1, 5]]
+    for r, (a, b) in enumerate(hist):
+        seq = torch.cat([prompt[a], nxt[b], nxt2[r]])[None]
+        ref, _, _ = m.decoder(seq, [(k[a : a + 1], v[a : a + 1]) for k, v in cross])
+        torch.testing.assert_close(out2[r, -1], ref[0, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_sinusoids_layout():
+    s = sinusoids(10, 8)
+    assert s.shape == (10, 8)
+    torch.testing.assert_close(s[:, :4], torch.sin(torch.arange(10.0)[:, None] * torch.exp(-math.log(1e4) / 3 * torch.arange(4.0))))
+    assert torch.all(s[0, 4:] == 1.0)
+
+
+def test_encoder_rejects_wrong_length():
+    m = _model()
+    import pytest
+
+    with pytest.raises(ValueError, match="mel frames"):
+        m.encoder(torch.randn(1, DIMS.n_mels, 10))

@@ -1,0 +1,223 @@
+"""Whisper encoder and decoder (openai-whisper's architecture and parameter names), inference only.
+
+- Attention runs through scaled-dot-product attention.
+- The decoder's self-attention keys and values live in a `KVCache` that grows by the new tokens
+  of each step; a beam reorder gathers only this cache.
+- Cross-attention keys and values are computed once per 30 s window (`cross_kv`) and shared by
+  every beam: a cache's rows map to audio rows through `KVCache.audio_index`.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, fields
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass
+class WhisperDims:
+    n_mels: int
+    n_audio_ctx: int
+    n_audio_state: int
+    n_audio_head: int
+    n_audio_layer: int
+    n_vocab: int
+    n_text_ctx: int
+    n_text_state: int
+    n_text_head: int
+    n_text_layer: int
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "WhisperDims":
+        return cls(**{f.name: int(d[f.name]) for f in fields(cls)})
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
+    """Whisper's encoder position table: sines in the first half of the channels, cosines after."""
+    if channels % 2:
+        raise ValueError("channels must be even")
+    step = math.log(max_timescale) / (channels // 2 - 1)
+    inv = torch.exp(-step * torch.arange(channels // 2, dtype=torch.float32))
+    t = torch.arange(length, dtype=torch.float32)[:, None] * inv[None, :]
+    return torch.cat([torch.sin(t), torch.cos(t)], dim=1)
+
+
+class LayerNorm(nn.LayerNorm):
+    """LayerNorm computed in float32 whatever the weights' dtype, as openai-whisper does."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.layer_norm(
+            x.float(), self.normalized_shape, self.weight.float(), self.bias.float(), self.eps
+        ).type(x.dtype)
+
+
+class MultiHeadAttention(nn.Module):
+    def __init__(self, n_state: int, n_head: int):
+        super().__init__()
+        self.n_head = n_head
+        self.query = nn.Linear(n_state, n_state)
+        self.key = nn.Linear(n_state, n_state, bias=False)
+        self.value = nn.Linear(n_state, n_state)
+        self.out = nn.Linear(n_state, n_state)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        return x.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
+
+    def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.split(self.key(x)), self.split(self.value(x))
+
+    def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_from: Optional[int]) -> torch.Tensor:
+        """Queries from x attend to k, v. causal_from: the position of x's first row among the keys
+        (self-attention), or None (no mask)."""
+        q = self.split(self.query(x))
+        n = q.shape[2]
+        mask = None
+        if causal_from is not None and n > 1:
+            # Row i (position causal_from + i) sees keys 0 .. causal_from + i.
+            kpos = torch.arange(k.shape[2], device=x.device)
+            qpos = causal_from + torch.arange(n, device=x.device)
+            mask = kpos[None, :] <= qpos[:, None]
+        o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        b, h, t, d = o.shape
+        return self.out(o.transpose(1, 2).reshape(b, t, h * d))
+
+    def attention_weights(self, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Softmax attention weights [B, h, n, T] (for word alignment), computed in float32."""
+        q = self.split(self.query(x)).float()
+        scale = q.shape[-1] ** -0.5
+        return torch.softmax((q @ k.float().transpose(-1, -2)) * scale, dim=-1)
+
+
+class ResidualAttentionBlock(nn.Module):
+    def __init__(self, n_state: int, n_head: int, cross_attention: bool = False):
+        super().__init__()
+        self.attn = MultiHeadAttention(n_state, n_head)
+        self.attn_ln = LayerNorm(n_state)
+        self.cross_attn = MultiHeadAttention(n_state, n_head) if cross_attention else None
+        self.cross_attn_ln = LayerNorm(n_state) if cross_attention else None
+        self.mlp = nn.Sequential(nn.Linear(n_state, 4 * n_state), nn.GELU(), nn.Linear(4 * n_state, n_state))
+        self.mlp_ln = LayerNorm(n_state)
+
+
+class AudioEncoder(nn.Module):
+    def __init__(self, n_mels: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.conv1 = nn.Conv1d(n_mels, n_state, kernel_size=3, padding=1)
+        self.conv2 = nn.Conv1d(n_state, n_state, kernel_size=3, stride=2, padding=1)
+        self.register_buffer("positional_embedding", sinusoids(n_ctx, n_state))
+        self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head) for _ in range(n_layer))
+        self.ln_post = LayerNorm(n_state)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        """mel [B, n_mels, 2 * n_ctx] -> audio features [B, n_ctx, n_state]."""
+        x = F.gelu(self.conv1(mel))
+        x = F.gelu(self.conv2(x)).transpose(1, 2)
+        if x.shape[1] != self.positional_embedding.shape[0]:
+            raise ValueError(
+                f"the encoder takes {2 * self.positional_embedding.shape[0]} mel frames (30 s), got {mel.shape[-1]}"
+            )
+        x = x + self.positional_embedding.to(x.dtype)
+        for blk in self.blocks:
+            h = blk.attn_ln(x)
+            k, v = blk.attn.kv(h)
+            x = x + blk.attn.attend(h, k, v, None)
+            x = x + blk.mlp(blk.mlp_ln(x))
+        return self.ln_post(x)
+
+
+@dataclass
+class KVCache:
+    """Self-attention keys and values per decoder layer, [rows, heads, tokens, d] each.
+
+    `audio_index[r]` is the audio row (in the cross-attention keys/values) that cache row r reads:
+    beams of one audio share its cross-attention tensors.
+    """
+
+    keys: list[torch.Tensor]
+    values: list[torch.Tensor]
+    audio_index: torch.Tensor
+
+    @property
+    def length(self) -> int:
+        return 0 if not self.keys else self.keys[0].shape[2]
+
+    def reorder(self, rows: torch.Tensor) -> "KVCache":
+        """Keep cache rows `rows` (a beam reorder). Cross-attention tensors are not touched."""
+        return KVCache(
+            [k.index_select(0, rows) for k in self.keys],
+            [v.index_select(0, rows) for v in self.values],
+            self.audio_index.index_select(0, rows),
+        )
+
+
+class TextDecoder(nn.Module):
+    def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
+        super().__init__()
+        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
+        self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
+        self.ln = LayerNorm(n_state)
+
+    def cross_kv(self, audio: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """Cross-attention keys and values of every layer, once per window of audio features."""
+        return [blk.cross_attn.kv(audio) for blk in self.blocks]
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        cross: list[tuple[torch.Tensor, torch.Tensor]],
+        cache: Optional[KVCache] = None,
+        want_cross_weights: bool = False,
+    ):
+        """tokens [R, n] (the new tokens of each row) -> (logits [R, n, vocab] float32, cache, weights).
+
+        With a cache the new tokens continue its rows; without one, rows start at position 0 and
+        cache row r reads audio row r. weights: per layer, the cross-attention weights when asked.
+        """
+        rows, n = tokens.shape
+        if cache is None:
+            cache = KVCache([], [], torch.arange(rows, device=tokens.device))
+        offset = cache.length
+        if offset + n > self.positional_embedding.shape[0]:
+            raise ValueError(f"the decoder holds {self.positional_embedding.shape[0]} tokens at most")
+        x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + n]
+        x = x.to(cross[0][0].dtype)
+        idx = cache.audio_index
+        same_rows = idx.shape[0] == cross[0][0].shape[0] and bool((idx == torch.arange(idx.shape[0], device=idx.device)).all())
+        keys, values, weights = [], [], []
+        for i, blk in enumerate(self.blocks):
+            h = blk.attn_ln(x)
+            k, v = blk.attn.kv(h)
+            if offset:
+                k = torch.cat([cache.keys[i], k], dim=2)
+                v = torch.cat([cache.values[i], v], dim=2)
+            keys.append(k)
+            values.append(v)
+            x = x + blk.attn.attend(h, k, v, offset)
+            ck, cv = cross[i]
+            if not same_rows:
+                ck, cv = ck.index_select(0, idx), cv.index_select(0, idx)
+            h = blk.cross_attn_ln(x)
+            if want_cross_weights:
+                weights.append(blk.cross_attn.attention_weights(h, ck))
+            x = x + blk.cross_attn.attend(h, ck, cv, None)
+            x = x + blk.mlp(blk.mlp_ln(x))
+        x = self.ln(x)
+        logits = (x @ self.token_embedding.weight.to(x.dtype).T).float()
+        return logits, KVCache(keys, values, idx), weights
+
+
+class Whisper(nn.Module):
+    def __init__(self, dims: WhisperDims):
+        super().__init__()
+        self.dims = dims
+        self.encoder = AudioEncoder(dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head, dims.n_audio_layer)
+        self.decoder = TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer)
+
+    @property
+    def is_multilingual(self) -> bool:
+        return self.dims.n_vocab >= 51865
