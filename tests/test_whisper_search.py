@@ -26,13 +26,11 @@ def test_first_token_is_an_early_timestamp():
     assert allowed(lg) == [12, 13, 14]
 
 
-def test_lone_timestamp_is_followed_by_text_or_a_later_timestamp():
+def test_timestamp_after_text_closes_a_segment():
     lg = torch.zeros(1, V)
-    rules().apply(lg, torch.tensor([[0, 1, 3, 15]]))  # text, then an opening timestamp 15
-    # The pair must close at 15 or later, or text ends... text tokens below eot are forbidden only
-    # right after a closing timestamp; here the last is a lone one after text: it closes a segment.
-    assert all(i not in allowed(lg) for i in range(TB, 15))
-    assert NOTS not in allowed(lg)
+    rules().apply(lg, torch.tensor([[0, 1, 3, 15]]))  # text, then timestamp 15 (closing)
+    # Next: the opening timestamp of the next segment (not before 15) or the end; no text.
+    assert allowed(lg) == [EOT] + list(range(15, V))
 
 
 def test_after_a_pair_no_timestamp():
