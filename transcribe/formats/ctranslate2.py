@@ -1,0 +1,480 @@
+"""Reading CTranslate2 Whisper model directories (the faster-whisper format) without ctranslate2.
+
+A CTranslate2 model is a directory with `model.bin` (the weights), `config.json` (alignment heads,
+suppressed token ids, language ids) and `tokenizer.json` (a Hugging Face tokenizer). `model.bin` is
+a little-endian binary file, as written by CTranslate2's `ModelSpec._serialize`:
+
+    u32 binary_version                      (1 .. 6; this reader takes 2 .. 6)
+    string spec_name                        (version >= 2; "WhisperSpec" here)
+    u32 spec_revision                       (version >= 2)
+    u32 num_variables
+    num_variables times:
+        string name                         ("encoder/layer_0/self_attention/linear_0/weight")
+        u8 rank, rank times u32 dim
+        version >= 4: u8 dtype id (0 float32, 1 int8, 2 int16, 3 int32, 4 float16, 5 bfloat16),
+                      u32 byte count
+        version < 4:  u8 item size (4 float32, 2 int16, 1 int8), u32 element count
+        the bytes, row-major
+    version >= 3: u32 num_aliases, then pairs of strings (alias, variable name)
+    string = u16 length (including a trailing NUL), then that many bytes
+
+Every read is checked against the bytes left in the file, so a truncated or corrupt file gives a
+ModelError and never a huge allocation from a garbage length field.
+
+Quantized weights (int8 per output row, int16 with one scalar) come with a `<name>_scale` variable;
+CTranslate2 quantizes as `q = round(w * scale)`, so `w = q / scale` (dequantized to float32 here).
+
+The variables are renamed to openai-whisper's state-dict layout (`encoder.blocks.0.attn.query.weight`
+...), the fused self-attention QKV and cross-attention KV projections split, the zero key bias
+dropped, and `encoder.positional_embedding` made exactly as openai-whisper's `sinusoids()`.
+"""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import struct
+from pathlib import Path
+from typing import BinaryIO, Optional
+
+import torch
+
+from ..errors import ModelError
+
+log = logging.getLogger(__name__)
+
+MODEL_BIN = "model.bin"
+CONFIG_JSON = "config.json"
+TOKENIZER_JSON = "tokenizer.json"
+
+MAX_BINARY_VERSION = 6
+MIN_BINARY_VERSION = 2
+MAX_RANK = 8
+
+# CTranslate2's DataType enum order (include/ctranslate2/types.h)
+_DTYPES = {
+    0: ("float32", torch.float32, 4),
+    1: ("int8", torch.int8, 1),
+    2: ("int16", torch.int16, 2),
+    3: ("int32", torch.int32, 4),
+    4: ("float16", torch.float16, 2),
+    5: ("bfloat16", torch.bfloat16, 2),
+}
+_LEGACY_ITEM_SIZE = {4: 0, 2: 2, 1: 1}  # binary version < 4: item size -> dtype id
+
+
+def read_ctranslate2(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor], str]:
+    """Read a CTranslate2 Whisper model directory.
+
+    Returns `(config, state_dict, tokenizer_json)`:
+      config: config.json's contents, plus `config["dims"]` (openai-whisper's ModelDimensions as a
+              dict), `config["spec"]`, `config["spec_revision"]`, `config["binary_version"]` and
+              `config["weight_dtype"]` (the dtype of the weight matrices as stored in model.bin).
+      state_dict: openai-whisper parameter names -> tensors. Float weights keep their stored dtype
+              (float32, float16 or bfloat16); quantized ones are dequantized to float32.
+      tokenizer_json: the text of tokenizer.json.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ModelError(f"{path}: no such model directory")
+    if path.is_file():
+        if path.name == MODEL_BIN:
+            path = path.parent
+        else:
+            raise ModelError(f"{path}: a CTranslate2 model is a directory holding {MODEL_BIN}")
+    bin_path = path / MODEL_BIN
+    cfg_path = path / CONFIG_JSON
+    tok_path = path / TOKENIZER_JSON
+    for p in (bin_path, cfg_path, tok_path):
+        if not p.is_file():
+            raise ModelError(f"{path}: {p.name} is missing; not a complete CTranslate2 model directory")
+
+    config = _read_config(cfg_path)
+    try:
+        tokenizer_json = tok_path.read_text(encoding="utf-8")
+        json.loads(tokenizer_json)
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ModelError(f"{tok_path}: {TOKENIZER_JSON} is not valid JSON ({str(e)[:200]})") from None
+
+    header, variables = read_model_bin(bin_path)
+    if header["spec"] != "WhisperSpec":
+        raise ModelError(f"{bin_path}: a {header['spec'] or 'legacy'} model, not a Whisper model (WhisperSpec)")
+    state_dict, dims = _to_openai_whisper(variables, bin_path)
+    config = dict(config)
+    config["dims"] = dims
+    config["spec"] = header["spec"]
+    config["spec_revision"] = header["spec_revision"]
+    config["binary_version"] = header["binary_version"]
+    config["weight_dtype"] = header["weight_dtype"]
+    return config, state_dict, tokenizer_json
+
+
+def _read_config(cfg_path: Path) -> dict:
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, ValueError) as e:
+        raise ModelError(f"{cfg_path}: {CONFIG_JSON} is not valid JSON ({str(e)[:200]})") from None
+    if not isinstance(cfg, dict):
+        raise ModelError(f"{cfg_path}: {CONFIG_JSON} does not hold a JSON object")
+    return cfg
+
+
+# ---------------------------------------------------------------------------------------------
+# model.bin
+
+
+class _Reader:
+    """Reads from a file, checking each read against the bytes that remain."""
+
+    def __init__(self, f: BinaryIO, size: int, path: Path):
+        self.f, self.size, self.path, self.pos = f, size, path, 0
+
+    def fail(self, what: str) -> ModelError:
+        return ModelError(f"{self.path}: {MODEL_BIN} is truncated/corrupt ({what} at byte {self.pos})")
+
+    def need(self, n: int, what: str) -> None:
+        if n < 0 or n > self.size - self.pos:
+            raise ModelError(
+                f"{self.path}: {MODEL_BIN} is truncated/corrupt ({what} needs {n} bytes at byte "
+                f"{self.pos}, {max(self.size - self.pos, 0)} left)")
+
+    def bytes(self, n: int, what: str) -> bytes:
+        self.need(n, what)
+        data = self.f.read(n)
+        if len(data) != n:
+            raise ModelError(f"{self.path}: {MODEL_BIN} is truncated/corrupt ({what} cut short at byte {self.pos})")
+        self.pos += n
+        return data
+
+    def into(self, buf: bytearray, what: str) -> None:
+        n = len(buf)
+        self.need(n, what)
+        got = self.f.readinto(buf) if n else 0
+        if got != n:
+            raise ModelError(f"{self.path}: {MODEL_BIN} is truncated/corrupt ({what} cut short at byte {self.pos})")
+        self.pos += n
+
+    def u8(self, what: str) -> int:
+        return self.bytes(1, what)[0]
+
+    def u16(self, what: str) -> int:
+        return struct.unpack("<H", self.bytes(2, what))[0]
+
+    def u32(self, what: str) -> int:
+        return struct.unpack("<I", self.bytes(4, what))[0]
+
+    def string(self, what: str) -> str:
+        n = self.u16(what + " length")
+        if n == 0:
+            raise self.fail(f"{what} of length 0")
+        raw = self.bytes(n, what)
+        if raw[-1] != 0:
+            raise self.fail(f"{what} not NUL-terminated")
+        try:
+            s = raw[:-1].decode("utf-8")
+        except UnicodeDecodeError:
+            raise self.fail(f"{what} is not UTF-8") from None
+        if "\x00" in s:
+            raise self.fail(f"{what} holds a NUL byte")
+        return s
+
+
+def read_model_bin(bin_path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor]]:
+    """Parse a CTranslate2 `model.bin` into (header, {CT2 variable name: tensor}).
+
+    Aliases are resolved to the same tensor (and `<alias>_scale` to `<variable>_scale`, as
+    CTranslate2 does). Nothing is dequantized or renamed here.
+    """
+    bin_path = Path(bin_path)
+    try:
+        size = bin_path.stat().st_size
+        f = open(bin_path, "rb")
+    except OSError as e:
+        raise ModelError(f"{bin_path}: cannot read {MODEL_BIN} ({e.strerror})") from None
+    with f:
+        r = _Reader(f, size, bin_path)
+        try:
+            return _parse(r)
+        except OSError as e:
+            raise ModelError(f"{bin_path}: cannot read {MODEL_BIN} ({e.strerror or e})") from None
+
+
+def _parse(r: _Reader) -> tuple[dict, dict[str, torch.Tensor]]:
+    version = r.u32("binary version")
+    if not MIN_BINARY_VERSION <= version <= MAX_BINARY_VERSION:
+        raise ModelError(
+            f"{r.path}: {MODEL_BIN} is truncated/corrupt or of an unsupported CTranslate2 binary "
+            f"version ({version}; this reader takes {MIN_BINARY_VERSION}..{MAX_BINARY_VERSION})")
+    spec = r.string("spec name")
+    revision = r.u32("spec revision")
+    num_vars = r.u32("variable count")
+    # a variable takes at least 2 (name length) + 2 (name) + 1 (rank) + 1 (dtype) + 4 (size) bytes
+    if num_vars > (r.size - r.pos) // 10:
+        raise r.fail(f"variable count {num_vars} larger than the file can hold")
+
+    variables: dict[str, torch.Tensor] = {}
+    weight_dtypes: set[str] = set()
+    for i in range(num_vars):
+        name = r.string(f"name of variable {i}")
+        if name in variables:
+            raise r.fail(f"variable {name} appears twice")
+        rank = r.u8(f"rank of {name}")
+        if rank > MAX_RANK:
+            raise r.fail(f"rank {rank} of {name}")
+        shape = [r.u32(f"shape of {name}") for _ in range(rank)]
+        numel = math.prod(shape)
+        if version >= 4:
+            type_id = r.u8(f"dtype of {name}")
+            if type_id not in _DTYPES:
+                raise r.fail(f"unknown dtype id {type_id} of {name}")
+            num_bytes = r.u32(f"byte count of {name}")
+        else:
+            item = r.u8(f"item size of {name}")
+            if item not in _LEGACY_ITEM_SIZE:
+                raise r.fail(f"unknown item size {item} of {name}")
+            type_id = _LEGACY_ITEM_SIZE[item]
+            num_bytes = r.u32(f"element count of {name}") * item
+        dname, dtype, item_size = _DTYPES[type_id]
+        if num_bytes != numel * item_size:
+            raise r.fail(f"{name}: {num_bytes} bytes for shape {shape} of {dname}")
+        r.need(num_bytes, f"data of {name}")
+        buf = bytearray(num_bytes)
+        r.into(buf, f"data of {name}")
+        if num_bytes:
+            t = torch.frombuffer(buf, dtype=dtype)
+        else:
+            t = torch.empty(0, dtype=dtype)
+        t = t.reshape(shape)
+        if name.endswith("/weight") and rank >= 2:
+            weight_dtypes.add(dname)
+        variables[name] = t
+
+    if version >= 3:
+        num_aliases = r.u32("alias count")
+        if num_aliases > (r.size - r.pos) // 8:
+            raise r.fail(f"alias count {num_aliases} larger than the file can hold")
+        for i in range(num_aliases):
+            alias = r.string(f"alias {i}")
+            target = r.string(f"target of alias {alias}")
+            if target not in variables:
+                raise r.fail(f"alias {alias} names an unknown variable {target}")
+            variables.setdefault(alias, variables[target])
+            if target + "_scale" in variables:
+                variables.setdefault(alias + "_scale", variables[target + "_scale"])
+    if r.pos != r.size:
+        raise r.fail(f"{r.size - r.pos} unexpected bytes after the last record")
+
+    header = {
+        "binary_version": version,
+        "spec": spec,
+        "spec_revision": revision,
+        "weight_dtype": "+".join(sorted(weight_dtypes)) or "none",
+    }
+    return header, variables
+
+
+# ---------------------------------------------------------------------------------------------
+# CTranslate2 names -> openai-whisper names
+
+
+def sinusoids(length: int, channels: int, max_timescale: float = 10000) -> torch.Tensor:
+    """openai-whisper's encoder position buffer, computed the same way (same float32 values)."""
+    if channels % 2:
+        raise ValueError("channels must be even")
+    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
+    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
+    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
+    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
+
+
+class _Vars:
+    """Takes variables out by CT2 name, dequantizing with `<name>_scale` where present."""
+
+    def __init__(self, variables: dict[str, torch.Tensor], path: Path):
+        self.v, self.path, self.used = variables, path, set()
+
+    def has(self, name: str) -> bool:
+        return name in self.v
+
+    def get(self, name: str) -> torch.Tensor:
+        if name not in self.v:
+            raise ModelError(f"{self.path}: {MODEL_BIN} lacks the variable {name}; not a complete Whisper model")
+        self.used.add(name)
+        t = self.v[name]
+        scale_name = name + "_scale"
+        if t.dtype in (torch.int8, torch.int16) and not t.is_floating_point():
+            if scale_name not in self.v:
+                raise ModelError(f"{self.path}: {name} is quantized ({t.dtype}) but {scale_name} is missing")
+            self.used.add(scale_name)
+            scale = self.v[scale_name].float()
+            w = t.float()
+            if scale.numel() == 1:
+                return w / scale.reshape(())
+            if scale.dim() != 1 or scale.shape[0] != w.shape[0]:
+                raise ModelError(f"{self.path}: {scale_name} has shape {list(scale.shape)} for {name} of shape {list(w.shape)}")
+            return w / scale.reshape([-1] + [1] * (w.dim() - 1))
+        if not t.is_floating_point():
+            raise ModelError(f"{self.path}: {name} has dtype {t.dtype}, expected a float or quantized weight")
+        return t
+
+
+def _shape_error(path: Path, name: str, t: torch.Tensor, expected) -> ModelError:
+    return ModelError(f"{path}: {MODEL_BIN}: {name} has shape {list(t.shape)}, expected {expected}")
+
+
+def _count_layers(variables: dict, prefix: str) -> int:
+    n = 0
+    while any(k.startswith(f"{prefix}/layer_{n}/") for k in variables):
+        n += 1
+    return n
+
+
+def _scalar(variables: dict, name: str) -> Optional[int]:
+    t = variables.get(name)
+    if t is None or t.numel() != 1 or t.is_floating_point():
+        return None
+    return int(t.reshape(()).item())
+
+
+def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[dict, dict]:
+    V = _Vars(variables, path)
+    sd: dict[str, torch.Tensor] = {}
+
+    def ln(dst: str, src: str) -> None:
+        sd[dst + ".weight"] = V.get(src + "/gamma")
+        sd[dst + ".bias"] = V.get(src + "/beta")
+
+    def linear(dst: str, src: str, bias: bool = True) -> None:
+        sd[dst + ".weight"] = V.get(src + "/weight")
+        if bias:
+            sd[dst + ".bias"] = V.get(src + "/bias")
+
+    def split_rows(name: str, t: torch.Tensor, parts: int, n_state: int) -> list[torch.Tensor]:
+        if t.shape[0] != parts * n_state or (t.dim() == 2 and t.shape[1] != n_state):
+            raise _shape_error(path, name, t, f"[{parts * n_state}{', ' + str(n_state) if t.dim() == 2 else ''}]")
+        return [part.clone() for part in t.split(n_state, dim=0)]
+
+    def key_bias_check(name: str, kb: torch.Tensor) -> None:
+        if kb.float().abs().max().item() > 1e-6:
+            log.warning("%s: %s has a non-zero key bias, which openai-whisper's layout has no room for; dropped",
+                        path, name)
+
+    # ---- encoder
+    n_audio_layer = _count_layers(variables, "encoder")
+    n_text_layer = _count_layers(variables, "decoder")
+    if n_audio_layer == 0 or n_text_layer == 0:
+        raise ModelError(f"{path}: {MODEL_BIN} has no encoder or decoder layers; not a Whisper model")
+
+    conv1 = V.get("encoder/conv1/weight")
+    conv2 = V.get("encoder/conv2/weight")
+    if conv1.dim() != 3 or conv1.shape[2] != 3:
+        raise _shape_error(path, "encoder/conv1/weight", conv1, "[n_state, n_mels, 3]")
+    n_audio_state, n_mels = int(conv1.shape[0]), int(conv1.shape[1])
+    if list(conv2.shape) != [n_audio_state, n_audio_state, 3]:
+        raise _shape_error(path, "encoder/conv2/weight", conv2, f"[{n_audio_state}, {n_audio_state}, 3]")
+    sd["encoder.conv1.weight"] = conv1
+    sd["encoder.conv1.bias"] = V.get("encoder/conv1/bias")
+    sd["encoder.conv2.weight"] = conv2
+    sd["encoder.conv2.bias"] = V.get("encoder/conv2/bias")
+
+    n_audio_ctx = 1500
+    stored = variables.get("encoder/position_encodings/encodings")
+    if stored is not None:
+        V.used.add("encoder/position_encodings/encodings")
+        if stored.dim() != 2 or stored.shape[1] != n_audio_state:
+            raise _shape_error(path, "encoder/position_encodings/encodings", stored, f"[n_audio_ctx, {n_audio_state}]")
+        n_audio_ctx = int(stored.shape[0])
+    pos = sinusoids(n_audio_ctx, n_audio_state)
+    if stored is not None and not torch.allclose(stored.float(), pos, atol=2e-3, rtol=0):
+        log.warning("%s: the stored encoder position encodings are not openai-whisper's sinusoids; using them", path)
+        pos = stored.float()
+    sd["encoder.positional_embedding"] = pos
+
+    for i in range(n_audio_layer):
+        src, dst = f"encoder/layer_{i}", f"encoder.blocks.{i}"
+        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_audio_state, split_rows, key_bias_check)
+        ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
+        linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
+        linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
+        ln(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+    ln("encoder.ln_post", "encoder/layer_norm")
+
+    # ---- decoder
+    emb = V.get("decoder/embeddings/weight")
+    if emb.dim() != 2:
+        raise _shape_error(path, "decoder/embeddings/weight", emb, "[n_vocab, n_state]")
+    n_vocab, n_text_state = int(emb.shape[0]), int(emb.shape[1])
+    sd["decoder.token_embedding.weight"] = emb
+    dpos = V.get("decoder/position_encodings/encodings")
+    if dpos.dim() != 2 or dpos.shape[1] != n_text_state:
+        raise _shape_error(path, "decoder/position_encodings/encodings", dpos, f"[n_text_ctx, {n_text_state}]")
+    n_text_ctx = int(dpos.shape[0])
+    sd["decoder.positional_embedding"] = dpos
+    if V.has("decoder/projection/weight"):
+        proj = V.get("decoder/projection/weight")
+        if proj.shape != emb.shape or (proj is not emb and not torch.equal(proj, emb)):
+            log.warning("%s: the output projection is not tied to the token embedding; "
+                        "openai-whisper's layout ties them, so the embedding is used", path)
+        V.used.add("decoder/projection/bias")
+
+    for i in range(n_text_layer):
+        src, dst = f"decoder/layer_{i}", f"decoder.blocks.{i}"
+        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_text_state, split_rows, key_bias_check)
+        ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
+        # cross-attention: linear_0 = query, linear_1 = fused key/value, linear_2 = out
+        linear(f"{dst}.cross_attn.query", f"{src}/attention/linear_0")
+        kv_w = V.get(f"{src}/attention/linear_1/weight")
+        kv_b = V.get(f"{src}/attention/linear_1/bias")
+        k_w, v_w = split_rows(f"{src}/attention/linear_1/weight", kv_w, 2, n_text_state)
+        k_b, v_b = split_rows(f"{src}/attention/linear_1/bias", kv_b, 2, n_text_state)
+        key_bias_check(f"{src}/attention/linear_1/bias", k_b)
+        sd[f"{dst}.cross_attn.key.weight"] = k_w
+        sd[f"{dst}.cross_attn.value.weight"] = v_w
+        sd[f"{dst}.cross_attn.value.bias"] = v_b
+        linear(f"{dst}.cross_attn.out", f"{src}/attention/linear_2")
+        ln(f"{dst}.cross_attn_ln", f"{src}/attention/layer_norm")
+        linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
+        linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
+        ln(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+    ln("decoder.ln", "decoder/layer_norm")
+
+    n_audio_head = _scalar(variables, "encoder/num_heads")
+    n_text_head = _scalar(variables, "decoder/num_heads")
+    if n_audio_head is None:
+        n_audio_head = max(n_audio_state // 64, 1)
+    if n_text_head is None:
+        n_text_head = max(n_text_state // 64, 1)
+    if n_audio_head <= 0 or n_audio_state % n_audio_head or n_text_head <= 0 or n_text_state % n_text_head:
+        raise ModelError(f"{path}: {MODEL_BIN}: head counts {n_audio_head}/{n_text_head} do not divide "
+                         f"the widths {n_audio_state}/{n_text_state}")
+
+    dims = {
+        "n_mels": n_mels,
+        "n_audio_ctx": n_audio_ctx,
+        "n_audio_state": n_audio_state,
+        "n_audio_head": n_audio_head,
+        "n_audio_layer": n_audio_layer,
+        "n_vocab": n_vocab,
+        "n_text_ctx": n_text_ctx,
+        "n_text_state": n_text_state,
+        "n_text_head": n_text_head,
+        "n_text_layer": n_text_layer,
+    }
+    return sd, dims
+
+
+def _self_attention(V: _Vars, sd: dict, src: str, dst: str, n_state: int, split_rows, key_bias_check) -> None:
+    """Self-attention: linear_0 = fused query/key/value, linear_1 = out."""
+    qkv_w = V.get(f"{src}/linear_0/weight")
+    qkv_b = V.get(f"{src}/linear_0/bias")
+    q_w, k_w, v_w = split_rows(f"{src}/linear_0/weight", qkv_w, 3, n_state)
+    q_b, k_b, v_b = split_rows(f"{src}/linear_0/bias", qkv_b, 3, n_state)
+    key_bias_check(f"{src}/linear_0/bias", k_b)
+    sd[f"{dst}.query.weight"] = q_w
+    sd[f"{dst}.query.bias"] = q_b
+    sd[f"{dst}.key.weight"] = k_w
+    sd[f"{dst}.value.weight"] = v_w
+    sd[f"{dst}.value.bias"] = v_b
+    sd[f"{dst}.out.weight"] = V.get(f"{src}/linear_1/weight")
+    sd[f"{dst}.out.bias"] = V.get(f"{src}/linear_1/bias")
