@@ -203,7 +203,6 @@ def test_bad_model_is_one_line_exit_2(fake, wavs, capsys, model, words):
 
 @pytest.mark.parametrize("argv", [
     [],
-    ["x.wav"],                                          # no --model
     ["x.wav", "-m", "m", "--format", "all"],            # all needs --output-dir
     ["x.wav", "-m", "m", "--format", "doc"],
     ["x.wav", "-m", "m", "--batch-size", "0"],

