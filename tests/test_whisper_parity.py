@@ -40,3 +40,20 @@ def test_greedy_window(asr, clip, case):
     assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
     assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)
     assert asr.tokenizer.decode(r.tokens[0]).strip() == want["text"]
+
+
+BEAM = [(clip, case) for clip, v in REF["clips"].items() for case in v.get("beam", {})]
+
+
+@pytest.mark.parametrize("clip,case", BEAM, ids=[f"{c}-{k}" for c, k in BEAM])
+def test_beam_window_through_the_recognizer(asr, clip, case):
+    """decode_window's beam search (the path transcribe() uses) against openai-whisper."""
+    entry = REF["clips"][clip]
+    want = entry["beam"][case]
+    audio, _ = sf.read(str((REPO / entry["path"]).resolve()), dtype="float32")
+    r = asr.decode_window(asr.window_mel(audio), timestamps=want.get("timestamps", True),
+                          beam_size=want["beam_size"], patience=want.get("patience"),
+                          length_penalty=want.get("length_penalty"))
+    assert r.tokens[0] == want["tokens"]
+    assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
+    assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)

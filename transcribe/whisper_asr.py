@@ -15,7 +15,7 @@ import torch
 from .errors import ModelError, TranscribeError
 from .results import Segment, Transcript
 from .features import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
-from .models.whisper import Whisper, WhisperDims
+from .models.whisper import KVCache, Whisper, WhisperDims
 from .search import whisper as search
 from .text.tokenizers import WhisperTokenizer
 
@@ -77,8 +77,12 @@ class WhisperASR:
         language: Optional[str] = None,
         task: str = "transcribe",
         prompt: Sequence[int] = (),
+        beam_size: Optional[int] = None,
+        patience: Optional[float] = None,
+        length_penalty: Optional[float] = None,
     ) -> search.WindowResult:
-        """mel [n_mels, 3000] (one 30 s window, padded) -> greedy tokens of that window.
+        """mel [n_mels, 3000] (one 30 s window, padded) -> tokens of that window: greedy, or beam
+        search with `beam_size` (openai-whisper's patience and length penalty).
 
         prompt: earlier text tokens, given after <|startofprev|> (at most n_text_ctx // 2 - 1).
         """
@@ -100,15 +104,29 @@ class WhisperASR:
         ]
         if timestamps:
             rules.append(search.ApplyTimestampRules(t.timestamp_begin, t.eot, t.no_timestamps, sample_begin, 50))
-        state = {"cache": None}
+        if beam_size is None:
+            state = {"cache": None}
+        else:
+            # Every beam of the window reads the one set of cross-attention keys and values.
+            state = {"cache": KVCache([], [], torch.zeros(beam_size, dtype=torch.long))}
 
         def step(new: torch.Tensor) -> torch.Tensor:
             logits, state["cache"], _ = m.decoder(new, cross, state["cache"])
             return logits
 
-        return search.greedy(
-            step, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2,
-            no_speech=t.no_speech, sot_index=sot_index,
+        if beam_size is None:
+            return search.greedy(
+                step, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2,
+                no_speech=t.no_speech, sot_index=sot_index,
+            )
+
+        def reorder(rows: torch.Tensor) -> None:
+            state["cache"] = state["cache"].reorder(rows)
+
+        return search.beam_search(
+            step, reorder, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2, beam_size,
+            patience=patience, length_penalty=length_penalty, no_speech=t.no_speech, sot_index=sot_index,
+            n_ctx=m.dims.n_text_ctx,
         )
 
     def window_mel(self, audio) -> torch.Tensor:
@@ -130,6 +148,9 @@ class WhisperASR:
         initial_prompt: Optional[str] = None,
         no_speech_threshold: Optional[float] = 0.6,
         logprob_threshold: Optional[float] = -1.0,
+        beam_size: Optional[int] = None,
+        patience: Optional[float] = None,
+        length_penalty: Optional[float] = None,
     ):
         """Transcribe audio of any length in 30 s windows, seeking by the predicted timestamps
         (openai-whisper's `transcribe` at temperature 0). A list gives a list."""
@@ -137,8 +158,10 @@ class WhisperASR:
             raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
+        search_opts = dict(beam_size=beam_size, patience=patience, length_penalty=length_penalty)
         out = [self._transcribe_one(self._load(a), language, task, condition_on_previous_text,
-                                    initial_prompt, no_speech_threshold, logprob_threshold) for a in items]
+                                    initial_prompt, no_speech_threshold, logprob_threshold, search_opts)
+               for a in items]
         return out[0] if single else out
 
     def _load(self, a) -> np.ndarray:
@@ -152,7 +175,8 @@ class WhisperASR:
 
         return load_audio(a, self.sample_rate)
 
-    def _transcribe_one(self, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold):
+    def _transcribe_one(self, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
+                        search_opts):
         t = self.tokenizer
         duration = len(pcm) / self.sample_rate
         mel = whisper_log_mel(pcm, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
@@ -169,7 +193,7 @@ class WhisperASR:
             window = mel[:, seek : seek + size]
             if window.shape[-1] < WHISPER_CHUNK_FRAMES:
                 window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
-            r = self.decode_window(window, True, language, task, all_tokens[reset_since:])
+            r = self.decode_window(window, True, language, task, all_tokens[reset_since:], **search_opts)
             tokens = r.tokens[0]
             avg_logprob = r.sum_logprobs[0] / (len(tokens) + 1)
             no_speech = r.no_speech_probs[0]
