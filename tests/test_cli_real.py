@@ -82,3 +82,19 @@ def test_default_model_is_whisper_tiny_en():
     out = run(str(AUDIO / "jfk.wav"), env={"HF_HUB_OFFLINE": "1"})
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "And so my fellow Americans ask not what your country can do for you ask what you can do for your country"
+
+
+def test_beam_size_option_reaches_whisper():
+    out = run(str(AUDIO / "jfk.wav"), "--beam-size", "5", env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    ref = json.loads((REPO / "tests" / "references" / "whisper" / "decode.json").read_text())
+    # One window: long-form transcribe() of an 11 s clip differs from decode() on the padded mel
+    # only in the window's padding, and beam 5 gives the comma greedy leaves out.
+    assert out.stdout.startswith("And so, my fellow Americans")
+    assert ref["clips"]["jfk.wav"]["beam"]["beam5"]["text"].startswith("And so, my fellow Americans")
+
+
+def test_whisper_options_refused_by_parakeet():
+    out = run(str(AUDIO / "jfk.wav"), "--model", MODEL, "--beam-size", "2")
+    assert out.returncode == 2
+    assert "apply to Whisper models" in out.stderr

@@ -56,6 +56,7 @@ class ParakeetASR:
         head: Optional[str] = None,
         confidence: str = "entropy",
         attention: str = "auto",
+        **options,
     ) -> Union[Transcript, list[Transcript]]:
         """Transcribe one input (a path, bytes, file object or array) or a list of them.
 
@@ -63,6 +64,8 @@ class ParakeetASR:
         confidence: "entropy" (NeMo's default measure) or "max_prob".
         attention: "auto" (full; local beyond 20 minutes), "full" or "local".
         """
+        if options:
+            raise TranscribeError(f"{self.name} is a Parakeet model: {', '.join(sorted(options))} apply to Whisper models")
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         head = self._resolve_head(head)

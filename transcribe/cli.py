@@ -97,6 +97,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                    help="compute precision (default: the model's choice for the device)")
+    w = p.add_argument_group("Whisper decoding")
+    w.add_argument("--beam-size", type=_positive_int, metavar="N", help="beam search with N beams (default: greedy)")
+    w.add_argument("--patience", type=float, metavar="P", help="beam search patience (default: 1.0)")
+    w.add_argument("--language", metavar="LANG", help="language code of multilingual models (e.g. en, de)")
+    w.add_argument("--task", choices=("transcribe", "translate"), help="default: transcribe")
+    w.add_argument("--initial-prompt", metavar="TEXT", help="text that conditions the first window")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     return p
@@ -213,7 +219,8 @@ def _run(args, progress: "_Progress") -> int:
 def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
     """Transcripts for `pcms`, or None for an input the model refused (reported on stderr)."""
     try:
-        results = list(model.transcribe(pcms, batch_size=args.batch_size, timestamps=timestamps, head=args.head))
+        results = list(model.transcribe(pcms, batch_size=args.batch_size, timestamps=timestamps, head=args.head,
+                                        **_decoding_options(args)))
     except TranscribeError as e:
         if len(pcms) == 1:
             progress.error(f"error: {_display(names[0])}: {_one_line(str(e))}")
@@ -224,6 +231,12 @@ def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
     if len(results) != len(pcms):
         raise RuntimeError(f"model returned {len(results)} transcripts for {len(pcms)} inputs")
     return results
+
+
+def _decoding_options(args) -> dict:
+    """The family-specific options the user gave (only those, so other families are not bothered)."""
+    names = ("beam_size", "patience", "language", "task", "initial_prompt")
+    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
 
 
 def _output_stems(inputs: list[str]) -> list[str]:
