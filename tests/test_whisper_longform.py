@@ -34,7 +34,7 @@ def test_longform_equals_openai_whisper():
     asr = WhisperASR.from_ctranslate2(mnm.get_model_path())
     audio = longform_clip()
     assert len(audio) == REF["num_samples"]
-    r = asr.transcribe(audio, language="en")
+    r = asr.transcribe(audio, language="en", temperature=0.0)
     assert r.text == REF["text"]
     assert [s.text for s in r.segments] == [s["text"] for s in REF["segments"]]
     for got, want in zip(r.segments, REF["segments"]):
@@ -45,3 +45,21 @@ def test_longform_equals_openai_whisper():
         assert got.compression_ratio == pytest.approx(want["compression_ratio"], abs=1e-6)
         assert got.temperature == want["temperature"]
     assert r.duration == pytest.approx(75.0)
+
+
+def test_temperature_fallback():
+    """A window that fails the checks is sampled again at the next temperature (seeded)."""
+    from transcribe.whisper_asr import WhisperASR
+
+    asr = WhisperASR.from_ctranslate2(mnm.get_model_path())
+    audio, _ = sf.read(AUDIO / "jfk.wav", dtype="float32")
+    plain = asr.transcribe(audio)
+    assert [s.temperature for s in plain.segments] == [0.0, 0.0]  # passes the checks at once
+    # Demanding an average log-prob above 0 fails every temperature: the last one is kept.
+    hot = asr.transcribe(audio, logprob_threshold=0.0, temperature=(0.0, 0.5, 1.0), no_speech_threshold=None)
+    assert hot.segments and all(s.temperature == 1.0 for s in hot.segments)
+    again = asr.transcribe(audio, logprob_threshold=0.0, temperature=(0.0, 0.5, 1.0), no_speech_threshold=None)
+    assert again.text == hot.text  # the same seed, the same samples
+    # A threshold nothing can pass on compression alone behaves the same way.
+    rep = asr.transcribe(audio, compression_ratio_threshold=0.1, temperature=(0.0, 0.2))
+    assert all(s.temperature == 0.2 for s in rep.segments)

@@ -80,9 +80,14 @@ class WhisperASR:
         beam_size: Optional[int] = None,
         patience: Optional[float] = None,
         length_penalty: Optional[float] = None,
+        temperature: float = 0.0,
+        best_of: int = 5,
+        generator: Optional[torch.Generator] = None,
     ) -> search.WindowResult:
         """mel [n_mels, 3000] (one 30 s window, padded) -> tokens of that window: greedy, or beam
-        search with `beam_size` (openai-whisper's patience and length penalty).
+        search with `beam_size` (openai-whisper's patience and length penalty); at a temperature
+        above 0, the likeliest of `best_of` samples (beam options are then ignored, as in
+        openai-whisper).
 
         prompt: earlier text tokens, given after <|startofprev|> (at most n_text_ctx // 2 - 1).
         """
@@ -104,7 +109,11 @@ class WhisperASR:
         ]
         if timestamps:
             rules.append(search.ApplyTimestampRules(t.timestamp_begin, t.eot, t.no_timestamps, sample_begin, 50))
-        if beam_size is None:
+        sampled = temperature > 0
+        if sampled:
+            beam_size = None
+            state = {"cache": KVCache([], [], torch.zeros(best_of, dtype=torch.long))}
+        elif beam_size is None:
             state = {"cache": None}
         else:
             # Every beam of the window reads the one set of cross-attention keys and values.
@@ -114,6 +123,13 @@ class WhisperASR:
             logits, state["cache"], _ = m.decoder(new, cross, state["cache"])
             return logits
 
+        if sampled:
+            r = search.greedy(
+                step, torch.tensor([initial] * best_of), t.eot, rules, m.dims.n_text_ctx // 2,
+                no_speech=t.no_speech, sot_index=sot_index, temperature=temperature, generator=generator,
+            )
+            k = search.rank_by_likelihood([len(x) for x in r.tokens], r.sum_logprobs, length_penalty)
+            return search.WindowResult([r.tokens[k]], [r.sum_logprobs[k]], [r.no_speech_probs[0]])
         if beam_size is None:
             return search.greedy(
                 step, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2,
@@ -151,16 +167,26 @@ class WhisperASR:
         beam_size: Optional[int] = None,
         patience: Optional[float] = None,
         length_penalty: Optional[float] = None,
+        temperature: float | Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+        best_of: int = 5,
+        compression_ratio_threshold: Optional[float] = 2.4,
+        seed: Optional[int] = 0,
     ):
         """Transcribe audio of any length in 30 s windows, seeking by the predicted timestamps
-        (openai-whisper's `transcribe` at temperature 0). A list gives a list."""
+        (openai-whisper's `transcribe`). A window whose text is too repetitive (compression ratio
+        above the threshold) or too unlikely (average log-prob below `logprob_threshold`, unless it
+        is silence) is decoded again at the next temperature. A list gives a list."""
         if head is not None:
             raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
-        search_opts = dict(beam_size=beam_size, patience=patience, length_penalty=length_penalty)
+        temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
+        search_opts = dict(beam_size=beam_size, patience=patience, length_penalty=length_penalty, best_of=best_of)
+        fallback = dict(temperatures=temps, compression_ratio_threshold=compression_ratio_threshold,
+                        logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
+                        generator=torch.Generator().manual_seed(seed) if seed is not None else None)
         out = [self._transcribe_one(self._load(a), language, task, condition_on_previous_text,
-                                    initial_prompt, no_speech_threshold, logprob_threshold, search_opts)
+                                    initial_prompt, no_speech_threshold, logprob_threshold, search_opts, fallback)
                for a in items]
         return out[0] if single else out
 
@@ -175,8 +201,29 @@ class WhisperASR:
 
         return load_audio(a, self.sample_rate)
 
+    def _decode_with_fallback(self, window, language, task, prompt, search_opts, temperatures,
+                              compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator):
+        """Decode at each temperature in turn until the result passes the checks; returns the
+        result, its average log-prob, its compression ratio and the temperature used."""
+        t = self.tokenizer
+        for temp in temperatures:
+            r = self.decode_window(window, True, language, task, prompt, temperature=temp, generator=generator,
+                                   **search_opts)
+            tokens = r.tokens[0]
+            avg = r.sum_logprobs[0] / (len(tokens) + 1)
+            ratio = compression_ratio(t.decode(tokens).strip())
+            retry = (compression_ratio_threshold is not None and ratio > compression_ratio_threshold) or (
+                logprob_threshold is not None and avg < logprob_threshold
+            )
+            if (no_speech_threshold is not None and r.no_speech_probs[0] > no_speech_threshold
+                    and logprob_threshold is not None and avg < logprob_threshold):
+                retry = False  # silence: no point in sampling
+            if not retry:
+                break
+        return r, avg, ratio, temp
+
     def _transcribe_one(self, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
-                        search_opts):
+                        search_opts, fallback):
         t = self.tokenizer
         duration = len(pcm) / self.sample_rate
         mel = whisper_log_mel(pcm, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
@@ -193,23 +240,22 @@ class WhisperASR:
             window = mel[:, seek : seek + size]
             if window.shape[-1] < WHISPER_CHUNK_FRAMES:
                 window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
-            r = self.decode_window(window, True, language, task, all_tokens[reset_since:], **search_opts)
+            r, avg_logprob, ratio, temp = self._decode_with_fallback(
+                window, language, task, all_tokens[reset_since:], search_opts, **fallback)
             tokens = r.tokens[0]
-            avg_logprob = r.sum_logprobs[0] / (len(tokens) + 1)
             no_speech = r.no_speech_probs[0]
             if no_speech_threshold is not None and no_speech > no_speech_threshold:
                 if logprob_threshold is None or avg_logprob <= logprob_threshold:
                     seek += size
                     continue
-            stats = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech,
-                         compression_ratio=compression_ratio(t.decode(tokens).strip()), temperature=0.0)
+            stats = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech, compression_ratio=ratio, temperature=temp)
             current, seek = self._segments(tokens, offset, seek, size, stats)
             for seg, toks in current:
                 if seg.start == seg.end or not seg.text.strip():
                     seg.text, toks[:] = "", []
                 segments.append(seg)
                 all_tokens.extend(toks)
-            if not condition:
+            if not condition or temp > 0.5:
                 reset_since = len(all_tokens)
         text = t.decode(all_tokens[len(prompt_tokens):])
         return Transcript(text=text, duration=duration, segments=segments, model=self.name)

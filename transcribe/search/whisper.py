@@ -98,9 +98,12 @@ def greedy(
     sample_len: int,
     no_speech: Optional[int] = None,
     sot_index: int = 0,
-    first_logits_hook: Optional[Callable[[torch.Tensor], None]] = None,
+    temperature: float = 0.0,
+    generator: Optional[torch.Generator] = None,
 ) -> WindowResult:
-    """Greedy (temperature 0) decoding of every row of `initial` [rows, L] until end-of-text.
+    """Greedy (temperature 0) or sampled (temperature > 0) decoding of every row of `initial`
+    [rows, L] until end-of-text. Sampling draws from softmax(logits / temperature); the
+    log-probabilities summed are those of the unscaled, rule-filtered logits, as openai-whisper's.
 
     The first step's logits at `sot_index` give the no-speech probability; openai-whisper reads it
     before any rule is applied, from the logits of the start-of-transcript position.
@@ -118,7 +121,11 @@ def greedy(
         logits = all_logits[:, -1].float().clone()
         for rule in rules:
             rule.apply(logits, tokens)
-        nxt = logits.argmax(dim=-1)
+        if temperature > 0:
+            probs = torch.softmax(logits / temperature, dim=-1)
+            nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
+        else:
+            nxt = logits.argmax(dim=-1)
         logprobs = F.log_softmax(logits, dim=-1)
         current = logprobs[torch.arange(rows), nxt]
         ended = tokens[:, -1] == eot
