@@ -16,8 +16,9 @@ faster-whisper needs its own venv (skipped with a note if it is missing):
     python3 -m venv /work/fw-venv && /work/fw-venv/bin/pip install faster-whisper
 
 Options: --manifest PATH (default ../shared/audio/dev/manifest.jsonl), --openai-python,
---openai-checkpoint, --fw-python, --systems ours,openai,faster, --threads N, --json PATH,
---hyp-dir DIR (where the per-run hypothesis files go; default a temporary directory).
+--openai-checkpoint, --fw-python, --systems ours,openai,faster, --decodings greedy,beam5, --threads N, --json PATH,
+--hyp-dir DIR (where the per-run hypothesis files go; default a temporary directory), --reuse
+(score files already in --hyp-dir instead of running those again), --no-run (score only those).
 """
 from __future__ import annotations
 
@@ -146,9 +147,14 @@ def main() -> None:
     p.add_argument("--openai-checkpoint", default="/work/whisper-models/tiny.en.pt")
     p.add_argument("--fw-python", default="/work/fw-venv/bin/python")
     p.add_argument("--systems", default="ours,openai,faster")
+    p.add_argument("--decodings", default="greedy,beam5")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--json", default=None)
     p.add_argument("--hyp-dir", default=None)
+    p.add_argument("--reuse", action="store_true",
+                   help="score hypothesis files already in --hyp-dir instead of running those again")
+    p.add_argument("--no-run", action="store_true",
+                   help="run nothing; score only the hypothesis files already in --hyp-dir")
     # worker mode (internal)
     p.add_argument("--worker", default=None)
     p.add_argument("--decoding", default="greedy")
@@ -174,22 +180,28 @@ def main() -> None:
     results, notes = [], []
     for system, decoding, label in RUNS:
         family = system.split("-")[0]
-        if family not in wanted:
+        if family not in wanted or decoding not in args.decodings.split(","):
             continue
         py = pythons[family]
         if not Path(py).exists():
             notes.append(f"{label} {decoding}: skipped, {py} not found")
             continue
         out = hyp_dir / f"{system}-{decoding}.json"
-        cmd = [py, str(Path(__file__).resolve()), "--worker", system, "--decoding", decoding,
-               "--manifest", manifest, "--out", str(out), "--threads", str(args.threads),
-               "--openai-checkpoint", args.openai_checkpoint, "--model-dir", mdir]
-        print(f"running {label} {decoding} ...", file=sys.stderr, flush=True)
-        proc = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True)
-        if proc.returncode != 0:
-            notes.append(f"{label} {decoding}: failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
-            print(notes[-1], file=sys.stderr)
+        if (args.reuse or args.no_run) and out.exists():
+            pass
+        elif args.no_run:
+            notes.append(f"{label} {decoding}: not run (no hypotheses in {hyp_dir})")
             continue
+        else:
+            cmd = [py, str(Path(__file__).resolve()), "--worker", system, "--decoding", decoding,
+                   "--manifest", manifest, "--out", str(out), "--threads", str(args.threads),
+                   "--openai-checkpoint", args.openai_checkpoint, "--model-dir", mdir]
+            print(f"running {label} {decoding} ...", file=sys.stderr, flush=True)
+            proc = subprocess.run(cmd, cwd=str(REPO), env=env, capture_output=True, text=True)
+            if proc.returncode != 0:
+                notes.append(f"{label} {decoding}: failed (exit {proc.returncode}): {proc.stderr.strip()[-500:]}")
+                print(notes[-1], file=sys.stderr)
+                continue
         data = json.loads(out.read_text())
         wer, edits, words = corpus_wer(refs, data["hypotheses"])
         results.append({"system": label, "decoding": decoding, "wer": wer, "edits": edits,
