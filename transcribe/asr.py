@@ -95,17 +95,9 @@ class ParakeetASR:
         raise TranscribeError(f"{self.name} has no {head} head (it has: {', '.join(heads)})")
 
     def _load(self, a) -> np.ndarray:
-        if isinstance(a, (np.ndarray, torch.Tensor)):
-            x = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
-            x = np.asarray(x, dtype=np.float32)
-            if x.ndim != 1:
-                raise TranscribeError(f"an audio array must be 1-D mono at {self.sample_rate} Hz, got shape {x.shape}")
-            if not np.all(np.isfinite(x)):
-                raise TranscribeError("audio array has non-finite samples")
-            return x
-        from .audio import load_audio
+        from .audio import model_input
 
-        return load_audio(a, self.sample_rate)
+        return model_input(a, self.sample_rate)
 
     # ------------------------------------------------------------------------------------------
     @torch.inference_mode()

@@ -38,6 +38,16 @@ _BLOCK = 1 << 16
 _SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"RIFX", b"fLaC", b"OggS", b"FORM", b".snd", b"BW64")
 
 
+def model_input(source, sample_rate: int) -> np.ndarray:
+    """What a model's `transcribe()` takes: an array or tensor is mono audio already at the model's
+    rate; anything else (a path, bytes, a file object, "-") is decoded and resampled."""
+    if isinstance(source, np.ndarray) or type(source).__module__.startswith("torch"):
+        if getattr(source, "ndim", 1) != 1:
+            raise AudioError(f"<array>: an audio array must be 1-D mono at {sample_rate} Hz, got shape {tuple(source.shape)}")
+        return load_audio(source, sample_rate, source_rate=sample_rate)
+    return load_audio(source, sample_rate)
+
+
 def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] = None) -> np.ndarray:
     """Return the audio in `source` as a mono float32 1-D numpy array at `sample_rate` Hz.
 

@@ -191,15 +191,9 @@ class WhisperASR:
         return out[0] if single else out
 
     def _load(self, a) -> np.ndarray:
-        if isinstance(a, (np.ndarray, torch.Tensor)):
-            x = a.detach().cpu().numpy() if isinstance(a, torch.Tensor) else a
-            x = np.asarray(x, dtype=np.float32)
-            if x.ndim != 1:
-                raise TranscribeError(f"an audio array must be 1-D mono at {self.sample_rate} Hz, got shape {x.shape}")
-            return x
-        from .audio import load_audio
+        from .audio import model_input
 
-        return load_audio(a, self.sample_rate)
+        return model_input(a, self.sample_rate)
 
     def _decode_with_fallback(self, window, language, task, prompt, search_opts, temperatures,
                               compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator):
