@@ -64,3 +64,33 @@ def test_temperature_fallback():
     # A threshold nothing can pass on compression alone behaves the same way.
     rep = asr.transcribe(audio, compression_ratio_threshold=0.1, temperature=(0.0, 0.2), best_of=2)
     assert all(s.temperature == 0.2 for s in rep.segments)
+
+
+_TEN_MINUTES = """
+import json, resource, sys
+import numpy as np, soundfile as sf
+import transcribe
+root = sys.argv[1]
+parts = []
+for line in open(f"{root}/manifest.jsonl"):
+    a, _ = sf.read(f"{root}/{json.loads(line)['audio']}", dtype="float32")
+    parts += [a, np.zeros(8000, np.float32)]
+x = np.tile(np.concatenate(parts), 3)[: 600 * 16000]
+r = transcribe.load_model().transcribe(x)
+print(len(r.segments), r.segments[-1].end, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+"""
+
+
+def test_ten_minutes_in_bounded_memory():
+    """10 minutes of speech (the dev set three times) in 30 s windows: memory stays that of the
+    model and one window (about 1.1 GB peak, with torch itself), not growing with the file."""
+    import subprocess
+    import sys
+
+    out = subprocess.run([sys.executable, "-c", _TEN_MINUTES, str(AUDIO / "dev")], capture_output=True,
+                         text=True, cwd=REPO, timeout=900)
+    assert out.returncode == 0, out.stderr[-2000:]
+    n_segments, last_end, maxrss_kb = out.stdout.split()
+    assert int(n_segments) > 60
+    assert float(last_end) > 590
+    assert int(maxrss_kb) < 1.6 * 1024 * 1024, f"peak RSS {int(maxrss_kb) / 1e6:.2f} GB"
