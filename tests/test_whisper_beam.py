@@ -44,12 +44,7 @@ def beam_window(asr, mel, beam_size, patience=None, length_penalty=None, timesta
     if not timestamps:
         initial = initial + [t.no_timestamps]
     sample_begin = len(initial)
-    rules = [
-        search.SuppressBlank(t.encode(" "), t.eot, sample_begin),
-        search.SuppressTokens(asr.suppress_ids()),
-    ]
-    if timestamps:
-        rules.append(search.ApplyTimestampRules(t.timestamp_begin, t.eot, t.no_timestamps, sample_begin, 50))
+    rules = asr.logit_rules(sample_begin, timestamps)
     n_audio = 1
     state = {"cache": KVCache([], [], torch.arange(n_audio).repeat_interleave(beam_size))}
     calls = {"reorder": 0}

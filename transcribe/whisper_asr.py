@@ -69,6 +69,19 @@ class WhisperASR:
         ids |= {i for i in (t.sot_lm, t.no_speech) if i is not None}
         return sorted(ids)
 
+    def logit_rules(self, sample_begin: int, timestamps: bool = True) -> list:
+        """openai-whisper's logit filters for a window whose sampled tokens start at `sample_begin`:
+        no blank first, the suppressed tokens, and (with timestamps) the timestamp rules with a
+        first timestamp of at most 1 s."""
+        t = self.tokenizer
+        rules = [
+            search.SuppressBlank(t.encode(" "), t.eot, sample_begin),
+            search.SuppressTokens(self.suppress_ids()),
+        ]
+        if timestamps:
+            rules.append(search.ApplyTimestampRules(t.timestamp_begin, t.eot, t.no_timestamps, sample_begin, 50))
+        return rules
+
     @torch.inference_mode()
     def decode_window(
         self,
@@ -103,12 +116,7 @@ class WhisperASR:
         if not timestamps:
             initial = initial + [t.no_timestamps]
         sample_begin = len(initial)
-        rules = [
-            search.SuppressBlank(t.encode(" "), t.eot, sample_begin),
-            search.SuppressTokens(self.suppress_ids()),
-        ]
-        if timestamps:
-            rules.append(search.ApplyTimestampRules(t.timestamp_begin, t.eot, t.no_timestamps, sample_begin, 50))
+        rules = self.logit_rules(sample_begin, timestamps)
         sampled = temperature > 0
         if sampled:
             beam_size = None

@@ -83,6 +83,19 @@ class ApplyTimestampRules:
             logits[force, :tb] = NEG_INF
 
 
+def _next_logits(step, new, tokens, rules, no_speech, sot_index):
+    """One model step: the rule-filtered next-token logits [rows, vocab] (float32) and, when
+    `no_speech` is given, each row's no-speech probability read at `sot_index` before any rule."""
+    all_logits = step(new)  # [rows, n_new, vocab]
+    ns = None
+    if no_speech is not None:
+        ns = torch.softmax(all_logits[:, sot_index].float(), dim=-1)[:, no_speech].tolist()
+    logits = all_logits[:, -1].float().clone()
+    for rule in rules:
+        rule.apply(logits, tokens)
+    return logits, ns
+
+
 @dataclass
 class WindowResult:
     tokens: list[list[int]]  # sampled tokens of each row, end-of-text excluded
@@ -114,13 +127,9 @@ def greedy(
     no_speech_probs = [float("nan")] * rows
     new = tokens
     for i in range(sample_len):
-        all_logits = step(new)  # [rows, n_new, vocab]
-        if i == 0 and no_speech is not None:
-            p = torch.softmax(all_logits[:, sot_index].float(), dim=-1)[:, no_speech]
-            no_speech_probs = p.tolist()
-        logits = all_logits[:, -1].float().clone()
-        for rule in rules:
-            rule.apply(logits, tokens)
+        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index)
+        if ns is not None:
+            no_speech_probs = ns
         if temperature > 0:
             probs = torch.softmax(logits / temperature, dim=-1)
             nxt = torch.multinomial(probs, 1, generator=generator)[:, 0]
@@ -196,13 +205,9 @@ def beam_search(
     no_speech_probs = [float("nan")] * rows
     new = tokens
     for i in range(sample_len):
-        all_logits = step(new)
-        if i == 0 and no_speech is not None:
-            p = torch.softmax(all_logits[:, sot_index].float(), dim=-1)[:, no_speech]
-            no_speech_probs = p.tolist()
-        logits = all_logits[:, -1].float().clone()
-        for rule in rules:
-            rule.apply(logits, tokens)
+        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index)
+        if ns is not None:
+            no_speech_probs = ns
         logprobs = F.log_softmax(logits, dim=-1)
         top_lp, top_id = logprobs.topk(beam_size + 1, dim=-1)
         top_lp, top_id = top_lp.tolist(), top_id.tolist()
