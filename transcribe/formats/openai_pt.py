@@ -1,0 +1,105 @@
+"""Reading openai-whisper `.pt` checkpoints: `{"dims": {...}, "model_state_dict": {...}}`.
+
+The state dict already uses the names of `transcribe.models.whisper.Whisper`. The file is read with
+`torch.load(weights_only=True)` (no code runs from it), memory-mapped where its format allows.
+
+Alignment heads: a checkpoint's own `alignment_heads` entry (a boolean [n_text_layer, n_text_head]
+mask, dense or sparse, openai-whisper's gzipped base85 bytes, or [layer, head] pairs); else, for a
+file named as openai-whisper names its downloads (`tiny.en.pt`, `large-v3.pt` ...), openai-whisper's
+table entry for that model; else its default, every head of the last half of the decoder layers.
+
+The tokenizer: `tokenizer.json` beside the file, else the shared one of its vocabulary
+(see `whisper_common.reference_tokenizer_json`).
+"""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+import torch
+
+from ..errors import ModelError
+from ..models.whisper import WhisperDims
+from .whisper_common import (
+    OPENAI_ALIGNMENT_HEADS,
+    alignment_heads_from,
+    complete_config,
+    default_alignment_heads,
+    read_text_json,
+    reference_tokenizer_json,
+    state_dict_fits,
+    tokenizer_beside,
+)
+
+log = logging.getLogger(__name__)
+
+
+def find_openai_pt(path: Path) -> Path | None:
+    """The checkpoint a path names: a .pt file, or a directory holding exactly one .pt file."""
+    if path.is_file():
+        return path if path.suffix == ".pt" else None
+    if path.is_dir():
+        pts = sorted(p for p in path.glob("*.pt") if p.is_file())
+        if len(pts) == 1:
+            return pts[0]
+        if len(pts) > 1:
+            raise ModelError(f"{path}: holds {len(pts)} .pt files ({', '.join(p.name for p in pts[:4])}); name one")
+    return None
+
+
+def _load(path: Path) -> dict:
+    errors = []
+    for mmap in (True, False):
+        try:
+            return torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
+        except OSError as e:
+            raise ModelError(f"{path}: cannot read the checkpoint ({e.strerror or e})") from None
+        except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
+            errors.append(str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
+            # mmap needs the zip format; a legacy (torch < 1.6) file is read whole on the second try
+    raise ModelError(f"{path}: not a readable PyTorch checkpoint; truncated or corrupt? ({errors[-1]})")
+
+
+def read_openai_pt(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor], str]:
+    """Read an openai-whisper checkpoint (a .pt file, or a directory holding one).
+    Returns `(config, state_dict, tokenizer_json)` as `read_ctranslate2` does."""
+    path = Path(path)
+    if not path.exists():
+        raise ModelError(f"{path}: no such file or directory")
+    pt = find_openai_pt(path)
+    if pt is None:
+        raise ModelError(f"{path}: not an openai-whisper .pt checkpoint")
+    ck = _load(pt)
+    if not isinstance(ck, dict) or "dims" not in ck or "model_state_dict" not in ck:
+        keys = list(ck)[:6] if isinstance(ck, dict) else type(ck).__name__
+        raise ModelError(f"{pt}: not an openai-whisper checkpoint (expected 'dims' and 'model_state_dict', found {keys})")
+    try:
+        dims = WhisperDims.from_dict(ck["dims"]).__dict__.copy()
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ModelError(f"{pt}: unreadable dims ({type(e).__name__}: {e})") from None
+    sd = ck["model_state_dict"]
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        raise ModelError(f"{pt}: model_state_dict is not a dict of tensors")
+    sd = {k: v for k, v in sd.items() if k != "alignment_heads"}
+    state_dict_fits(sd, dims, str(pt))
+
+    where = str(pt)
+    if ck.get("alignment_heads") is not None:
+        heads = alignment_heads_from(ck["alignment_heads"], dims["n_text_layer"], dims["n_text_head"], where)
+    else:
+        heads = None
+        table = OPENAI_ALIGNMENT_HEADS.get(pt.name[: -len(".pt")])
+        if table is not None:
+            try:
+                heads = alignment_heads_from(table, dims["n_text_layer"], dims["n_text_head"], where)
+            except ModelError:
+                log.warning("%s: named as openai-whisper's %s, but its dims differ; default alignment heads",
+                            pt, pt.stem)
+        if heads is None:
+            heads = default_alignment_heads(dims["n_text_layer"], dims["n_text_head"])
+
+    tok_path = tokenizer_beside(pt)
+    tokenizer_json = read_text_json(tok_path) if tok_path else reference_tokenizer_json(dims["n_vocab"], where)
+    config = complete_config({"dims": dims, "alignment_heads": heads, "format": "openai"}, tokenizer_json, where)
+    return config, sd, tokenizer_json
