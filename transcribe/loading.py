@@ -30,20 +30,78 @@ def resolve(name: str) -> Path:
     return _from_hub(str(name))
 
 
+_GENERAL_PATTERNS = ["*.nemo", "*.json", "*.yaml", "*.model", "*.txt", "*.bin", "*.safetensors", "*.pt", "*.ckpt"]
+_HF_EXTRAS = ["config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json"]
+
+
+def hub_patterns(files: list[str]) -> list[str]:
+    """What to download of a hub repo, from its file list: one weight format only.
+
+    CTranslate2 (model.bin): model.bin, config.json, tokenizer.json, vocabulary.*; NeMo (.nemo):
+    the general patterns; transformers: config.json, generation_config.json, tokenizer.json and the
+    safetensors weights (else pytorch_model.bin), never the TF/Flax/ONNX copies; an openai .pt: it and
+    tokenizer.json. Anything else: the general patterns.
+    """
+    top = {f for f in files if "/" not in f}
+    if "model.bin" in top:
+        return ["model.bin", "config.json", "tokenizer.json", "vocabulary.*", "preprocessor_config.json"]
+    if any(f.endswith(".nemo") for f in top) or "model_config.yaml" in top:
+        return list(_GENERAL_PATTERNS)
+    if "config.json" in top:
+        if "model.safetensors" in top or "model.safetensors.index.json" in top:
+            return _HF_EXTRAS + ["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"]
+        if "pytorch_model.bin" in top or "pytorch_model.bin.index.json" in top:
+            return _HF_EXTRAS + ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
+    pts = sorted(f for f in top if f.endswith(".pt"))
+    if len(pts) == 1:
+        return pts + ["tokenizer.json"]
+    return list(_GENERAL_PATTERNS)
+
+
+def _has_model(p: Path) -> bool:
+    """A snapshot that holds weights in some format this package reads (not just a config file)."""
+    if not p.is_dir():
+        return False
+    names = {f.name for f in p.iterdir()}
+    return bool(
+        "model.bin" in names or "model_config.yaml" in names
+        or any(n.endswith((".nemo", ".pt", ".safetensors")) for n in names)
+        or any(n.startswith("pytorch_model") and n.endswith(".bin") for n in names)
+    )
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines()[0][:300] if str(e) else type(e).__name__)
+
+
 def _from_hub(repo_id: str) -> Path:
     try:
         from huggingface_hub import snapshot_download
     except ImportError:  # pragma: no cover - a declared dependency
         raise ModelError(f"{repo_id}: huggingface_hub is not installed, so hub ids cannot be resolved") from None
-    patterns = ["*.nemo", "*.json", "*.yaml", "*.model", "*.txt", "*.bin", "*.safetensors", "*.pt", "*.ckpt"]
     errors = []
-    for local_only in (True, False):
-        if not local_only and os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
-            break
+    # 1. the cache (no network)
+    try:
+        p = Path(snapshot_download(repo_id, local_files_only=True))
+        if _has_model(p):
+            return p
+        errors.append("the cached snapshot holds no model weights")
+    except Exception as e:  # hub errors are many types; report the first line
+        errors.append(_first_line(e))
+    # 2. the network: list the repo, then fetch one weight format only
+    if os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False"):
+        errors.append("offline (HF_HUB_OFFLINE)")
+    else:
         try:
-            return Path(snapshot_download(repo_id, allow_patterns=patterns, local_files_only=local_only))
+            from huggingface_hub import HfApi
+
+            patterns = hub_patterns(HfApi().list_repo_files(repo_id))
+            p = Path(snapshot_download(repo_id, allow_patterns=patterns))
+            if _has_model(p):
+                return p
+            errors.append("the repo holds no model weights this package reads")
         except Exception as e:  # hub errors are many types; report the first line
-            errors.append(str(e).splitlines()[0] if str(e) else type(e).__name__)
+            errors.append(_first_line(e))
     raise ModelError(
         f"unknown model {repo_id!r}: not a local path, not in the Hugging Face cache, and it could not be "
         f"downloaded ({errors[-1] if errors else 'offline'})"
