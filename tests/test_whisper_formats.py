@@ -426,3 +426,49 @@ def test_transformers_weights_that_do_not_fit_the_config(tmp_path):
     no_weights = _hf_copy(tmp_path / "x", skip=("model.safetensors",)) if (tmp_path / "x").mkdir() is None else None
     with pytest.raises(ModelError, match=r"no weights \(model\.safetensors or pytorch_model\.bin\)"):
         transcribe.load_model(str(no_weights))
+
+
+def test_hub_download_fetches_only_the_needed_files(monkeypatch, tmp_path, hf_ref, jfk_mel):
+    """Not in the cache: the repo's file list is read first and one weight format downloaded
+    (huggingface_hub mocked here; the tests have no network)."""
+    import fnmatch
+    from types import SimpleNamespace
+
+    import huggingface_hub
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    repo_files = ["config.json", "generation_config.json", "model.safetensors", "pytorch_model.bin",
+                  "tf_model.h5", "flax_model.msgpack", "tokenizer.json", "vocab.json", "README.md"]
+    calls = []
+
+    def model_info(self, repo_id, *a, **k):
+        return SimpleNamespace(siblings=[SimpleNamespace(rfilename=f) for f in repo_files])
+
+    def snapshot_download(repo_id, allow_patterns=None, local_files_only=False, **k):
+        calls.append((repo_id, local_files_only, allow_patterns))
+        if local_files_only:
+            raise huggingface_hub.utils.LocalEntryNotFoundError("not cached")
+        snap = tmp_path / "snap"
+        snap.mkdir()
+        for f in repo_files:
+            if any(fnmatch.fnmatch(f, p) for p in allow_patterns) and (HF_RANDOM / f).exists():
+                (snap / f).symlink_to(HF_RANDOM / f)
+            elif any(fnmatch.fnmatch(f, p) for p in allow_patterns):
+                (snap / f).write_bytes(b"would be downloaded")
+        return str(snap)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot_download)
+    asr = transcribe.load_model("openai/whisper-tiny.en")
+    assert [c[1] for c in calls] == [True, False]
+    assert sorted(p.name for p in (tmp_path / "snap").iterdir()) == [
+        "config.json", "generation_config.json", "model.safetensors", "tokenizer.json"]
+    _check_against_transformers(asr.model, jfk_mel, hf_ref)
+
+
+def test_legacy_pt_format_is_read_without_mmap(tmp_path):
+    sd = _small_random_pt(tmp_path / "new.pt")
+    ck = torch.load(tmp_path / "new.pt")
+    torch.save(ck, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
+    config, sd2, _ = read_openai_pt(tmp_path / "legacy.pt")
+    assert all(torch.equal(sd[k], sd2[k]) for k in sd)

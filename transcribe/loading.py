@@ -25,7 +25,7 @@ def resolve(name: str) -> Path:
     p = Path(os.path.expanduser(str(name)))
     if p.exists():
         return p
-    if not _HUB_ID.match(str(name)) or str(name).startswith((".", "/")) or str(name).endswith(".nemo"):
+    if not _HUB_ID.match(str(name)) or str(name).startswith((".", "/")) or str(name).endswith((".nemo", ".pt")):
         raise ModelError(f"{name}: no such model file or directory")
     return _from_hub(str(name))
 
@@ -95,7 +95,8 @@ def _from_hub(repo_id: str) -> Path:
         try:
             from huggingface_hub import HfApi
 
-            patterns = hub_patterns(HfApi().list_repo_files(repo_id))
+            info = HfApi().model_info(repo_id)  # one request (listing the tree retries for half a minute offline)
+            patterns = hub_patterns([s.rfilename for s in (info.siblings or [])])
             p = Path(snapshot_download(repo_id, allow_patterns=patterns))
             if _has_model(p):
                 return p
