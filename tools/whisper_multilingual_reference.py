@@ -43,6 +43,11 @@ CASES = {
 }
 # language=None: openai-whisper's decode detects the window's language and writes its token
 CASES["auto_transcribe_ts_greedy"] = (None, "transcribe", True, None)
+# a long prompt (40 earlier tokens, cut to n_text_ctx // 2 - 1 = 31): the window fills the decoder's
+# 64 positions before 32 tokens are sampled; openai-whisper then stops (greedy and beam)
+PROMPT = list(range(1000, 1040))
+CASES["de_transcribe_ts_greedy_prompt"] = ("de", "transcribe", True, None)
+CASES["de_transcribe_ts_beam2_prompt"] = ("de", "transcribe", True, 2)
 # every case on the first clip; on the others, these
 OTHER_CLIPS_CASES = ("de_transcribe_ts_beam2", "fr_translate_nots_greedy", "auto_transcribe_ts_greedy")
 # the large-v3 layout: detection on every clip, one decode case on the first
@@ -55,13 +60,13 @@ def read_wav(path):
         return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768.0
 
 
-def decode_case(model, mel, lang, task, ts, beam):
+def decode_case(model, mel, lang, task, ts, beam, prompt=None):
     opts = DecodingOptions(task=task, language=lang, temperature=0.0, fp16=False,
-                           without_timestamps=not ts, beam_size=beam)
+                           without_timestamps=not ts, beam_size=beam, prompt=prompt)
     dt = DecodingTask(model, opts)
     r = decode(model, mel, opts)
     return {
-        "language": lang, "task": task, "timestamps": ts, "beam_size": beam,
+        "language": lang, "task": task, "timestamps": ts, "beam_size": beam, "prompt": prompt,
         "initial_tokens": list(dt.initial_tokens),
         "tokens": list(map(int, r.tokens)),
         "avg_logprob": float(r.avg_logprob),
@@ -95,7 +100,8 @@ def layout(n_vocab, cases, transcribe_clip):
         for name, (lang, task, ts, beam) in cases.items():
             if i > 0 and (n_vocab == 51866 or name not in OTHER_CLIPS_CASES):
                 continue
-            entry["decode"][name] = decode_case(model, mel, lang, task, ts, beam)
+            prompt = PROMPT if name.endswith("_prompt") else None
+            entry["decode"][name] = decode_case(model, mel, lang, task, ts, beam, prompt)
         out["clips"][path.split("/")[-1]] = entry
     if transcribe_clip:
         audio = read_wav(transcribe_clip)
