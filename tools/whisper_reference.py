@@ -21,7 +21,13 @@ from whisper.decoding import DecodingOptions, DecodingTask, decode
 # Beam search cases (with timestamps): name -> (beam_size, patience); under each clip's "beam".
 BEAMS = {"beam1": (1, None), "beam2": (2, None), "beam5": (5, None), "beam5_patience2": (5, 2.0)}
 
-CLIPS = ["../shared/audio/jfk.wav", "../shared/audio/ls_2086-149220-0033.wav"]
+DEV = "../shared/audio/dev/"
+# jfk, the LibriSpeech clip, and seven dev clips of other corpora and styles (read, spontaneous,
+# meeting headset, several speakers, up to 27 s).
+CLIPS = ["../shared/audio/jfk.wav", "../shared/audio/ls_2086-149220-0033.wav"] + [DEV + c for c in (
+    "ls_1995-1837-0001.wav", "lj_LJ050-0131.wav", "cv_19172268.wav", "fleurs_en_002.wav",
+    "mfa_acoustic_corpus.wav", "ami_ES2011a_headset0_40-46s.wav", "picovoice_diarization_3spk.wav",
+)]
 
 
 def read_wav(path):

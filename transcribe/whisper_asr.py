@@ -13,11 +13,12 @@ import numpy as np
 import torch
 
 from .errors import ModelError, TranscribeError
-from .results import Segment, Transcript
+from .results import Segment, Token, Transcript, Word
 from .features import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .models.whisper import KVCache, Whisper, WhisperDims
 from .search import whisper as search
 from .text.tokenizers import WhisperTokenizer
+from .whisper_alignment import APPEND_PUNCTUATION, PREPEND_PUNCTUATION, add_word_timestamps, find_alignment
 
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
@@ -118,6 +119,7 @@ class WhisperASR:
         temperature: float = 0.0,
         best_of: int = 5,
         generator: Optional[torch.Generator] = None,
+        cross: Optional[list] = None,
     ) -> search.WindowResult:
         """mel [n_mels, 3000] (one 30 s window, padded) -> tokens of that window: greedy, or beam
         search with `beam_size` (openai-whisper's patience and length penalty); at a temperature
@@ -125,12 +127,12 @@ class WhisperASR:
         openai-whisper).
 
         prompt: earlier text tokens, given after <|startofprev|> (at most n_text_ctx // 2 - 1).
+        cross: the window's `encode(mel)`, when the caller has it already.
         """
         t = self.tokenizer
         m = self.model
-        dtype = m.decoder.token_embedding.weight.dtype
-        audio = m.encoder(mel[None].to(dtype))
-        cross = m.decoder.cross_kv(audio)
+        if cross is None:
+            cross = self.encode(mel)
         initial = t.sot_sequence(language, task, self.multilingual)
         if prompt:
             initial = [t.sot_prev] + list(prompt)[-(m.dims.n_text_ctx // 2 - 1) :] + initial
@@ -175,6 +177,15 @@ class WhisperASR:
             n_ctx=m.dims.n_text_ctx,
         )
 
+    @torch.inference_mode()
+    def encode(self, mel: torch.Tensor) -> list:
+        """One window's mel [n_mels, 3000] -> the cross-attention keys and values of every decoder
+        layer (computed once per window, shared by every decoding of it)."""
+        m = self.model
+        w = m.decoder.token_embedding.weight
+        audio = m.encoder(mel[None].to(device=w.device, dtype=w.dtype))
+        return m.decoder.cross_kv(audio)
+
     def window_mel(self, audio) -> torch.Tensor:
         """The first 30 s window of an audio array, as openai-whisper pads it."""
         mel = whisper_log_mel(audio, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
@@ -201,13 +212,22 @@ class WhisperASR:
         best_of: int = 5,
         compression_ratio_threshold: Optional[float] = 2.4,
         seed: Optional[int] = 0,
+        word_timestamps: bool = False,
+        prepend_punctuations: str = PREPEND_PUNCTUATION,
+        append_punctuations: str = APPEND_PUNCTUATION,
     ):
         """Transcribe audio of any length in 30 s windows, seeking by the predicted timestamps
         (openai-whisper's `transcribe`). A window whose text is too repetitive (compression ratio
         above the threshold) or too unlikely (average log-prob below `logprob_threshold`, unless it
-        is silence) is decoded again at the next temperature. A list gives a list."""
+        is silence) is decoded again at the next temperature. A list gives a list.
+
+        word_timestamps: align every word (and token) to the audio through the cross-attention of
+        the model's alignment heads; segments then start and end with their words, and the next
+        window starts after the last word, as in openai-whisper."""
         if head is not None:
             raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
+        if word_timestamps and not self.alignment_heads():
+            raise TranscribeError(f"{self.name}: the model's config names no alignment heads, needed for word timestamps")
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
@@ -215,24 +235,34 @@ class WhisperASR:
         fallback = dict(temperatures=temps, compression_ratio_threshold=compression_ratio_threshold,
                         logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
                         generator=torch.Generator().manual_seed(seed) if seed is not None else None)
+        words = (prepend_punctuations, append_punctuations) if word_timestamps else None
         out = [self._transcribe_one(self._load(a), language, task, condition_on_previous_text,
-                                    initial_prompt, no_speech_threshold, logprob_threshold, search_opts, fallback)
+                                    initial_prompt, no_speech_threshold, logprob_threshold, search_opts, fallback, words)
                for a in items]
         return out[0] if single else out
+
+    def alignment_heads(self) -> list[tuple[int, int]]:
+        """(decoder layer, head) pairs whose cross-attention follows the speech: from the model's
+        config; without one, every head of the upper half of the layers (openai-whisper's default)."""
+        heads = self.config.get("alignment_heads")
+        if heads:
+            return [(int(a), int(b)) for a, b in heads]
+        d = self.model.dims
+        return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
 
     def _load(self, a) -> np.ndarray:
         from .audio import model_input
 
         return model_input(a, self.sample_rate)
 
-    def _decode_with_fallback(self, window, language, task, prompt, search_opts, temperatures,
+    def _decode_with_fallback(self, window, cross, language, task, prompt, search_opts, temperatures,
                               compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator):
         """Decode at each temperature in turn until the result passes the checks; returns the
         result, its average log-prob, its compression ratio and the temperature used."""
         t = self.tokenizer
         for temp in temperatures:
             r = self.decode_window(window, True, language, task, prompt, temperature=temp, generator=generator,
-                                   **search_opts)
+                                   cross=cross, **search_opts)
             tokens = r.tokens[0]
             avg = r.sum_logprobs[0] / (len(tokens) + 1)
             ratio = compression_ratio(t.decode(tokens).strip())
@@ -247,7 +277,7 @@ class WhisperASR:
         return r, avg, ratio, temp
 
     def _transcribe_one(self, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
-                        search_opts, fallback):
+                        search_opts, fallback, words_opts):
         t = self.tokenizer
         duration = len(pcm) / self.sample_rate
         mel = whisper_log_mel(pcm, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
@@ -256,7 +286,9 @@ class WhisperASR:
         all_tokens = list(prompt_tokens)
         reset_since = 0
         seek = 0
+        last_speech = 0.0
         segments: list[Segment] = []
+        token_list: list[Token] = []
         while seek < content:
             offset = seek * 160 / self.sample_rate
             size = min(WHISPER_CHUNK_FRAMES, content - seek)
@@ -264,8 +296,9 @@ class WhisperASR:
             window = mel[:, seek : seek + size]
             if window.shape[-1] < WHISPER_CHUNK_FRAMES:
                 window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
+            cross = self.encode(window)
             r, avg_logprob, ratio, temp = self._decode_with_fallback(
-                window, language, task, all_tokens[reset_since:], search_opts, **fallback)
+                window, cross, language, task, all_tokens[reset_since:], search_opts, **fallback)
             tokens = r.tokens[0]
             no_speech = r.no_speech_probs[0]
             if no_speech_threshold is not None and no_speech > no_speech_threshold:
@@ -273,19 +306,46 @@ class WhisperASR:
                     seek += size
                     continue
             stats = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech, compression_ratio=ratio, temperature=temp)
-            current, seek = self._segments(tokens, offset, seek, size, stats)
+            current, next_seek, single_ending = self._segments(tokens, offset, seek, size, stats)
+            if words_opts is not None:
+                self._add_words(current, cross, size, offset, language, task, last_speech, words_opts, token_list)
+                last_end = _last_end(current)
+                if not single_ending and last_end is not None and last_end > offset:
+                    next_seek = round(last_end * 100)
+                if last_end is not None:
+                    last_speech = last_end
+            seek = next_seek
             for seg, toks in current:
                 if seg.start == seg.end or not seg.text.strip():
-                    seg.text, toks[:] = "", []
+                    seg.text, toks[:], seg.words = "", [], []
                 segments.append(seg)
                 all_tokens.extend(toks)
             if not condition or temp > 0.5:
                 reset_since = len(all_tokens)
         text = t.decode(all_tokens[len(prompt_tokens):])
-        return Transcript(text=text, duration=duration, segments=segments, model=self.name)
+        words = [w for s in segments for w in s.words]
+        return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=token_list, model=self.name)
+
+    def _add_words(self, current, cross, size, offset, language, task, last_speech, opts, token_list) -> None:
+        """Word (and token) times for one window's segments, from the cross-attention alignment."""
+        t = self.tokenizer
+        text_tokens = [[x for x in toks if x < t.eot] for _, toks in current]
+        sot = t.sot_sequence(language, task, self.multilingual)
+        aligned = find_alignment(self.model.decoder, cross, t, sot, [x for tt in text_tokens for x in tt], size,
+                                 self.alignment_heads(), language=language)
+        views = [dict(start=seg.start, end=seg.end, text_tokens=tt) for (seg, _), tt in zip(current, text_tokens)]
+        add_word_timestamps(aligned, views, offset, last_speech, *opts)
+        for (seg, _), v in zip(current, views):
+            seg.start, seg.end = float(v["start"]), float(v["end"])
+            seg.words = [Word(w["word"].strip(), float(w["start"]), float(w["end"]), float(w["probability"]))
+                         for w in v["words"]]
+            for w in v["words"]:
+                for tok, (a, b, p) in zip(w["tokens"], w["token_times"]):
+                    token_list.append(Token(int(tok), t.token_text(tok), round(a, 2), round(b, 2), confidence=p))
 
     def _segments(self, tokens: list[int], offset: float, seek: int, size: int, stats: dict):
-        """Cut one window's tokens into segments at timestamp pairs; returns them and the next seek."""
+        """Cut one window's tokens into segments at timestamp pairs; returns them, the next seek,
+        and whether the window ended on a single timestamp (its speech ran to the end)."""
         t = self.tokenizer
         tb = t.timestamp_begin
         is_ts = [x >= tb for x in tokens]
@@ -316,4 +376,12 @@ class WhisperASR:
                 dur = (stamps[-1] - tb) * TIME_PRECISION
             out.append(seg(tokens, offset, offset + dur))
             seek += size
-        return out, seek
+        return out, seek, single_ending
+
+
+def _last_end(current) -> Optional[float]:
+    """The end of the last word of a window's segments, or of its last segment."""
+    for seg, _ in reversed(current):
+        if seg.words:
+            return seg.words[-1].end
+    return current[-1][0].end if current else None

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, fields
-from typing import Optional
+from typing import Optional, Sequence
 
 import torch
 import torch.nn.functional as F
@@ -85,11 +85,11 @@ class MultiHeadAttention(nn.Module):
         b, h, t, d = o.shape
         return self.out(o.transpose(1, 2).reshape(b, t, h * d))
 
-    def attention_weights(self, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
-        """Softmax attention weights [B, h, n, T] (for word alignment), computed in float32."""
+    def scores(self, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
+        """Attention scores before the softmax, q.k / sqrt(d), [B, h, n, T] in float32 (word
+        alignment takes the softmax over the frames of speech only)."""
         q = self.split(self.query(x)).float()
-        scale = q.shape[-1] ** -0.5
-        return torch.softmax((q @ k.float().transpose(-1, -2)) * scale, dim=-1)
+        return (q @ k.float().transpose(-1, -2)) * q.shape[-1] ** -0.5
 
 
 class ResidualAttentionBlock(nn.Module):
@@ -171,12 +171,13 @@ class TextDecoder(nn.Module):
         tokens: torch.Tensor,
         cross: list[tuple[torch.Tensor, torch.Tensor]],
         cache: Optional[KVCache] = None,
-        want_cross_weights: bool = False,
+        cross_scores: Sequence[int] = (),
     ):
-        """tokens [R, n] (the new tokens of each row) -> (logits [R, n, vocab] float32, cache, weights).
+        """tokens [R, n] (the new tokens of each row) -> (logits [R, n, vocab] float32, cache, scores).
 
         With a cache the new tokens continue its rows; without one, rows start at position 0 and
-        cache row r reads audio row r. weights: per layer, the cross-attention weights when asked.
+        cache row r reads audio row r. scores: {layer: cross-attention scores before the softmax
+        [R, heads, n, audio frames]} for the layers in `cross_scores`.
         """
         rows, n = tokens.shape
         if cache is None:
@@ -188,7 +189,7 @@ class TextDecoder(nn.Module):
         x = x.to(cross[0][0].dtype)
         idx = cache.audio_index
         same_rows = idx.shape[0] == cross[0][0].shape[0] and bool((idx == torch.arange(idx.shape[0], device=idx.device)).all())
-        keys, values, weights = [], [], []
+        keys, values, weights = [], [], {}
         for i, blk in enumerate(self.blocks):
             h = blk.attn_ln(x)
             k, v = blk.attn.kv(h)
@@ -202,8 +203,8 @@ class TextDecoder(nn.Module):
             if not same_rows:
                 ck, cv = ck.index_select(0, idx), cv.index_select(0, idx)
             h = blk.cross_attn_ln(x)
-            if want_cross_weights:
-                weights.append(blk.cross_attn.attention_weights(h, ck))
+            if i in cross_scores:
+                weights[i] = blk.cross_attn.scores(h, ck)
             x = x + blk.cross_attn.attend(h, ck, cv, None)
             x = x + blk.mlp(blk.mlp_ln(x))
         x = self.ln(x)
