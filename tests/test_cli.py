@@ -279,3 +279,17 @@ def test_progress_display(fake, wavs, capsys, monkeypatch):
     monkeypatch.setattr(sys, "stderr", tty)
     cli.main([str(wavs / "one.wav"), str(wavs / "missing.wav"), "-m", "m", "-q"])
     assert tty.getvalue().count("\n") == 1 and "files" not in tty.getvalue()
+
+
+@pytest.mark.parametrize("given,want", [
+    ("0", (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)),
+    ("0.5", (0.5, 0.7, 0.9)),
+    ("0,0.5", (0.0, 0.5)),
+])
+def test_temperature_schedule_follows_openai_whisper(given, want):
+    from transcribe.cli import _parser, _decoding_options
+
+    args = _parser().parse_args(["x.wav", "--temperature", given])
+    assert _decoding_options(args)["temperature"] == pytest.approx(want)
+    args = _parser().parse_args(["x.wav", "--temperature", given, "--temperature-increment", "0"])
+    assert _decoding_options(args)["temperature"] == pytest.approx(tuple(float(x) for x in given.split(",")))

@@ -98,3 +98,31 @@ def test_whisper_options_refused_by_parakeet():
     out = run(str(AUDIO / "jfk.wav"), "--model", MODEL, "--beam-size", "2")
     assert out.returncode == 2
     assert "apply to Whisper models" in out.stderr
+
+
+def test_word_timestamps_option_gives_openai_whisper_words():
+    """--word-timestamps with the default model: the JSON words are openai-whisper's (0.02 s)."""
+    out = run(str(AUDIO / "jfk.wav"), "--word-timestamps", "--temperature", "0", "--format", "json",
+              env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    ref = json.loads((REPO / "tests" / "references" / "whisper" / "words.json").read_text())
+    want = [w for s in ref["clips"]["jfk.wav"]["segments"] for w in s["words"]]
+    assert [w["word"] for w in doc["words"]] == [w["word"].strip() for w in want]
+    for got, w in zip(doc["words"], want):
+        assert got["start"] == pytest.approx(w["start"], abs=0.02)
+        assert got["end"] == pytest.approx(w["end"], abs=0.02)
+    assert [s["words"] for s in doc["segments"]] and all(s["temperature"] == 0.0 for s in doc["segments"])
+
+
+@pytest.mark.parametrize("value", ["hot", "-1", "0.2,x"])
+def test_bad_temperature_is_a_usage_error(value):
+    out = run(str(AUDIO / "jfk.wav"), "--temperature", value, env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 2
+    assert "temperature" in out.stderr
+
+
+def test_word_timestamps_accepted_by_parakeet():
+    out = run(str(AUDIO / "jfk.wav"), "--model", MODEL, "--word-timestamps", "--format", "json")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["words"]

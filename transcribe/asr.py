@@ -63,7 +63,10 @@ class ParakeetASR:
         head: "tdt"/"rnnt" (the transducer, default) or "ctc" (CTC models and hybrids).
         confidence: "entropy" (NeMo's default measure) or "max_prob".
         attention: "auto" (full; local beyond 20 minutes), "full" or "local".
+        word_timestamps (Whisper's option) is accepted: words and their times are part of the
+        timestamps here.
         """
+        options.pop("word_timestamps", None)  # words always come with Parakeet's timestamps
         if options:
             raise TranscribeError(f"{self.name} is a Parakeet model: {', '.join(sorted(options))} apply to Whisper models")
         single = not isinstance(audio, (list, tuple))

@@ -103,6 +103,13 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--language", metavar="LANG", help="language code of multilingual models (e.g. en, de)")
     w.add_argument("--task", choices=("transcribe", "translate"), help="default: transcribe")
     w.add_argument("--initial-prompt", metavar="TEXT", help="text that conditions the first window")
+    w.add_argument("--temperature", type=_temperatures, metavar="T[,T...]",
+                   help="sampling temperature; one value T falls back from T in steps of "
+                        "--temperature-increment up to 1.0, a list is the whole schedule (default: 0)")
+    w.add_argument("--temperature-increment", type=float, default=0.2, metavar="D",
+                   help="fallback step after a failed window (default: 0.2; 0 turns fallback off)")
+    w.add_argument("--word-timestamps", action="store_true",
+                   help="time every word (json output; Parakeet models always give word times)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     return p
@@ -116,6 +123,16 @@ def _positive_int(s: str) -> int:
     if n < 1:
         raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
     return n
+
+
+def _temperatures(s: str) -> tuple[float, ...]:
+    try:
+        values = tuple(float(x) for x in s.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid temperature list: {s!r}") from None
+    if any(not (0.0 <= v <= 10.0) for v in values):
+        raise argparse.ArgumentTypeError(f"temperatures must lie in [0, 10], got {s!r}")
+    return values
 
 
 def _version() -> str:
@@ -135,6 +152,8 @@ def _check(args) -> None:
         raise _UsageError("--format all needs --output-dir")
     if args.audio.count("-") > 1:
         raise _UsageError("'-' (standard input) can be given only once")
+    if args.temperature_increment < 0:
+        raise _UsageError("--temperature-increment must not be negative")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -236,7 +255,22 @@ def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
 def _decoding_options(args) -> dict:
     """The family-specific options the user gave (only those, so other families are not bothered)."""
     names = ("beam_size", "patience", "language", "task", "initial_prompt")
-    return {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    out = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
+    if args.temperature is not None:
+        out["temperature"] = _schedule(args.temperature, args.temperature_increment)
+    if args.word_timestamps:
+        out["word_timestamps"] = True
+    return out
+
+
+def _schedule(temps: tuple[float, ...], increment: float) -> tuple[float, ...]:
+    """openai-whisper's fallback schedule: from T up to 1.0 in steps of `increment`."""
+    if len(temps) > 1 or increment <= 0:
+        return temps
+    out = [temps[0]]
+    while out[-1] + increment <= 1.0 + 1e-6:
+        out.append(round(out[-1] + increment, 6))
+    return tuple(out)
 
 
 def _output_stems(inputs: list[str]) -> list[str]:
