@@ -35,7 +35,7 @@ def test_greedy_window(asr, clip, case):
     audio, sr = sf.read(str((REPO / entry["path"]).resolve()), dtype="float32")
     assert len(audio) == entry["num_samples"]
     assert asr.suppress_ids() == want["suppress_tokens"]
-    r = asr.decode_window(asr.window_mel(audio), timestamps=(case == "greedy_timestamps"))
+    r = asr.decode_window(asr.window_mel(audio), timestamps=want["timestamps"], prefix=want["prefix"] or ())
     assert r.tokens[0] == want["tokens"]
     assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
     assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)
@@ -53,7 +53,7 @@ def test_beam_window_through_the_recognizer(asr, clip, case):
     audio, _ = sf.read(str((REPO / entry["path"]).resolve()), dtype="float32")
     r = asr.decode_window(asr.window_mel(audio), timestamps=want.get("timestamps", True),
                           beam_size=want["beam_size"], patience=want.get("patience"),
-                          length_penalty=want.get("length_penalty"))
+                          length_penalty=want.get("length_penalty"), prefix=want.get("prefix") or ())
     assert r.tokens[0] == want["tokens"]
     assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
     assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)

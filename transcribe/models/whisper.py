@@ -40,8 +40,10 @@ def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> tor
     if channels % 2:
         raise ValueError("channels must be even")
     step = math.log(max_timescale) / (channels // 2 - 1)
-    inv = torch.exp(-step * torch.arange(channels // 2, dtype=torch.float32))
-    t = torch.arange(length, dtype=torch.float32)[:, None] * inv[None, :]
+    # Always computed on the CPU, even while a model is built on the meta device: meta tensors
+    # would run through torch's Python decompositions (and import torch._dynamo, 1.5 s).
+    inv = torch.exp(-step * torch.arange(channels // 2, dtype=torch.float32, device="cpu"))
+    t = torch.arange(length, dtype=torch.float32, device="cpu")[:, None] * inv[None, :]
     return torch.cat([torch.sin(t), torch.cos(t)], dim=1)
 
 
@@ -157,7 +159,9 @@ class KVCache:
 class TextDecoder(nn.Module):
     def __init__(self, n_vocab: int, n_ctx: int, n_state: int, n_head: int, n_layer: int):
         super().__init__()
-        self.token_embedding = nn.Embedding(n_vocab, n_state)
+        # Given an (uninitialized) weight, Embedding skips its random init: on the meta device
+        # that init runs through torch's Python decompositions and imports torch._dynamo (1.5 s).
+        self.token_embedding = nn.Embedding(n_vocab, n_state, _weight=torch.empty(n_vocab, n_state))
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
@@ -208,7 +212,7 @@ class TextDecoder(nn.Module):
             x = x + blk.cross_attn.attend(h, ck, cv, None)
             x = x + blk.mlp(blk.mlp_ln(x))
         x = self.ln(x)
-        logits = (x @ self.token_embedding.weight.to(x.dtype).T).float()
+        logits = F.linear(x, self.token_embedding.weight.to(x.dtype)).float()  # (a GEMV on the weight as stored)
         return logits, KVCache(keys, values, idx), weights
 
 

@@ -113,9 +113,11 @@ def greedy(
     sot_index: int = 0,
     temperature: float = 0.0,
     generator: Optional[torch.Generator] = None,
+    n_ctx: Optional[int] = None,
 ) -> WindowResult:
     """Greedy (temperature 0) or sampled (temperature > 0) decoding of every row of `initial`
-    [rows, L] until end-of-text. Sampling draws from softmax(logits / temperature); the
+    [rows, L] until end-of-text, or until the rows hold more than `n_ctx` tokens (the decoder's
+    context: a long prompt leaves less room). Sampling draws from softmax(logits / temperature); the
     log-probabilities summed are those of the unscaled, rule-filtered logits, as openai-whisper's.
 
     The first step's logits at `sot_index` give the no-speech probability; openai-whisper reads it
@@ -142,7 +144,7 @@ def greedy(
         nxt = torch.where(ended, torch.full_like(nxt, eot), nxt)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         new = nxt[:, None]
-        if bool((tokens[:, -1] == eot).all()):
+        if bool((tokens[:, -1] == eot).all()) or (n_ctx is not None and tokens.shape[1] > n_ctx):
             break
     start = initial.shape[1]
     out = []

