@@ -36,7 +36,7 @@ def beam_window(asr, mel, beam_size, patience=None, length_penalty=None, timesta
     """decode_window's setup (same initial tokens and logit rules), with beam_search."""
     t = asr.tokenizer
     m = asr.model
-    dtype = m.decoder.token_embedding.weight.dtype
+    dtype = m.dtype
     audio = m.encoder(mel[None].to(dtype))
     cross = m.decoder.cross_kv(audio)
     initial = t.sot_sequence("en", "transcribe", asr.multilingual)

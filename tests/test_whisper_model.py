@@ -108,3 +108,53 @@ def test_encoder_rejects_wrong_length():
 
     with pytest.raises(ValueError, match="mel frames"):
         m.encoder(torch.randn(1, DIMS.n_mels, 10))
+
+
+def test_compact_embedding_gives_the_float32_logits_and_embeddings():
+    """A float16-exact embedding stored in float16: identical logits through the blocked
+    projection (over several blocks and a ragged last one), identical token embeddings."""
+    from transcribe.models import whisper as wm
+
+    torch.manual_seed(0)
+    dims = WhisperDims(80, 1500, 32, 4, 1, 5000, 448, 32, 4, 1)
+    d = wm.TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer)
+    with torch.no_grad():
+        d.token_embedding.weight.copy_(d.token_embedding.weight.half().float())
+    x = torch.randn(3, 2, 32)
+    tokens = torch.randint(0, 5000, (3, 2))
+    want, want_emb = d.logits(x), d.token_embedding(tokens)
+    old = wm.LOGIT_BLOCK_ROWS
+    wm.LOGIT_BLOCK_ROWS = 1536  # 5000 = 3 blocks + 392
+    try:
+        assert d.compact_embedding()
+        assert d.token_embedding.weight.dtype == torch.float16
+        got = d.logits(x)
+    finally:
+        wm.LOGIT_BLOCK_ROWS = old
+    torch.testing.assert_close(got, want, rtol=0, atol=1e-6)
+    torch.testing.assert_close(d.token_embedding(tokens).float(), want_emb, rtol=0, atol=0)
+    # not float16-exact: stays float32
+    d2 = wm.TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer)
+    assert not d2.compact_embedding() and d2.token_embedding.weight.dtype == torch.float32
+
+
+def test_beams_sharing_one_audio_read_its_keys_without_copies():
+    """Cache rows that all map to audio row 0 (beams) give the same logits as rows with their
+    own copy of the audio's keys and values."""
+    from transcribe.models import whisper as wm
+
+    torch.manual_seed(1)
+    dims = WhisperDims(80, 1500, 32, 4, 1, 300, 448, 32, 4, 2)
+    d = wm.TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer).eval()
+    audio = torch.randn(1, 50, 32)
+    cross = d.cross_kv(audio)
+    cross5 = d.cross_kv(audio.expand(5, -1, -1).contiguous())
+    first = torch.randint(0, 300, (5, 3))
+    with torch.no_grad():
+        shared_logits, shared_cache, _ = d(first, cross, wm.KVCache([], [], torch.zeros(5, dtype=torch.long)))
+        own_logits, own_cache, _ = d(first, cross5, None)
+        torch.testing.assert_close(shared_logits, own_logits, rtol=0, atol=1e-5)
+        nxt = torch.randint(0, 300, (5, 1))
+        a, _, _ = d(nxt, cross, shared_cache.reorder(torch.tensor([0, 0, 2, 3, 3])))
+        b, _, _ = d(nxt, cross5, own_cache.reorder(torch.tensor([0, 0, 2, 3, 3])))
+    torch.testing.assert_close(a, b, rtol=0, atol=1e-5)

@@ -37,7 +37,7 @@ def language_probabilities(
             raise ValueError("give mel or audio_features")
         if mel.ndim == 2:
             mel = mel[None]
-        audio_features = model.encoder(mel.to(model.decoder.token_embedding.weight.dtype))
+        audio_features = model.encoder(mel.to(model.dtype))
     if cross is None:
         cross = model.decoder.cross_kv(audio_features)
     rows = cross[0][0].shape[0]

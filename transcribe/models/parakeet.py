@@ -11,6 +11,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .building import embedding_weight
+
 from ..features import NemoMelFrontEnd
 from .conformer import ConformerEncoder
 
@@ -27,8 +29,7 @@ class _LSTM(nn.Module):
 class _Prediction(nn.Module):
     def __init__(self, vocab_with_blank: int, hidden: int, layers: int):
         super().__init__()
-        # A given weight skips the random init (slow on the meta device, see Whisper's embedding).
-        self.embed = nn.Embedding(vocab_with_blank, hidden, _weight=torch.empty(vocab_with_blank, hidden))
+        self.embed = nn.Embedding(vocab_with_blank, hidden, _weight=embedding_weight(vocab_with_blank, hidden))
         self.dec_rnn = _LSTM(hidden, layers)
 
 

@@ -16,6 +16,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .building import embedding_weight
+
 
 @dataclass
 class WhisperDims:
@@ -161,7 +163,7 @@ class TextDecoder(nn.Module):
         super().__init__()
         # Given an (uninitialized) weight, Embedding skips its random init: on the meta device
         # that init runs through torch's Python decompositions and imports torch._dynamo (1.5 s).
-        self.token_embedding = nn.Embedding(n_vocab, n_state, _weight=torch.empty(n_vocab, n_state))
+        self.token_embedding = nn.Embedding(n_vocab, n_state, _weight=embedding_weight(n_vocab, n_state))
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
@@ -189,10 +191,13 @@ class TextDecoder(nn.Module):
         offset = cache.length
         if offset + n > self.positional_embedding.shape[0]:
             raise ValueError(f"the decoder holds {self.positional_embedding.shape[0]} tokens at most")
-        x = self.token_embedding(tokens) + self.positional_embedding[offset : offset + n]
+        x = self.token_embedding(tokens).to(self.positional_embedding.dtype) + self.positional_embedding[offset : offset + n]
         x = x.to(cross[0][0].dtype)
         idx = cache.audio_index
         same_rows = idx.shape[0] == cross[0][0].shape[0] and bool((idx == torch.arange(idx.shape[0], device=idx.device)).all())
+        # Rows that all read one audio (the beams of one window): their queries go to that audio's
+        # keys and values as one sequence of rows * n queries, with no copy of the keys per row.
+        shared = None if same_rows or cross_scores else (int(idx[0]) if bool((idx == idx[0]).all()) else None)
         keys, values, weights = [], [], {}
         for i, blk in enumerate(self.blocks):
             h = blk.attn_ln(x)
@@ -204,16 +209,55 @@ class TextDecoder(nn.Module):
             values.append(v)
             x = x + blk.attn.attend(h, k, v, offset)
             ck, cv = cross[i]
-            if not same_rows:
-                ck, cv = ck.index_select(0, idx), cv.index_select(0, idx)
             h = blk.cross_attn_ln(x)
-            if i in cross_scores:
-                weights[i] = blk.cross_attn.scores(h, ck)
-            x = x + blk.cross_attn.attend(h, ck, cv, None)
+            if shared is not None:
+                a = shared
+                y = blk.cross_attn.attend(h.reshape(1, rows * n, -1), ck[a : a + 1], cv[a : a + 1], None)
+                x = x + y.reshape(rows, n, -1)
+            else:
+                if not same_rows:
+                    ck, cv = ck.index_select(0, idx), cv.index_select(0, idx)
+                if i in cross_scores:
+                    weights[i] = blk.cross_attn.scores(h, ck)
+                x = x + blk.cross_attn.attend(h, ck, cv, None)
             x = x + blk.mlp(blk.mlp_ln(x))
-        x = self.ln(x)
-        logits = F.linear(x, self.token_embedding.weight.to(x.dtype)).float()  # (a GEMV on the weight as stored)
-        return logits, KVCache(keys, values, idx), weights
+        return self.logits(self.ln(x)), KVCache(keys, values, idx), weights
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        """Final states [R, n, C] -> logits over the vocabulary [R, n, vocab] (float32), through the
+        tied token embedding.
+
+        When the embedding is stored in float16 under float32 activations (`compact_embedding`),
+        the weight goes through float32 in blocks that stay in the CPU's cache: the products are
+        the float32 ones, but each step reads half the bytes (the projection is the largest
+        read of a decoding step: 80 MB in float32 for 51864 x 384).
+        """
+        w = self.token_embedding.weight
+        if w.dtype == x.dtype or x.device.type != "cpu":
+            return F.linear(x, w.to(x.dtype)).float()
+        out = torch.empty(*x.shape[:-1], w.shape[0], dtype=x.dtype, device=x.device)
+        block = torch.empty(min(LOGIT_BLOCK_ROWS, w.shape[0]), w.shape[1], dtype=x.dtype, device=x.device)
+        for start in range(0, w.shape[0], LOGIT_BLOCK_ROWS):
+            rows = w[start : start + LOGIT_BLOCK_ROWS]
+            b = block[: rows.shape[0]]
+            b.copy_(rows)
+            out[..., start : start + rows.shape[0]] = F.linear(x, b)
+        return out.float()
+
+    def compact_embedding(self) -> bool:
+        """Store the token embedding in float16 when that loses nothing (weights that came from a
+        float16 checkpoint) and the decoder computes in float32 on the CPU. Returns whether it did."""
+        w = self.token_embedding.weight
+        if w.dtype != torch.float32 or w.device.type != "cpu":
+            return False
+        half = w.detach().to(torch.float16)
+        if not torch.equal(half.float(), w.detach()):
+            return False
+        self.token_embedding.weight = nn.Parameter(half, requires_grad=False)
+        return True
+
+
+LOGIT_BLOCK_ROWS = 2048  # vocabulary rows per block of the float16 logit projection (1.5 MB)
 
 
 class Whisper(nn.Module):
@@ -222,6 +266,11 @@ class Whisper(nn.Module):
         self.dims = dims
         self.encoder = AudioEncoder(dims.n_mels, dims.n_audio_ctx, dims.n_audio_state, dims.n_audio_head, dims.n_audio_layer)
         self.decoder = TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype the model computes in (the token embedding may be stored more compactly)."""
+        return self.decoder.positional_embedding.dtype
 
     @property
     def is_multilingual(self) -> bool:
