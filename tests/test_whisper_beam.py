@@ -51,7 +51,7 @@ def beam_window(asr, mel, beam_size, patience=None, length_penalty=None, timesta
     state = {"cache": KVCache([], [], torch.arange(n_audio).repeat_interleave(beam_size))}
     calls = {"reorder": 0}
 
-    def step(new):
+    def step(new, positions=None):
         logits, state["cache"], _ = m.decoder(new, cross, state["cache"])
         return logits
 

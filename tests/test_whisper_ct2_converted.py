@@ -139,7 +139,7 @@ def test_greedy_matches_ctranslate2(converted, jfk_mel):
     cross = asr.encode(jfk_mel)
     state = {"cache": None}
 
-    def step(new):
+    def step(new, positions=None):
         logits, state["cache"], _ = asr.model.decoder(new, cross, state["cache"])
         return logits
 

@@ -146,6 +146,8 @@ def test_beams_sharing_one_audio_read_its_keys_without_copies():
     torch.manual_seed(1)
     dims = WhisperDims(80, 1500, 32, 4, 1, 300, 448, 32, 4, 2)
     d = wm.TextDecoder(dims.n_vocab, dims.n_text_ctx, dims.n_text_state, dims.n_text_head, dims.n_text_layer).eval()
+    with torch.no_grad():
+        d.positional_embedding.normal_()  # (built on the CPU, the table is left uninitialized)
     audio = torch.randn(1, 50, 32)
     cross = d.cross_kv(audio)
     cross5 = d.cross_kv(audio.expand(5, -1, -1).contiguous())

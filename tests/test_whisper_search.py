@@ -71,7 +71,7 @@ def test_greedy_follows_the_table_and_sums_logprobs():
     script = [3, 4, EOT]
     calls = []
 
-    def step(new):
+    def step(new, positions=None):
         calls.append(new.shape[1])
         n = len(calls) - 1
         lg = torch.zeros(new.shape[0], new.shape[1], V)
@@ -90,7 +90,7 @@ def test_greedy_follows_the_table_and_sums_logprobs():
 
 
 def test_greedy_rows_that_ended_stay_ended():
-    def step(new):
+    def step(new, positions=None):
         lg = torch.zeros(2, new.shape[1], V)
         lg[0, -1, EOT] = 9.0  # row 0 ends at once
         lg[1, -1, 3] = 9.0  # row 1 never ends
@@ -125,7 +125,7 @@ class TableModel:
             p[tok] = q
         return p.log()
 
-    def step(self, new):
+    def step(self, new, positions=None):
         if self.rows is None:
             self.rows = [[] for _ in range(new.shape[0])]
         out = torch.empty(new.shape[0], new.shape[1], V)

@@ -164,8 +164,8 @@ class WhisperASR:
             # Every beam of the window reads the one set of cross-attention keys and values.
             state = {"cache": KVCache([], [], torch.zeros(beam_size, dtype=torch.long))}
 
-        def step(new: torch.Tensor) -> torch.Tensor:
-            logits, state["cache"], _ = m.decoder(new, cross, state["cache"])
+        def step(new: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
+            logits, state["cache"], _ = m.decoder(new, cross, state["cache"], positions=positions)
             return logits
 
         if sampled:

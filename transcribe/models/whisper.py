@@ -178,12 +178,14 @@ class TextDecoder(nn.Module):
         cross: list[tuple[torch.Tensor, torch.Tensor]],
         cache: Optional[KVCache] = None,
         cross_scores: Sequence[int] = (),
+        positions: Optional[Sequence[int]] = None,
     ):
         """tokens [R, n] (the new tokens of each row) -> (logits [R, n, vocab] float32, cache, scores).
 
         With a cache the new tokens continue its rows; without one, rows start at position 0 and
         cache row r reads audio row r. scores: {layer: cross-attention scores before the softmax
-        [R, heads, n, audio frames]} for the layers in `cross_scores`.
+        [R, heads, n, audio frames]} for the layers in `cross_scores`. positions: the new tokens'
+        positions whose logits are wanted (default all): logits [R, len(positions), vocab].
         """
         rows, n = tokens.shape
         if cache is None:
@@ -221,6 +223,8 @@ class TextDecoder(nn.Module):
                     weights[i] = blk.cross_attn.scores(h, ck)
                 x = x + blk.cross_attn.attend(h, ck, cv, None)
             x = x + blk.mlp(blk.mlp_ln(x))
+        if positions is not None:
+            x = x[:, list(positions)]
         return self.logits(self.ln(x)), KVCache(keys, values, idx), weights
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:

@@ -1,8 +1,11 @@
 """Whisper decoding over one 30 s window: logit rules, greedy and beam search, as openai-whisper defines them.
 
-The search sees no modules: `step(tokens) -> logits` takes the tokens not yet given to the model
-(all of them on the first call, the last one afterwards) and returns the next-token logits
-[rows, vocab] in float32. Each logit rule is a small class with `apply(logits, tokens)` that
+The search sees no modules: `step(tokens, positions) -> logits` takes the tokens not yet given to
+the model (all of them on the first call, the last one afterwards) and returns logits [rows, k,
+vocab] in float32 at the given positions of those new tokens (a step may return every position
+instead; the search then picks). Only the last position, and on the first call the
+start-of-transcript one (for the no-speech probability), are needed: a long prompt is not
+projected onto the vocabulary. Each logit rule is a small class with `apply(logits, tokens)` that
 edits the logits in place, so it can be tested on a hand-written table.
 """
 from __future__ import annotations
@@ -86,11 +89,15 @@ class ApplyTimestampRules:
 def _next_logits(step, new, tokens, rules, no_speech, sot_index):
     """One model step: the rule-filtered next-token logits [rows, vocab] (float32) and, when
     `no_speech` is given, each row's no-speech probability read at `sot_index` before any rule."""
-    all_logits = step(new)  # [rows, n_new, vocab]
+    n = new.shape[1]
+    positions = sorted({sot_index, n - 1}) if no_speech is not None else [n - 1]
+    out = step(new, positions)  # [rows, len(positions) or n, vocab]
+    if out.shape[1] == n:
+        out = out[:, positions]
     ns = None
     if no_speech is not None:
-        ns = torch.softmax(all_logits[:, sot_index].float(), dim=-1)[:, no_speech].tolist()
-    logits = all_logits[:, -1].float().clone()
+        ns = torch.softmax(out[:, positions.index(sot_index)].float(), dim=-1)[:, no_speech].tolist()
+    logits = out[:, -1].float().clone()
     for rule in rules:
         rule.apply(logits, tokens)
     return logits, ns
@@ -184,7 +191,7 @@ def beam_search(
     BeamSearchDecoder with its MaximumLikelihoodRanker.
 
     The model sees n_audio * beam_size rows, the beams of one audio next to each other (row
-    a * beam_size + j is beam j of audio a). `step(new [rows, n]) -> logits [rows, n, vocab]` as in
+    a * beam_size + j is beam j of audio a). `step(new [rows, n], positions) -> logits` as in
     `greedy`; after each step the surviving beams may come from other rows: `reorder(src)` gets,
     for each new row, the row it continues (a LongTensor), so the caller can reorder its cache
     (it is not called when every row continues itself). Each step, every beam proposes its
