@@ -1,8 +1,12 @@
 """Whisper model code on random weights: the key-value cache, beam reorders and masks."""
 from __future__ import annotations
 
+import hashlib
+import json
 import math
+from pathlib import Path
 
+import pytest
 import torch
 import torch.nn.functional as F
 
@@ -160,3 +164,21 @@ def test_beams_sharing_one_audio_read_its_keys_without_copies():
         a, _, _ = d(nxt, cross, shared_cache.reorder(torch.tensor([0, 0, 2, 3, 3])))
         b, _, _ = d(nxt, cross5, own_cache.reorder(torch.tensor([0, 0, 2, 3, 3])))
     torch.testing.assert_close(a, b, rtol=0, atol=1e-5)
+
+
+PUBLISHED = json.loads((Path(__file__).parent / "references" / "whisper" / "published.json").read_text())
+
+
+@pytest.mark.parametrize("name", list(PUBLISHED["models"]))
+def test_every_published_size_has_openai_whispers_layout(name):
+    """tiny to large-v3 and large-v3-turbo, English-only and multilingual, 80 and 128 mels: built
+    from the published dims (on the meta device), the same parameter count and the same state-dict
+    names and shapes as openai-whisper's model (tools/whisper_published_dims.py)."""
+    want = PUBLISHED["models"][name]
+    with torch.device("meta"):
+        model = Whisper(WhisperDims.from_dict(want["dims"]))
+    assert sum(p.numel() for p in model.parameters()) == want["parameters"]
+    lines = sorted(f"{k} {list(v.shape)}" for k, v in model.state_dict().items())
+    assert len(lines) == want["state_dict_entries"]
+    assert hashlib.sha256("\n".join(lines).encode()).hexdigest() == want["layout_sha256"]
+    assert model.is_multilingual == (not name.endswith(".en"))
