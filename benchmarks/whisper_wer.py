@@ -78,7 +78,7 @@ def worker(args) -> None:
 
         def run(x):
             kw = {} if beam is None else {"beam_size": beam}
-            return model.transcribe(x, **kw).text
+            return model.transcribe(x, language="en", temperature=0.0, **kw).text
     elif system == "openai":
         import torch
         import whisper
