@@ -37,6 +37,22 @@ def read_wav(path):
         return np.frombuffer(w.readframes(w.getnframes()), np.int16).astype(np.float32) / 32768.0
 
 
+def run_case(model, mel, opts):
+    """One decode of the window: its options' prefix, the tokens, texts, log-probs and prompt."""
+    task = DecodingTask(model, opts)
+    r = decode(model, mel, opts)
+    return {
+        "prefix": opts.prefix,
+        "tokens": list(map(int, r.tokens)),
+        "text": r.text,
+        "avg_logprob": float(r.avg_logprob),
+        "sum_logprob": float(r.avg_logprob) * (len(r.tokens) + 1),
+        "no_speech_prob": float(r.no_speech_prob),
+        "initial_tokens": list(task.initial_tokens),
+        "sample_begin": task.sample_begin,
+    }
+
+
 def main(pt):
     torch.set_num_threads(1)
     model = whisper.load_model(pt, device="cpu")
@@ -54,40 +70,17 @@ def main(pt):
             "greedy_prefix_no_timestamps": DecodingOptions(
                 language="en", temperature=0.0, fp16=False, without_timestamps=True, prefix=prefix),
         }.items():
-            task = DecodingTask(model, opts)
-            r = decode(model, mel, opts)
             cases[name] = {
                 "timestamps": not opts.without_timestamps,
-                "prefix": opts.prefix,
-                "tokens": list(map(int, r.tokens)),
-                "text": r.text,
-                "avg_logprob": float(r.avg_logprob),
-                "sum_logprob": float(r.avg_logprob) * (len(r.tokens) + 1),
-                "no_speech_prob": float(r.no_speech_prob),
-                "initial_tokens": list(task.initial_tokens),
-                "suppress_tokens": sorted(int(t) for t in task._get_suppress_tokens()),
-                "sample_begin": task.sample_begin,
+                **run_case(model, mel, opts),
+                "suppress_tokens": sorted(int(t) for t in DecodingTask(model, opts)._get_suppress_tokens()),
             }
         beams = {}
         for name, (size, patience) in BEAMS.items():
             opts = DecodingOptions(language="en", temperature=0.0, fp16=False, beam_size=size, patience=patience,
                                    prefix=prefix if name == "beam5_prefix" else None)
-            task = DecodingTask(model, opts)
-            r = decode(model, mel, opts)
-            beams[name] = {
-                "beam_size": size,
-                "patience": patience,
-                "length_penalty": None,
-                "timestamps": True,
-                "prefix": opts.prefix,
-                "tokens": list(map(int, r.tokens)),
-                "text": r.text,
-                "avg_logprob": float(r.avg_logprob),
-                "sum_logprob": float(r.avg_logprob) * (len(r.tokens) + 1),
-                "no_speech_prob": float(r.no_speech_prob),
-                "initial_tokens": list(task.initial_tokens),
-                "sample_begin": task.sample_begin,
-            }
+            beams[name] = {"beam_size": size, "patience": patience, "length_penalty": None, "timestamps": True,
+                           **run_case(model, mel, opts)}
         out["clips"][path.split("/")[-1]] = {"path": path, "num_samples": len(audio), "decode": cases, "beam": beams}
     with open("tests/references/whisper/decode.json", "w") as f:
         json.dump(out, f, indent=1)
