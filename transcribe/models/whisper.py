@@ -260,6 +260,13 @@ class TextDecoder(nn.Module):
         self.token_embedding.weight = nn.Parameter(half, requires_grad=False)
         return True
 
+    def expand_embedding(self) -> None:
+        """Store the token embedding in the compute dtype again (for a GPU, where the blocked
+        float16 projection brings nothing)."""
+        w = self.token_embedding.weight
+        if w.dtype != self.positional_embedding.dtype:
+            self.token_embedding.weight = nn.Parameter(w.detach().to(self.positional_embedding.dtype), requires_grad=False)
+
 
 LOGIT_BLOCK_ROWS = 2048  # vocabulary rows per block of the float16 logit projection (1.5 MB)
 
