@@ -1,7 +1,9 @@
-"""The Whisper recognizer: weights, tokenizer and decoding of 30 s windows.
+"""The Whisper recognizer: weights, tokenizer, and openai-whisper's decoding.
 
-So far one window at a time with greedy search (openai-whisper's `decode` at temperature 0);
-long-form transcription, beam search and temperature fallback build on `decode_window`.
+`decode_window` decodes one 30 s window (openai-whisper's `decode`: greedy, beam search or
+best-of sampling, with its logit rules, prompt and prefix); `transcribe` runs audio of any length
+through it window by window (openai-whisper's `transcribe`: seeking by timestamps, conditioning on
+earlier text, temperature fallback, language detection and word timestamps).
 """
 from __future__ import annotations
 
