@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from transcribe.errors import ModelError
-from transcribe.formats.ctranslate2 import read_ctranslate2, read_model_bin
+from transcribe.whisper.checkpoints.ctranslate2 import read_ctranslate2, read_model_bin
 
 TINY_EN_DIMS = {
     "n_mels": 80, "n_audio_ctx": 1500, "n_audio_state": 384, "n_audio_head": 6, "n_audio_layer": 4,

@@ -13,7 +13,7 @@ import pytest
 import torch
 import yaml
 
-from transcribe.models.parakeet import ParakeetModel
+from transcribe.parakeet.model import ParakeetModel
 
 from .conftest import REFS, REPO
 

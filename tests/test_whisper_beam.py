@@ -14,8 +14,8 @@ import pytest
 import soundfile as sf
 import torch
 
-from transcribe.models.whisper import KVCache
-from transcribe.search import whisper as search
+from transcribe.whisper.model import KVCache
+from transcribe.whisper import decoding as search
 
 from .conftest import REPO
 
@@ -26,7 +26,7 @@ REF = json.loads((REPO / "tests" / "references" / "whisper" / "decode.json").rea
 
 @pytest.fixture(scope="module")
 def asr():
-    from transcribe.whisper_asr import WhisperASR
+    from transcribe.whisper.recognizer import WhisperASR
 
     return WhisperASR.from_ctranslate2(mnm.get_model_path())
 

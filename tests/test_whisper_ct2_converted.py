@@ -22,10 +22,10 @@ import pytest
 import soundfile as sf
 import torch
 
-from transcribe.features import whisper_log_mel
-from transcribe.formats.ctranslate2 import read_model_bin
-from transcribe.search import whisper as search
-from transcribe.whisper_asr import WhisperASR
+from transcribe.whisper.frontend import whisper_log_mel
+from transcribe.whisper.checkpoints.ctranslate2 import read_model_bin
+from transcribe.whisper import decoding as search
+from transcribe.whisper.recognizer import WhisperASR
 
 from .conftest import AUDIO, MODELS
 

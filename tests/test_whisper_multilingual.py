@@ -16,10 +16,10 @@ import pytest
 import soundfile as sf
 import torch
 
-from transcribe.models.whisper import Whisper, WhisperDims
-from transcribe.text.tokenizers import WhisperTokenizer
-from transcribe.whisper_asr import WhisperASR
-from transcribe.whisper_language import detect_language, language_probabilities
+from transcribe.whisper.model import Whisper, WhisperDims
+from transcribe.whisper.tokenizer import WhisperTokenizer
+from transcribe.whisper.recognizer import WhisperASR
+from transcribe.whisper.language import detect_language, language_probabilities
 
 from .conftest import REPO
 from .whisper_random import LANGUAGE_CODES, multilingual_tokenizer_json, random_multilingual_state

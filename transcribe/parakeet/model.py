@@ -11,9 +11,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .building import embedding_weight
+from ..modules import embedding_weight
 
-from ..features import NemoMelFrontEnd
+from .frontend import NemoMelFrontEnd
 from .conformer import ConformerEncoder
 
 

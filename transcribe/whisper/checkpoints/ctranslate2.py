@@ -40,8 +40,8 @@ from typing import BinaryIO, Optional
 
 import torch
 
-from ..errors import ModelError
-from ..models.whisper import sinusoids
+from ...errors import ModelError
+from ..model import sinusoids
 
 log = logging.getLogger(__name__)
 

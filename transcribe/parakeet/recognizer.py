@@ -2,19 +2,22 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
 
-from .errors import TranscribeError
-from .models.parakeet import ParakeetModel
-from .results import Hypothesis, Segment, Token, Transcript, Word
-from .search import ctc as ctc_search
-from .search import transducer as transducer_search
-from .search.confidence import METHODS as CONFIDENCE_METHODS
-from .text.tokenizers import SentencePieceTokenizer, punctuation_in
-from .text.words import TokenSpan, group_segments, group_words, join_punctuation, snap_punctuation
+from ..runtime import scoped
+from ..errors import ModelError, TranscribeError
+from .checkpoint import read_nemo
+from .model import ParakeetModel
+from ..results import Hypothesis, Segment, Token, Transcript, Word
+from ..search import ctc as ctc_search
+from ..search import transducer as transducer_search
+from ..search.confidence import METHODS as CONFIDENCE_METHODS
+from ..text.sentencepiece import SentencePieceTokenizer, punctuation_in
+from ..text.words import TokenSpan, group_segments, group_words, join_punctuation, snap_punctuation
 
 log = logging.getLogger("transcribe")
 
@@ -37,16 +40,46 @@ class ParakeetASR:
         self.device = torch.device(device)
         self.sample_rate = model.sample_rate
         self.punctuation = punctuation_in(tokenizer.pieces)
+        self.threads: Optional[int] = None  # CPU threads while this model runs (runtime.model_call)
         if len(tokenizer) != model.vocab_size:
             raise TranscribeError(
                 f"{name}: tokenizer has {len(tokenizer)} pieces but the model's vocabulary has {model.vocab_size}"
             )
+
+    @classmethod
+    def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "ParakeetASR":
+        """A `.nemo` file or NeMo directory -> a recognizer on `device`; `dtype` (bfloat16, float16)
+        applies to the encoder, the front end stays in float32."""
+        ckpt = read_nemo(path)
+        if ckpt.tokenizer is None:
+            raise ModelError(f"{path}: the config names no SentencePiece tokenizer (tokenizer.model_path)")
+        try:
+            with torch.device("meta"):
+                model = ParakeetModel(ckpt.config)
+        except (ValueError, KeyError, TypeError) as e:
+            raise ModelError(f"{path}: model config not supported ({e})") from None
+        try:
+            model.load_nemo_state_dict(ckpt.state_dict)
+        except KeyError as e:
+            raise ModelError(f"{path}: {e.args[0] if e.args else e}") from None
+        del ckpt.state_dict
+        try:
+            tokenizer = SentencePieceTokenizer(ckpt.tokenizer)
+        except ValueError as e:
+            raise ModelError(f"{path}: {e}") from None
+        model.encoder.fold_batch_norm()
+        model.eval()
+        model.to(device)
+        if dtype is not None and dtype != torch.float32:
+            model.encoder.to(dtype)
+        return cls(model, tokenizer, name, str(device))
 
     @property
     def heads(self) -> list[str]:
         return self.model.heads
 
     # ------------------------------------------------------------------------------------------
+    @scoped
     def transcribe(
         self,
         audio,
@@ -98,7 +131,7 @@ class ParakeetASR:
         raise TranscribeError(f"{self.name} has no {head} head (it has: {', '.join(heads)})")
 
     def _load(self, a) -> np.ndarray:
-        from .audio import model_input
+        from ..audio import model_input
 
         return model_input(a, self.sample_rate)
 

@@ -9,20 +9,22 @@ from __future__ import annotations
 
 import logging
 import zlib
+from pathlib import Path
 from typing import Optional, Sequence
 
 import numpy as np
 
 import torch
 
-from .errors import ModelError, TranscribeError
-from .results import Segment, Token, Transcript, Word
-from .features import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
-from .models.whisper import KVCache, Whisper, WhisperDims
-from .search import whisper as search
-from .text.tokenizers import WhisperTokenizer
-from .whisper_language import detect_language
-from .whisper_alignment import APPEND_PUNCTUATION, PREPEND_PUNCTUATION, add_word_timestamps, find_alignment
+from ..runtime import scoped
+from ..errors import ModelError, TranscribeError
+from ..results import Segment, Token, Transcript, Word
+from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
+from .model import KVCache, Whisper, WhisperDims
+from . import decoding as search
+from .tokenizer import WhisperTokenizer
+from .language import detect_language
+from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION, add_word_timestamps, find_alignment
 
 
 log = logging.getLogger("transcribe")
@@ -45,10 +47,27 @@ class WhisperASR:
         self.tokenizer = tokenizer
         self.config = config
         self.name = name
+        self.threads: Optional[int] = None  # CPU threads while this model runs (runtime.model_call)
+
+    @classmethod
+    def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None,
+             kind: str = "ctranslate2") -> "WhisperASR":
+        """A checkpoint of `kind` (ctranslate2, openai, transformers) -> a recognizer on `device`.
+        Without a dtype: float32 on a CPU, float16 on a GPU (as openai-whisper)."""
+        if dtype is None and device.type == "cuda":
+            dtype = torch.float16
+        build = {"ctranslate2": cls.from_ctranslate2, "openai": cls.from_openai,
+                 "transformers": cls.from_transformers}[kind]
+        asr = build(path, dtype)
+        asr.name = name
+        asr.model.to(device)
+        if device.type != "cpu":
+            asr.model.decoder.expand_embedding()
+        return asr
 
     @classmethod
     def from_ctranslate2(cls, path, dtype: Optional[torch.dtype] = None) -> "WhisperASR":
-        from .formats.ctranslate2 import read_ctranslate2
+        from .checkpoints.ctranslate2 import read_ctranslate2
 
         config, sd, tok_json = read_ctranslate2(path)
         return cls.from_state_dict(config, sd, tok_json, path, dtype)
@@ -56,14 +75,14 @@ class WhisperASR:
     @classmethod
     def from_openai(cls, path, dtype: Optional[torch.dtype] = None) -> "WhisperASR":
         """An openai-whisper .pt checkpoint (or a directory holding one)."""
-        from .formats.openai_pt import read_openai_pt
+        from .checkpoints.openai_pt import read_openai_pt
 
         return cls.from_state_dict(*read_openai_pt(path), path, dtype)
 
     @classmethod
     def from_transformers(cls, path, dtype: Optional[torch.dtype] = None) -> "WhisperASR":
         """A Hugging Face transformers Whisper directory (config.json, safetensors or .bin weights)."""
-        from .formats.transformers_whisper import read_transformers_whisper
+        from .checkpoints.transformers import read_transformers_whisper
 
         return cls.from_state_dict(*read_transformers_whisper(path), path, dtype)
 
@@ -118,6 +137,7 @@ class WhisperASR:
             rules.append(search.ApplyTimestampRules(t.timestamp_begin, t.eot, t.no_timestamps, sample_begin, 50))
         return rules
 
+    @scoped
     @torch.inference_mode()
     def decode_window(
         self,
@@ -199,6 +219,7 @@ class WhisperASR:
             n_ctx=m.dims.n_text_ctx,
         )
 
+    @scoped
     def detect_language(self, mel: torch.Tensor) -> tuple[str, dict[str, float]]:
         """The spoken language of a 30 s window (mel [n_mels, 3000]) and every language's
         probability, for a multilingual model."""
@@ -206,6 +227,7 @@ class WhisperASR:
             raise TranscribeError(f"{self.name} is an English-only model: it has no languages to detect")
         return detect_language(self.model, self.tokenizer, cross=self.encode(mel))
 
+    @scoped
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> list:
         """One window's mel [n_mels, 3000] -> the cross-attention keys and values of every decoder
@@ -221,6 +243,7 @@ class WhisperASR:
         return mel[:, :WHISPER_CHUNK_FRAMES]
 
     # ------------------------------------------------------------------------------------------
+    @scoped
     def transcribe(
         self,
         audio,
@@ -295,7 +318,7 @@ class WhisperASR:
         return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
 
     def _load(self, a) -> np.ndarray:
-        from .audio import model_input
+        from ..audio import model_input
 
         return model_input(a, self.sample_rate)
 

@@ -10,13 +10,13 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import os
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from ..errors import ModelError
+from ...errors import ModelError
+from ...hub import default_model_path, hub_file
 
 TOKENIZER_JSON = "tokenizer.json"
 N_VOCAB_ENGLISH = 51864
@@ -120,7 +120,7 @@ def non_speech_ids(tokenizer) -> list[int]:
 def complete_config(config: dict, tokenizer_json: str, where: str) -> dict:
     """Fill in what a checkpoint may lack from its tokenizer: suppress_ids, suppress_ids_begin,
     lang_ids (CTranslate2's config.json keys)."""
-    from ..text.tokenizers import WhisperTokenizer
+    from ..tokenizer import WhisperTokenizer
 
     dims = config["dims"]
     try:
@@ -159,8 +159,6 @@ def reference_tokenizer_json(n_vocab: int, where: str) -> str:
     openai/whisper-tiny's (51865) or openai/whisper-large-v3's (51866) from the Hugging Face cache,
     else downloaded."""
     if n_vocab == N_VOCAB_ENGLISH:
-        from ..loading import default_model_path
-
         try:
             path = default_model_path() / TOKENIZER_JSON
         except ModelError as e:
@@ -171,27 +169,12 @@ def reference_tokenizer_json(n_vocab: int, where: str) -> str:
         raise ModelError(
             f"{where}: no tokenizer.json next to it, and no known Whisper tokenizer has a vocabulary of {n_vocab}; "
             f"put the model's tokenizer.json beside it")
-    return read_text_json(Path(_hub_file(repo, TOKENIZER_JSON, where)))
-
-
-def _hub_file(repo: str, filename: str, where: str) -> str:
     try:
-        from huggingface_hub import hf_hub_download
-    except ImportError:  # pragma: no cover - a declared dependency
-        raise ModelError(f"{where}: needs {repo}'s {filename}, but huggingface_hub is not installed") from None
-    errors = []
-    offline = os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
-    for local_only in (True, False):
-        if not local_only and offline:
-            break
-        try:
-            return hf_hub_download(repo, filename, local_files_only=local_only)
-        except Exception as e:  # hub errors are many types; report the first line
-            errors.append(str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
-    raise ModelError(
-        f"{where}: no tokenizer.json next to it, and {repo}'s {filename} (the tokenizer of this vocabulary) is "
-        f"not in the Hugging Face cache and could not be downloaded ({'offline' if offline else errors[-1]}); "
-        f"put a tokenizer.json beside the checkpoint")
+        return read_text_json(Path(hub_file(repo, TOKENIZER_JSON)))
+    except ModelError as e:
+        raise ModelError(
+            f"{where}: no tokenizer.json next to it, and {e} (the tokenizer of this vocabulary); "
+            f"put a tokenizer.json beside the checkpoint") from None
 
 
 def state_dict_fits(sd: dict, dims: dict, where: str) -> None:

@@ -16,7 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .building import embedding_weight
+from ..modules import embedding_weight
 
 
 @dataclass

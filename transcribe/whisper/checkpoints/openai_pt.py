@@ -1,6 +1,6 @@
 """Reading openai-whisper `.pt` checkpoints: `{"dims": {...}, "model_state_dict": {...}}`.
 
-The state dict already uses the names of `transcribe.models.whisper.Whisper`. The file is read with
+The state dict already uses the names of `transcribe.whisper.model.Whisper`. The file is read with
 `torch.load(weights_only=True)` (no code runs from it), memory-mapped where its format allows.
 
 Alignment heads: a checkpoint's own `alignment_heads` entry (a boolean [n_text_layer, n_text_head]
@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ModelError
-from ..models.whisper import WhisperDims
-from .whisper_common import (
+from ...errors import ModelError
+from ..model import WhisperDims
+from .common import (
     OPENAI_ALIGNMENT_HEADS,
     alignment_heads_from,
     complete_config,

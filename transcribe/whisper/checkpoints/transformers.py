@@ -34,8 +34,8 @@ from pathlib import Path
 
 import torch
 
-from ..errors import ModelError
-from .whisper_common import (
+from ...errors import ModelError
+from .common import (
     alignment_heads_from,
     complete_config,
     default_alignment_heads,

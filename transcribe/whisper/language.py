@@ -11,8 +11,8 @@ from typing import Optional
 
 import torch
 
-from .models.whisper import Whisper
-from .text.tokenizers import WhisperTokenizer
+from .model import Whisper
+from .tokenizer import WhisperTokenizer
 
 
 @torch.inference_mode()

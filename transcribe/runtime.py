@@ -1,0 +1,126 @@
+"""Process settings the speed depends on, applied only while a model runs (and then restored).
+
+A library does not change its host process: `load_model(threads=N)` does not call
+`torch.set_num_threads` for good, and no floating-point mode outlives a call. Instead every model
+call runs inside `model_call(threads)`, which
+
+- sets PyTorch's intra-op thread count to `threads` (when given) and restores the caller's count
+  afterwards;
+- turns on flush-denormal (denormal floats read and written as zero: some encoders slow down 4x
+  on tiny values otherwise; results move by far less than the parity tolerances) and restores the
+  caller's mode afterwards. The mode is per thread (the x86 MXCSR register), so it is set in the
+  calling thread, and PyTorch's worker threads created while it is set inherit it.
+
+The thread count is process-wide in PyTorch: while calls overlap in several threads, the count of
+the first call that entered holds until the last one leaves, then the caller's count comes back.
+
+Process-level tuning that cannot be scoped is explicit: `configure_process()` is what the command
+line calls (threads for the whole run and glibc's malloc thresholds); a program may call it too.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+from typing import Iterator, Optional
+
+_lock = threading.Lock()
+_depth = 0
+_saved_threads: Optional[int] = None
+_local = threading.local()
+
+
+def _flush_denormal_is_on(torch) -> bool:
+    """Whether denormals are flushed in this thread: a denormal input reads as zero then."""
+    tiny = torch.tensor([1e-40], dtype=torch.float32)
+    return bool((tiny * 2.0).item() == 0.0)
+
+
+@contextlib.contextmanager
+def model_call(threads: Optional[int] = None) -> Iterator[None]:
+    """The settings a model call runs under (see the module's text); nests and overlaps safely."""
+    import torch
+
+    global _depth, _saved_threads
+    with _lock:
+        if _depth == 0:
+            _saved_threads = None
+            if threads is not None and torch.get_num_threads() != threads:
+                _saved_threads = torch.get_num_threads()
+                torch.set_num_threads(threads)
+        _depth += 1
+    depth = getattr(_local, "depth", 0)
+    restore_flush = None
+    if depth == 0:
+        was_on = _flush_denormal_is_on(torch)
+        if not was_on and torch.set_flush_denormal(True):
+            restore_flush = False
+    _local.depth = depth + 1
+    try:
+        yield
+    finally:
+        _local.depth = depth
+        if restore_flush is not None:
+            torch.set_flush_denormal(restore_flush)
+        with _lock:
+            _depth -= 1
+            if _depth == 0 and _saved_threads is not None:
+                torch.set_num_threads(_saved_threads)
+                _saved_threads = None
+
+
+def configure_process(threads: Optional[int] = None, malloc: bool = True) -> None:
+    """Process-wide settings for a program that runs models and nothing else (the CLI, a server):
+    PyTorch's thread count, and glibc's malloc thresholds (see `tune_malloc`)."""
+    if threads is not None:
+        import torch
+
+        torch.set_num_threads(int(threads))
+    if malloc:
+        tune_malloc()
+
+
+_MALLOC_TUNED = False
+
+
+def tune_malloc() -> bool:
+    """Let glibc keep activation-sized buffers in its heap between calls; True when it did.
+
+    By default glibc maps every block above 128 KiB anew and hands back heap memory above 128 KiB
+    at its top; each fresh page is then paid in a page fault on first touch, on every call: about
+    15% of a 0.6B encoder's time on a CPU. Raising the mmap threshold to its maximum (32 MiB) and
+    the trim threshold to 1 GiB lets later calls reuse the same memory. Process-wide and lasting,
+    glibc only: the command line does it; a library caller opts in by calling this.
+    TRANSCRIBE_MALLOC_TUNING=0 turns it off.
+    """
+    global _MALLOC_TUNED
+    if _MALLOC_TUNED:
+        return True
+    if os.environ.get("TRANSCRIBE_MALLOC_TUNING", "1") == "0":
+        return False
+    import ctypes
+    import platform
+
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return False
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        m_trim_threshold, m_mmap_threshold = -1, -3
+        libc.mallopt(m_mmap_threshold, 32 << 20)
+        libc.mallopt(m_trim_threshold, 1 << 30)
+    except (OSError, AttributeError):  # pragma: no cover - no glibc after all
+        return False
+    _MALLOC_TUNED = True
+    return True
+
+
+def scoped(method):
+    """Run a recognizer's method under `model_call(self.threads)`."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with model_call(getattr(self, "threads", None)):
+            return method(self, *args, **kwargs)
+
+    return wrapper
