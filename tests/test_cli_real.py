@@ -24,7 +24,8 @@ def test_json_document_for_jfk():
     lines = out.stdout.strip().splitlines()
     assert len(lines) == 1
     doc = json.loads(lines[0])
-    assert set(doc) == {"text", "duration", "segments", "words", "tokens", "model"}
+    assert list(doc) == ["text", "language", "duration", "model", "segments", "words", "tokens"]
+    assert doc["language"] is None and doc["model"] == "tiny-tdt-fit.nemo"
     assert doc["text"] == "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
     assert [w["word"] for w in doc["words"]] == doc["text"].split()
     # The word times NeMo gives for the same model and clip.

@@ -34,18 +34,46 @@ RESAMPLE_QUALITY = "HQ"
 # Samples gathered before each call to the resampler (mono, at the source rate).
 _BLOCK = 1 << 16
 
+# The most bytes read from a stream that cannot seek (standard input, a pipe), which is held in
+# memory whole: 2 GiB, about 18 hours of 16 kHz 16-bit mono or 3 hours of 48 kHz stereo WAV.
+MAX_STREAM_BYTES = 2 << 30
+
 # Leading bytes of the containers that libsndfile reads well.
 _SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"RIFX", b"fLaC", b"OggS", b"FORM", b".snd", b"BW64")
 
 
-def model_input(source, sample_rate: int) -> np.ndarray:
-    """What a model's `transcribe()` takes: an array or tensor is mono audio already at the model's
-    rate; anything else (a path, bytes, a file object, "-") is decoded and resampled."""
-    if isinstance(source, np.ndarray) or type(source).__module__.startswith("torch"):
+def model_input(source, model_rate: int, sample_rate: Optional[int] = None) -> np.ndarray:
+    """What a model's `transcribe()` takes, as mono float32 at `model_rate`: an array or tensor is
+    mono audio at `sample_rate` (the model's own rate when None), resampled when the rates differ;
+    anything else (a path, bytes, a file object, "-") is decoded and resampled from its own rate."""
+    if _is_array(source):
         if getattr(source, "ndim", 1) != 1:
-            raise AudioError(f"<array>: an audio array must be 1-D mono at {sample_rate} Hz, got shape {tuple(source.shape)}")
-        return load_audio(source, sample_rate, source_rate=sample_rate)
-    return load_audio(source, sample_rate)
+            raise AudioError(f"<array>: an audio array must be 1-D mono, got shape {tuple(source.shape)}")
+        return load_audio(source, model_rate, source_rate=model_rate if sample_rate is None else sample_rate)
+    if sample_rate is not None:
+        raise AudioError(f"sample_rate={sample_rate} applies to arrays only: a file carries its own rate")
+    return load_audio(source, model_rate)
+
+
+# Audio decoded ahead of the model at most (seconds), unless one input alone is longer.
+GROUP_AUDIO_S = 30 * 60.0
+
+
+def load_groups(items, load, rate: int, max_seconds: float = GROUP_AUDIO_S):
+    """Decode `items` one at a time with `load(item) -> pcm` and yield them in groups of
+    `(index, pcm)` holding at most `max_seconds` of audio (a longer input forms a group alone), so a
+    list of long files never sits in memory whole; a caller sorts and batches within a group."""
+    group: list[tuple[int, np.ndarray]] = []
+    held = 0
+    for i, item in enumerate(items):
+        pcm = load(item)
+        if group and held + len(pcm) > max_seconds * rate:
+            yield group
+            group, held = [], 0
+        group.append((i, pcm))
+        held += len(pcm)
+    if group:
+        yield group
 
 
 def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] = None) -> np.ndarray:
@@ -72,7 +100,7 @@ def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] =
     if isinstance(source, str) and source == "-":
         name = "<stdin>"
         try:
-            data = sys.stdin.buffer.read()
+            data = _read_bounded(sys.stdin.buffer, name)
         except (OSError, AttributeError, ValueError) as e:
             raise AudioError(f"{name}: cannot read standard input: {e}") from None
         return _decode(io.BytesIO(data), name, sample_rate)
@@ -117,7 +145,7 @@ def _from_fileobj(fileobj, name: str, sample_rate: int) -> np.ndarray:
         return _decode(fileobj, name, sample_rate)
     # A pipe or socket: both decoders want to seek, so take the bytes first.
     try:
-        data = fileobj.read()
+        data = _read_bounded(fileobj, name)
     except (OSError, ValueError) as e:
         raise AudioError(f"{name}: cannot read: {e}") from None
     if isinstance(data, str):
@@ -152,6 +180,24 @@ def _decode(f, name: str, sample_rate: int) -> np.ndarray:
             raise AudioError(f"{name}: this is a text file, not audio") from None
         reason = sf_error or e
         raise AudioError(f"{name}: not a readable audio file ({reason})") from None
+
+
+def _read_bounded(f, name: str, limit: Optional[int] = None) -> bytes:
+    """All of a non-seekable stream, or an AudioError once it passes `limit` bytes."""
+    limit = MAX_STREAM_BYTES if limit is None else limit
+    chunks, n = [], 0
+    while True:
+        chunk = f.read(min(1 << 20, limit + 1 - n))
+        if not chunk:
+            break
+        if isinstance(chunk, str):
+            raise AudioError(f"{name}: file object is open in text mode; open it with 'rb'")
+        chunks.append(chunk)
+        n += len(chunk)
+        if n > limit:
+            raise AudioError(f"{name}: more than {limit / (1 << 30):.3g} GiB from a stream that cannot seek; "
+                             "save it to a file and give its path")
+    return b"".join(chunks)
 
 
 class _NotDecodable(Exception):

@@ -7,7 +7,9 @@ from typing import Any, Optional
 
 @dataclass
 class Token:
-    """One output token. Times in seconds; `frame` and `duration_frames` in encoder frames."""
+    """One output token. `text` is its decoded text (with its leading space, if any), `piece` the
+    vocabulary's raw entry (SentencePiece's "▁the", Whisper's byte-level "Ġthe"). Times in seconds;
+    `frame` and `duration_frames` in encoder frames (Parakeet)."""
 
     id: int
     text: str
@@ -17,6 +19,7 @@ class Token:
     frame: Optional[int] = None
     duration_frames: Optional[int] = None
     logprob: Optional[float] = None
+    piece: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +70,10 @@ class Segment:
 
 @dataclass
 class Transcript:
+    """What every model family returns, serialized with the same keys whatever the family:
+    text (no leading or trailing space), language (None when the model does not say), duration
+    (seconds of audio), model (the name it was loaded by), segments, words, tokens."""
+
     text: str
     duration: float
     segments: list[Segment] = field(default_factory=list)
@@ -77,18 +84,19 @@ class Transcript:
     # does not say (Parakeet).
     language: Optional[str] = None
 
+    def __post_init__(self) -> None:
+        self.text = self.text.strip()
+
     def to_dict(self) -> dict:
-        d = {
+        return {
             "text": self.text,
+            "language": self.language,
             "duration": self.duration,
+            "model": self.model,
             "segments": [s.to_dict() for s in self.segments],
             "words": [w.to_dict() for w in self.words],
             "tokens": [t.to_dict() for t in self.tokens],
-            "model": self.model,
         }
-        if self.language is not None:
-            d["language"] = self.language
-        return d
 
     @classmethod
     def from_dict(cls, d: dict) -> "Transcript":

@@ -14,6 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+# `ConformerEncoder.forward`'s default: the attention the model was loaded with.
+MODEL_DEFAULT = object()
+
 # NeMo's masking constant for attention scores.
 _MASK_VALUE = -10000.0
 
@@ -497,7 +500,9 @@ class ConformerEncoder(nn.Module):
         return cls(**cfg)
 
     def set_attention(self, mode: str, context: Sequence[int] = (128, 128)) -> None:
-        """'full' (rel_pos) or 'local' (rel_pos_local_attn with [left, right] context)."""
+        """The model's own attention (a setting of the loaded model, as its config gives it): 'full'
+        (rel_pos) or 'local' (rel_pos_local_attn with [left, right] context). A call chooses its own
+        with `forward(..., local_context=...)` without touching this."""
         if mode == "full":
             self.local_context = None
         elif mode == "local":
@@ -528,14 +533,19 @@ class ConformerEncoder(nn.Module):
             allowed = (d >= 0) & (d <= left_chunks)
         return ~allowed
 
-    def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """feats [B, n_mels, T], lengths [B] -> ([B, d_model, T'], lengths [B])."""
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor, local_context=MODEL_DEFAULT
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        """feats [B, n_mels, T], lengths [B] -> ([B, d_model, T'], lengths [B]).
+
+        local_context: this call's attention: None (full), a (left, right) context (local), or the
+        model's own setting (`self.local_context`) by default. A per-call argument, so calls with
+        different attention can share one model."""
         x, lengths = self.pre_encode(feats.transpose(1, 2), lengths)
         b, t, _ = x.shape
         if self.xscale is not None:
             x = x * self.xscale
         pad_mask = torch.arange(t, device=x.device)[None, :] >= lengths[:, None]
-        local = self.local_context
+        local = self.local_context if local_context is MODEL_DEFAULT else local_context
         if local is None:
             pos = self.pos_enc(t, x.dtype)
             att_mask = self._att_mask(t, x.device)

@@ -14,7 +14,7 @@ from torch import nn
 from ..modules import embedding_weight
 
 from .frontend import NemoMelFrontEnd
-from .conformer import ConformerEncoder
+from .conformer import MODEL_DEFAULT, ConformerEncoder
 
 
 class _LSTM(nn.Module):
@@ -241,7 +241,9 @@ class ParakeetModel(nn.Module):
         return self.preprocessor(audio, lengths)
 
     @torch.no_grad()
-    def encode(self, audio: torch.Tensor, lengths: torch.Tensor):
+    def encode(self, audio: torch.Tensor, lengths: torch.Tensor, local_context=MODEL_DEFAULT):
+        """audio [B, samples], lengths -> encoder output [B, d_model, T'] and lengths; local_context
+        as `ConformerEncoder.forward` (this call's attention, the model's own by default)."""
         feats, flen = self.preprocessor(audio, lengths)
         dtype = next(self.encoder.parameters()).dtype
-        return self.encoder(feats.to(dtype), flen)
+        return self.encoder(feats.to(dtype), flen, local_context)

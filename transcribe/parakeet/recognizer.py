@@ -8,6 +8,7 @@ from typing import Optional, Sequence, Union
 import numpy as np
 import torch
 
+from ..audio import load_groups, model_input
 from ..runtime import scoped
 from ..errors import ModelError, TranscribeError
 from .checkpoint import read_nemo
@@ -26,6 +27,9 @@ log = logging.getLogger("transcribe")
 # grows with the square of the length.
 LOCAL_ATTENTION_AFTER_S = 20 * 60.0
 LOCAL_CONTEXT = (128, 128)
+# A batch holds at most this much padded audio (its longest input times its size); a longer input
+# runs alone.
+MAX_BATCH_AUDIO_S = 8 * 60.0
 
 
 class ParakeetASR:
@@ -89,13 +93,16 @@ class ParakeetASR:
         head: Optional[str] = None,
         confidence: str = "entropy",
         attention: str = "auto",
+        sample_rate: Optional[int] = None,
         **options,
     ) -> Union[Transcript, list[Transcript]]:
         """Transcribe one input (a path, bytes, file object or array) or a list of them.
 
         head: "tdt"/"rnnt" (the transducer, default) or "ctc" (CTC models and hybrids).
         confidence: "entropy" (NeMo's default measure) or "max_prob".
-        attention: "auto" (full; local beyond 20 minutes), "full" or "local".
+        attention: "auto" (full; local for an input over 20 minutes), "full" or "local"; decided
+        for each input alone, so a result does not depend on what it is batched with.
+        sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own.
         word_timestamps (Whisper's option) is accepted: words and their times are part of the
         timestamps here.
         """
@@ -111,13 +118,13 @@ class ParakeetASR:
             raise TranscribeError(f"attention must be auto, full or local, got {attention!r}")
         if batch_size < 1:
             raise TranscribeError("batch_size must be at least 1")
-        pcm = [self._load(a) for a in items]
-        order = sorted(range(len(pcm)), key=lambda i: -len(pcm[i]))
-        out: list[Optional[Transcript]] = [None] * len(pcm)
-        for s in range(0, len(order), batch_size):
-            idx = order[s : s + batch_size]
-            for i, t in zip(idx, self._transcribe_batch([pcm[i] for i in idx], head, confidence, attention, timestamps)):
-                out[i] = t
+        out: list[Optional[Transcript]] = [None] * len(items)
+        for group in load_groups(items, lambda a: model_input(a, self.sample_rate, sample_rate), self.sample_rate):
+            for batch in self._batches(group, batch_size, attention):
+                local = batch[0][2]
+                pcm = [p for _, p, _ in batch]
+                for (i, _, _), t in zip(batch, self._transcribe_batch(pcm, head, confidence, local, timestamps)):
+                    out[i] = t
         return out[0] if single else out  # type: ignore[return-value]
 
     def _resolve_head(self, head: Optional[str]) -> str:
@@ -130,14 +137,33 @@ class ParakeetASR:
             return "ctc"
         raise TranscribeError(f"{self.name} has no {head} head (it has: {', '.join(heads)})")
 
-    def _load(self, a) -> np.ndarray:
-        from ..audio import model_input
+    def _local_context(self, samples: int, attention: str) -> Optional[tuple[int, int]]:
+        """The attention of one input: None (full) or a (left, right) local context."""
+        own = self.model.encoder.local_context
+        if attention == "full":
+            return None
+        if attention == "local":
+            return own or LOCAL_CONTEXT
+        return own or (LOCAL_CONTEXT if samples / self.sample_rate > LOCAL_ATTENTION_AFTER_S else None)
 
-        return model_input(a, self.sample_rate)
+    def _batches(self, group: list[tuple[int, np.ndarray]], batch_size: int, attention: str):
+        """Batches of (index, pcm, local context): longest first, so lengths in a batch are alike; at
+        most `batch_size` inputs and MAX_BATCH_AUDIO_S of padded audio; one attention per batch."""
+        items = sorted(((i, p, self._local_context(len(p), attention)) for i, p in group), key=lambda x: -len(x[1]))
+        batch: list = []
+        for item in items:
+            padded_s = len(batch[0][1] if batch else item[1]) * (len(batch) + 1) / self.sample_rate
+            if batch and (len(batch) >= batch_size or item[2] != batch[0][2] or padded_s > MAX_BATCH_AUDIO_S):
+                yield batch
+                batch = []
+            batch.append(item)
+        if batch:
+            yield batch
 
     # ------------------------------------------------------------------------------------------
     @torch.inference_mode()
-    def _transcribe_batch(self, pcm: Sequence[np.ndarray], head: str, confidence: str, attention: str, timestamps: bool):
+    def _transcribe_batch(self, pcm: Sequence[np.ndarray], head: str, confidence: str,
+                          local: Optional[tuple[int, int]], timestamps: bool):
         m = self.model
         n = max(1, max(len(p) for p in pcm))
         audio = torch.zeros(len(pcm), n)
@@ -145,18 +171,7 @@ class ParakeetASR:
             audio[i, : len(p)] = torch.from_numpy(p)
         lengths = torch.tensor([len(p) for p in pcm], dtype=torch.long)
         audio, lengths = audio.to(self.device), lengths.to(self.device)
-        longest_s = n / self.sample_rate
-        saved = m.encoder.local_context
-        if attention == "local" or (attention == "auto" and saved is None and longest_s > LOCAL_ATTENTION_AFTER_S):
-            if saved is None:
-                log.info("audio of %.0f s: using local attention with context %s", longest_s, LOCAL_CONTEXT)
-            m.encoder.set_attention("local", saved or LOCAL_CONTEXT)
-        elif attention == "full":
-            m.encoder.set_attention("full")
-        try:
-            enc, enc_len = m.encode(audio, lengths)
-        finally:
-            m.encoder.local_context = saved
+        enc, enc_len = m.encode(audio, lengths, local)
         enc = enc.float()
         if head == "ctc":
             logp = m.ctc_decoder(enc.to(next(m.ctc_decoder.parameters()).dtype))
@@ -200,8 +215,8 @@ class ParakeetASR:
                     sp.end = sp.start
         sec = self.model.frame_seconds
         tokens = [
-            Token(s.id, s.piece, sec(s.start), sec(s.end), s.confidence, h.frames[i],
-                  h.durations[i] if head != "rnnt" else None, h.logprobs[i] if h.logprobs else None)
+            Token(s.id, s.text, sec(s.start), sec(s.end), s.confidence, h.frames[i],
+                  h.durations[i] if head != "rnnt" else None, h.logprobs[i] if h.logprobs else None, s.piece)
             for i, s in enumerate(spans)
         ]
         if not timestamps:

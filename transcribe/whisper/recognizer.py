@@ -16,6 +16,7 @@ import numpy as np
 
 import torch
 
+from ..audio import model_input
 from ..runtime import scoped
 from ..errors import ModelError, TranscribeError
 from ..results import Segment, Token, Transcript, Word
@@ -268,6 +269,7 @@ class WhisperASR:
         word_timestamps: bool = False,
         prepend_punctuations: str = PREPEND_PUNCTUATION,
         append_punctuations: str = APPEND_PUNCTUATION,
+        sample_rate: Optional[int] = None,
     ):
         """Transcribe audio of any length in 30 s windows, seeking by the predicted timestamps
         (openai-whisper's `transcribe`). A window whose text is too repetitive (compression ratio
@@ -280,7 +282,9 @@ class WhisperASR:
 
         word_timestamps: align every word (and token) to the audio through the cross-attention of
         the model's alignment heads; segments then start and end with their words, and the next
-        window starts after the last word, as in openai-whisper."""
+        window starts after the last word, as in openai-whisper.
+
+        sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own."""
         if head is not None:
             raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
         if language is not None:
@@ -303,7 +307,7 @@ class WhisperASR:
                         logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
                         generator=torch.Generator().manual_seed(seed) if seed is not None else None)
         words = (prepend_punctuations, append_punctuations) if word_timestamps else None
-        out = [self._transcribe_one(self._load(a), language, task, condition_on_previous_text,
+        out = [self._transcribe_one(model_input(a, self.sample_rate, sample_rate), language, task, condition_on_previous_text,
                                     initial_prompt, no_speech_threshold, logprob_threshold, search_opts, fallback, words)
                for a in items]
         return out[0] if single else out
@@ -316,11 +320,6 @@ class WhisperASR:
             return [(int(a), int(b)) for a, b in heads]
         d = self.model.dims
         return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
-
-    def _load(self, a) -> np.ndarray:
-        from ..audio import model_input
-
-        return model_input(a, self.sample_rate)
 
     def _decode_with_fallback(self, window, cross, language, task, prompt, search_opts, temperatures,
                               compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator):
@@ -414,7 +413,8 @@ class WhisperASR:
                          for w in v["words"]]
             for w in v["words"]:
                 for tok, (a, b, p) in zip(w["tokens"], w["token_times"]):
-                    token_list.append(Token(int(tok), t.token_text(tok), round(a, 2), round(b, 2), confidence=p))
+                    token_list.append(Token(int(tok), t.token_text(tok), round(a, 2), round(b, 2), confidence=p,
+                                            piece=t.piece(tok)))
 
     def _segments(self, tokens: list[int], offset: float, seek: int, size: int, stats: dict):
         """Cut one window's tokens into segments at timestamp pairs; returns them, the next seek,

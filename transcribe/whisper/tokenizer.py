@@ -64,6 +64,13 @@ class WhisperTokenizer:
         out.append(self.decode(run))
         return "".join(out)
 
+    def piece(self, i: int) -> str:
+        """One token's raw vocabulary entry (byte-level BPE, "Ġthe"); timestamps by name."""
+        i = int(i)
+        if i >= self.timestamp_begin:
+            return self.token_text(i)
+        return self._tok.id_to_token(i) or f"<|{i}|>"
+
     def token_text(self, i: int) -> str:
         """One token's text; specials and timestamps by name."""
         i = int(i)
