@@ -20,6 +20,7 @@ class FakeModel:
     """Stands in for a loaded model: `name`, `sample_rate`, `transcribe(list_of_audio, ...)`."""
 
     name = "fake-model"
+    family = "parakeet"  # takes --head, refuses Whisper's options
     sample_rate = SR
 
     def __init__(self):

@@ -96,9 +96,19 @@ def test_beam_size_option_reaches_whisper():
 
 
 def test_whisper_options_refused_by_parakeet():
-    out = run(str(AUDIO / "jfk.wav"), "--model", MODEL, "--beam-size", "2")
+    """One usage error, before any audio is read, naming the options and not the audio file."""
+    out = run(str(AUDIO / "no-such-file.wav"), "--model", MODEL, "--beam-size", "2", "--language", "de")
+    assert out.returncode == 2 and out.stdout == ""
+    assert out.stderr.strip().splitlines() == [
+        "transcribe: error: --beam-size, --language apply to Whisper models only; "
+        "tiny-tdt-fit.nemo is a Parakeet model"]
+
+
+def test_head_refused_by_whisper():
+    out = run(str(AUDIO / "no-such-file.wav"), "--head", "ctc", env={"HF_HUB_OFFLINE": "1"})
     assert out.returncode == 2
-    assert "apply to Whisper models" in out.stderr
+    assert out.stderr.strip().splitlines() == [
+        "transcribe: error: --head applies to Parakeet models only; tiny.en is a Whisper model"]
 
 
 def test_word_timestamps_option_gives_openai_whisper_words():

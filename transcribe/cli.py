@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import tempfile
 import threading
 import time
 import traceback
@@ -20,7 +21,6 @@ from typing import Optional, TextIO
 
 import transcribe
 
-from .audio import load_audio
 from .errors import TranscribeError
 from .runtime import configure_process
 from .writers import WRITERS
@@ -89,7 +89,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-f", "--format", default="txt", choices=FORMATS + ("all",),
                    help="output format (default: txt); 'all' needs --output-dir")
     p.add_argument("-o", "--output-dir", metavar="DIR",
-                   help="write <input stem>.<format> files here (created if needed) instead of stdout")
+                   help="write <input stem>.<format> files here (created if needed) instead of stdout; "
+                        "inputs with the same stem get -2, -3, ... and existing files are kept (see --overwrite)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace files of the same name already in --output-dir (default: refuse, before any work)")
     p.add_argument("--head", choices=("tdt", "rnnt", "ctc"),
                    help="decoder head of a hybrid model (default: the model's own)")
     p.add_argument("--batch-size", type=_positive_int, default=8, metavar="N",
@@ -107,7 +110,7 @@ def _parser() -> argparse.ArgumentParser:
     w.add_argument("--temperature", type=_temperatures, metavar="T[,T...]",
                    help="sampling temperature; one value T falls back from T in steps of "
                         "--temperature-increment up to 1.0, a list is the whole schedule (default: 0)")
-    w.add_argument("--temperature-increment", type=float, default=0.2, metavar="D",
+    w.add_argument("--temperature-increment", type=float, default=None, metavar="D",
                    help="fallback step after a failed window (default: 0.2; 0 turns fallback off)")
     w.add_argument("--word-timestamps", action="store_true",
                    help="time every word (json output; Parakeet models always give word times)")
@@ -153,7 +156,7 @@ def _check(args) -> None:
         raise _UsageError("--format all needs --output-dir")
     if args.audio.count("-") > 1:
         raise _UsageError("'-' (standard input) can be given only once")
-    if args.temperature_increment < 0:
+    if args.temperature_increment is not None and args.temperature_increment < 0:
         raise _UsageError("--temperature-increment must not be negative")
 
 
@@ -161,22 +164,31 @@ def _check(args) -> None:
 
 
 def _run(args, progress: "_Progress") -> int:
+    from .audio import GROUP_AUDIO_S, load_audio  # numpy and the decoders: not needed for --help
+
     formats = list(FORMATS) if args.format == "all" else [args.format]
     out_dir = None
+    stems = _output_stems(args.audio)
     if args.output_dir:
         out_dir = Path(args.output_dir)
-        try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-        except OSError as e:
-            _say(f"error: cannot create output directory {out_dir}: {e.strerror or e}")
+        problem = _check_output_dir(out_dir, stems, formats, args.overwrite)
+        if problem:
+            _say(f"error: {problem}")
             return 2
-    stems = _output_stems(args.audio)
+        for name, stem in zip(args.audio, stems):
+            default = "stdin" if name == "-" else (Path(name).stem or "audio")
+            if stem != default:
+                _say(f"note: {_display(name)} is written as {stem}.* ({default}.* is another input's)")
 
     configure_process(args.threads)  # a program of its own: threads and allocator for the whole run
     try:
         model = transcribe.load_model(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
     except TranscribeError as e:
         _say(f"error: {_one_line(str(e))}")
+        return 2
+    misplaced = _options_for_other_families(args, model)
+    if misplaced:
+        _say(f"error: {misplaced}")
         return 2
     rate = int(model.sample_rate)
     timestamps = formats != ["txt"]
@@ -199,32 +211,20 @@ def _run(args, progress: "_Progress") -> int:
         for fmt in formats:
             path = out_dir / f"{stems[index]}.{fmt}"
             try:
-                with open(path, "w", encoding="utf-8", newline="\n") as f:
+                with open(path, "w" if args.overwrite else "x", encoding="utf-8", newline="\n") as f:
                     f.write(WRITERS[fmt](result))
+            except FileExistsError:
+                progress.error(f"error: {path}: appeared while running; not overwritten (use --overwrite)")
+                failed += 1
             except OSError as e:
                 progress.error(f"error: {path}: cannot write: {e.strerror or e}")
                 failed += 1
 
-    for first in range(0, len(args.audio), args.batch_size):
-        names = args.audio[first:first + args.batch_size]
-        indices, pcms = [], []
-        for offset, name in enumerate(names):
-            try:
-                pcm = load_audio(name, sample_rate=rate)
-            except TranscribeError as e:
-                progress.error(f"error: {_one_line(str(e))}")
-                failed += 1
-                done += 1
-                progress.update(done)
-                continue
-            indices.append(first + offset)
-            pcms.append(pcm)
-            if len(pcm) >= LONG_AUDIO_S * rate:
-                progress.start()
-        if not pcms:
-            continue
-        progress.add_audio(sum(len(p) for p in pcms) / rate)
-        results = _transcribe_batch(model, args, pcms, [args.audio[i] for i in indices], timestamps, progress)
+    def run(group: list[tuple[int, "object"]]) -> None:
+        nonlocal failed, done
+        indices = [i for i, _ in group]
+        results = _transcribe_batch(model, args, [p for _, p in group], [args.audio[i] for i in indices],
+                                    timestamps, progress)
         for index, result in zip(indices, results):
             if result is None:
                 failed += 1
@@ -233,14 +233,82 @@ def _run(args, progress: "_Progress") -> int:
             done += 1
             progress.update(done)
 
+    # Inputs are decoded one at a time and run in groups of at most --batch-size inputs and
+    # GROUP_AUDIO_S seconds of audio (a longer input runs alone), so memory holds one group's PCM.
+    group: list = []
+    held = 0
+    for index, name in enumerate(args.audio):
+        try:
+            pcm = load_audio(name, sample_rate=rate)
+        except TranscribeError as e:
+            progress.error(f"error: {_one_line(str(e))}")
+            failed += 1
+            done += 1
+            progress.update(done)
+            continue
+        if len(pcm) >= LONG_AUDIO_S * rate:
+            progress.start()
+        if group and (len(group) >= args.batch_size or held + len(pcm) > GROUP_AUDIO_S * rate):
+            run(group)
+            group, held = [], 0
+        progress.add_audio(len(pcm) / rate)
+        group.append((index, pcm))
+        held += len(pcm)
+    if group:
+        run(group)
+
     progress.close()
     return 2 if failed else 0
+
+
+def _check_output_dir(out_dir: Path, stems: list[str], formats: list[str], overwrite: bool) -> Optional[str]:
+    """Why the outputs cannot be written (checked before any work), or None."""
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        return f"cannot create output directory {out_dir}: {e.strerror or e}"
+    if not out_dir.is_dir():
+        return f"output directory {out_dir} is not a directory"
+    try:
+        with tempfile.NamedTemporaryFile(dir=out_dir, prefix=".transcribe-", suffix=".tmp"):
+            pass
+    except OSError as e:
+        return f"cannot write in output directory {out_dir}: {e.strerror or e}"
+    if not overwrite:
+        taken = [out_dir / f"{stem}.{fmt}" for stem in stems for fmt in formats if (out_dir / f"{stem}.{fmt}").exists()]
+        if taken:
+            more = f" and {len(taken) - 3} more" if len(taken) > 3 else ""
+            return (f"{', '.join(str(p) for p in taken[:3])}{more} already exist; "
+                    "not overwritten (use --overwrite to replace them, or another --output-dir)")
+    return None
+
+
+# Options that apply to one family only: option attribute -> (flag, family).
+_FAMILY_OPTIONS = {
+    "beam_size": ("--beam-size", "whisper"), "patience": ("--patience", "whisper"),
+    "language": ("--language", "whisper"), "task": ("--task", "whisper"),
+    "initial_prompt": ("--initial-prompt", "whisper"), "temperature": ("--temperature", "whisper"),
+    "temperature_increment": ("--temperature-increment", "whisper"), "head": ("--head", "parakeet"),
+}
+
+
+def _options_for_other_families(args, model) -> Optional[str]:
+    """A usage error naming the options given that the loaded model's family does not take."""
+    family = getattr(model, "family", "")
+    wrong = [(flag, fam) for attr, (flag, fam) in _FAMILY_OPTIONS.items()
+             if getattr(args, attr, None) is not None and fam != family]
+    if not wrong:
+        return None
+    flags = ", ".join(flag for flag, _ in wrong)
+    kinds = sorted({fam.capitalize() for _, fam in wrong})
+    return (f"{flags} {'applies' if len(wrong) == 1 else 'apply'} to {' and '.join(kinds)} models only; "
+            f"{getattr(model, 'name', 'the model')} is a {family.capitalize() or 'different'} model")
 
 
 def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
     """Transcripts for `pcms`, or None for an input the model refused (reported on stderr)."""
     try:
-        results = list(model.transcribe(pcms, batch_size=args.batch_size, timestamps=timestamps, head=args.head,
+        results = list(model.transcribe(pcms, batch_size=args.batch_size, timestamps=timestamps,
                                         **_decoding_options(args)))
     except TranscribeError as e:
         if len(pcms) == 1:
@@ -256,10 +324,11 @@ def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
 
 def _decoding_options(args) -> dict:
     """The family-specific options the user gave (only those, so other families are not bothered)."""
-    names = ("beam_size", "patience", "language", "task", "initial_prompt")
+    names = ("beam_size", "patience", "language", "task", "initial_prompt", "head")
     out = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if args.temperature is not None:
-        out["temperature"] = _schedule(args.temperature, args.temperature_increment)
+        increment = 0.2 if args.temperature_increment is None else args.temperature_increment
+        out["temperature"] = _schedule(args.temperature, increment)
     if args.word_timestamps:
         out["word_timestamps"] = True
     return out
@@ -276,14 +345,19 @@ def _schedule(temps: tuple[float, ...], increment: float) -> tuple[float, ...]:
 
 
 def _output_stems(inputs: list[str]) -> list[str]:
-    """<input stem> per input ('stdin' for '-'); repeated stems get -2, -3, ... so none is overwritten."""
-    stems, seen = [], {}
-    for name in inputs:
-        stem = "stdin" if name == "-" else (Path(name).stem or "audio")
-        n = seen.get(stem, 0) + 1
-        seen[stem] = n
-        stems.append(stem if n == 1 else f"{stem}-{n}")
-    return stems
+    """An output stem per input: its own ('stdin' for '-'), or, when an earlier input has it, the
+    first of stem-2, stem-3, ... that is no input's own stem and not yet given, so that no two
+    inputs share an output file (a/x.wav, b/x.wav, x-2.wav -> x, x-3, x-2)."""
+    own = ["stdin" if name == "-" else (Path(name).stem or "audio") for name in inputs]
+    reserved, used, out = set(own), set(), []
+    for stem in own:
+        name, n = stem, 1
+        while name in used or (n > 1 and name in reserved):
+            n += 1
+            name = f"{stem}-{n}"
+        used.add(name)
+        out.append(name)
+    return out
 
 
 def _display(name: str) -> str:
