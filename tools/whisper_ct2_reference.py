@@ -3,8 +3,8 @@ CTranslate2's own converter, and record what CTranslate2's runtime computes with
 
 Run from the repository root with a Python that has ctranslate2 and transformers, e.g.:
 
-    /work/hf-venv/bin/pip install ctranslate2
-    /work/hf-venv/bin/python tools/whisper_ct2_reference.py
+    .venv-hf/bin/pip install ctranslate2      # the venv of tools/whisper_hf_reference.py
+    .venv-hf/bin/python tools/whisper_ct2_reference.py
 
 For each quantization in QUANTIZATIONS it writes tests/models/whisper-ct2-random-<quantization>/
 holding model.bin and config.json as `ctranslate2.converters.TransformersConverter` wrote them

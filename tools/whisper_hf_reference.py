@@ -1,10 +1,10 @@
 """Make the small random transformers Whisper model in tests/models/whisper-hf-random/ and the
 reference outputs transformers gives for it.
 
-Run with a Python that has transformers (e.g. /work/hf-venv: python3 -m venv /work/hf-venv;
-/work/hf-venv/bin/pip install torch==2.13.0 transformers safetensors soundfile):
+Run from the repository root with a Python that has transformers (e.g. the git-ignored .venv-hf:
+python3 -m venv .venv-hf; .venv-hf/bin/pip install torch==2.13.0 transformers safetensors soundfile):
 
-    PYTHONPATH=. /work/hf-venv/bin/python tools/whisper_hf_reference.py [OUT_DIR]
+    PYTHONPATH=. .venv-hf/bin/python tools/whisper_hf_reference.py [OUT_DIR]
 
 The model: `WhisperForConditionalGeneration` with d_model 16, 2 encoder + 2 decoder layers, 4 heads,
 the English-only vocabulary (51864, tokenizer.json of the default tiny.en model), 448 text

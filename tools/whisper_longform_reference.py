@@ -1,6 +1,9 @@
 """openai-whisper's long-form `transcribe` on a 75 s concatenation of dev clips (own venv, repo root).
 
-    /work/whisper-venv/bin/python tools/whisper_longform_reference.py /work/whisper-models/tiny.en.pt
+    .venv-whisper/bin/python tools/whisper_longform_reference.py local-models/tiny.en.pt
+
+(.venv-whisper: made as in tools/whisper_mel_reference.py; local-models/tiny.en.pt: the default model
+converted by tools/ct2_to_openai_pt.py; both git-ignored.)
 
 The clip: the utterances of ../shared/audio/dev/manifest.jsonl in order, each followed by 0.5 s of
 silence, until 75 s (cut there). temperature=0 only (no fallback), language en, fp16 off,

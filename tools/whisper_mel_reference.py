@@ -2,11 +2,11 @@
 
 Run from the repository root in the openai-whisper virtual environment:
 
-    python3 -m venv /work/whisper-venv
-    /work/whisper-venv/bin/pip install torch==2.13.0
-    /work/whisper-venv/bin/pip install --no-deps openai-whisper
-    /work/whisper-venv/bin/pip install tiktoken numba more-itertools tqdm
-    /work/whisper-venv/bin/python tools/whisper_mel_reference.py
+    python3 -m venv .venv-whisper                  # git-ignored, like every .venv-*/
+    .venv-whisper/bin/pip install torch==2.13.0
+    .venv-whisper/bin/pip install --no-deps openai-whisper
+    .venv-whisper/bin/pip install tiktoken numba more-itertools tqdm
+    .venv-whisper/bin/python tools/whisper_mel_reference.py
 
 Writes tests/references/whisper/mel.json. The audio is read with the standard library's `wave`
 (16-bit PCM / 32768, as openai-whisper's ffmpeg-based load_audio gives for 16 kHz mono files), so no

@@ -1,7 +1,7 @@
 """openai-whisper's language detection and multilingual decoding on a small random model, for
 tests/test_whisper_multilingual.py (run in openai-whisper's venv, from the repo root):
 
-    /work/whisper-venv/bin/python tools/whisper_multilingual_reference.py
+    .venv-whisper/bin/python tools/whisper_multilingual_reference.py   # venv: see tools/whisper_mel_reference.py
 
 The model is tests/whisper_random.py's `random_multilingual_state` (seeded, rebuilt by the test),
 in the 99-language layout (n_vocab 51865, 80 mels) and the large-v3 one (51866, 128 mels, 100

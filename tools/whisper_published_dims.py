@@ -1,6 +1,6 @@
 """openai-whisper's parameter counts and state-dict layouts for every published model size (own venv).
 
-    /work/whisper-venv/bin/python tools/whisper_published_dims.py
+    .venv-whisper/bin/python tools/whisper_published_dims.py   # venv: see tools/whisper_mel_reference.py
 
 The dimensions are those of the published checkpoints (their "dims" entry). Each model is built on
 the meta device by openai-whisper itself (no weights needed); per model we record its parameter

