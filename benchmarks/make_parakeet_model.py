@@ -1,12 +1,15 @@
 #!/usr/bin/env python
 """Build a random-weight model with the full nvidia/parakeet-tdt-0.6b-v2 architecture, as a .nemo.
 
-Run from the repository root with the Python of the NeMo virtual environment:
+Run from the repository root with the Python of the NeMo virtual environment (made by
+tools/setup_nemo_venv.sh):
 
-    /work/nemo-venv/bin/python benchmarks/make_parakeet_model.py \
-        [/work/bench-models/parakeet-tdt-0.6b-v2-random.nemo] [--seed 1234] [--threads 2]
+    .venv-nemo/bin/python benchmarks/make_parakeet_model.py \
+        [local-models/parakeet-tdt-0.6b-v2-random.nemo] [--seed 1234] [--threads 2]
 
-The output (about 2.4 GB) lives outside the repository and is never committed.  It is a stand-in
+The output (about 2.4 GB; default local-models/parakeet-tdt-0.6b-v2-random.nemo, relative to the
+repository root; a path given is relative to the working directory) goes to a git-ignored folder
+and is never committed.  It is a stand-in
 for the published checkpoint (which cannot be downloaded here) with the same shapes, so the same
 amount of compute: only the weights differ.  Used by benchmarks/parakeet_rtfx.py.
 
@@ -54,7 +57,8 @@ import tempfile
 import time
 from pathlib import Path
 
-DEFAULT_OUT = "/work/bench-models/parakeet-tdt-0.6b-v2-random.nemo"
+REPO = Path(__file__).resolve().parent.parent
+DEFAULT_OUT = "local-models/parakeet-tdt-0.6b-v2-random.nemo"  # relative to REPO (git-ignored)
 VOCAB_SIZE = 1024
 DURATIONS = [0, 1, 2, 3, 4]
 
@@ -298,7 +302,8 @@ def make_decoding_realistic(model, audio, tokens_per_second: float) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", nargs="?", default=DEFAULT_OUT, help=f"output .nemo (default {DEFAULT_OUT})")
+    ap.add_argument("out", nargs="?", default=None,
+                    help=f"output .nemo (default {DEFAULT_OUT} in the repository)")
     ap.add_argument("--seed", type=int, default=1234)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--tokens-per-second", type=float, default=3.0,
@@ -321,7 +326,7 @@ def main(argv=None) -> int:
     sys.path.insert(0, str(Path(__file__).resolve().parent))
     from speech_clip import speech_clip
 
-    out = Path(args.out).resolve()
+    out = Path(args.out).resolve() if args.out else REPO / DEFAULT_OUT
     out.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         tok = train_tokenizer(Path(tmp), args.seed)

@@ -5,14 +5,18 @@ Run from the repository root with the project's Python (torch, this package impo
 
     python3 benchmarks/parakeet_rtfx.py --json bench-out/parakeet_rtfx.json
 
-    options: --model PATH      the .nemo (default /work/bench-models/parakeet-tdt-0.6b-v2-random.nemo,
+    options: --model PATH      the .nemo (default local-models/parakeet-tdt-0.6b-v2-random.nemo,
                                made by benchmarks/make_parakeet_model.py)
-             --nemo-python P   Python of a NeMo virtual environment (default /work/nemo-venv/bin/python)
+             --nemo-python P   Python of a NeMo virtual environment (default .venv-nemo/bin/python,
+                               made by tools/setup_nemo_venv.sh)
              --threads N       torch threads and OMP_NUM_THREADS in every child (default 2)
              --runs N          timed runs after one warm-up; the median counts (default 3)
              --seconds S       clip length (default 60)
              --precisions L    comma list of fp32, bf16 (default fp32,bf16)
              --impls L         comma list of nemo, ours (default nemo,ours)
+
+Default paths are relative to the repository root (git-ignored folders); paths given on the command
+line are relative to the working directory.
 
 The clip: `S` seconds of real speech, the dev utterances of ../shared/audio/dev joined end to end
 (benchmarks/speech_clip.py), written once to a temporary WAV; each child reads it into a float32
@@ -26,7 +30,8 @@ with the same thread count:
         torch.autocast("cpu", dtype=torch.bfloat16) with float32 weights, which is NeMo's own
         mixed-precision path (its inference wrappers default to compute_dtype bfloat16 with
         use_amp=True, i.e. autocast); NeMo's preprocessor turns autocast off for the mel front end.
-  ours  this package: transcribe.load_model(model, threads=N, dtype=None | "bfloat16"), then
+  ours  this package: transcribe.runtime.tune_malloc() (glibc's malloc thresholds, as the command
+        line sets them), transcribe.load_model(model, threads=N, dtype=None | "bfloat16"), then
         model.transcribe(pcm) with its defaults (word timestamps and segments included).  bf16:
         the encoder's weights are cast to bfloat16; front end, predictor and joint stay float32.
 Each child: one warm-up transcription, then --runs timed ones (time.perf_counter); it reports load
@@ -53,8 +58,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
-DEFAULT_MODEL = "/work/bench-models/parakeet-tdt-0.6b-v2-random.nemo"
-DEFAULT_NEMO_PYTHON = "/work/nemo-venv/bin/python"
+# relative to REPO, in git-ignored folders
+DEFAULT_MODEL = "local-models/parakeet-tdt-0.6b-v2-random.nemo"  # benchmarks/make_parakeet_model.py
+DEFAULT_NEMO_PYTHON = ".venv-nemo/bin/python"  # tools/setup_nemo_venv.sh
 SAMPLE_RATE = 16000
 RESULT_TAG = "RTFX-RESULT "
 
@@ -114,7 +120,9 @@ def _nemo_child(model_path: str, bf16: bool):
 
 def _ours_child(model_path: str, bf16: bool, threads: int):
     import transcribe
+    import transcribe.runtime
 
+    transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
     rss_import = _rss_mb()
     t0 = time.perf_counter()
     model = transcribe.load_model(model_path, threads=threads, dtype="bfloat16" if bf16 else None)
@@ -194,6 +202,12 @@ def run_child(python: str, impl: str, precision: str, clip: Path, args) -> dict:
     raise SystemExit(f"{impl} {precision} child failed (exit {p.returncode}):\n{tail}")
 
 
+def shown(path: str) -> str:
+    """A path as results record it: relative to the repository when inside it."""
+    p = Path(path)
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else path
+
+
 def package_commit() -> str:
     """The repository's HEAD, with "+dirty" when transcribe/ has uncommitted changes."""
     try:
@@ -226,8 +240,8 @@ def table(rows: list[dict]) -> str:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--model", default=DEFAULT_MODEL)
-    ap.add_argument("--nemo-python", default=DEFAULT_NEMO_PYTHON)
+    ap.add_argument("--model", help=f"the .nemo (default {DEFAULT_MODEL} in the repository)")
+    ap.add_argument("--nemo-python", help=f"NeMo's Python (default {DEFAULT_NEMO_PYTHON} in the repository)")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=60.0)
@@ -238,6 +252,9 @@ def main(argv=None) -> int:
     ap.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
     ap.add_argument("--clip", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    # os.path.abspath, not resolve(): a venv's python is a symlink that must stay one
+    args.model = os.path.abspath(args.model) if args.model else str(REPO / DEFAULT_MODEL)
+    args.nemo_python = os.path.abspath(args.nemo_python) if args.nemo_python else str(REPO / DEFAULT_NEMO_PYTHON)
     if args.child:
         return child_main(args)
 
@@ -247,6 +264,9 @@ def main(argv=None) -> int:
         ap.error("precisions: fp32, bf16; impls: nemo, ours")
     if not Path(args.model).exists():
         ap.error(f"{args.model}: no such model (make it with benchmarks/make_parakeet_model.py)")
+    if "nemo" in impls and not Path(args.nemo_python).exists():
+        ap.error(f"{args.nemo_python}: no such Python (make NeMo's venv with tools/setup_nemo_venv.sh, "
+                 "or pass --nemo-python)")
     sys.path.insert(0, str(HERE))
     from speech_clip import speech_clip
 
@@ -271,7 +291,7 @@ def main(argv=None) -> int:
           f"at end {os.getloadavg()[0]:.2f}\n")
     print(text)
     if args.json:
-        out = dict(started=started, package_commit=commit, model=args.model, clip_seconds=args.seconds, clip_utterances=used,
+        out = dict(started=started, package_commit=commit, model=shown(args.model), clip_seconds=args.seconds, clip_utterances=used,
                    threads=args.threads, runs=args.runs, cpu_count=os.cpu_count(),
                    loadavg_start=[round(x, 2) for x in load_start],
                    loadavg_end=[round(x, 2) for x in os.getloadavg()], results=rows, table=text)

@@ -20,8 +20,14 @@ From the repository root, with the machine otherwise idle (check `uptime`):
     python3 benchmarks/whisper_speed.py --threads 2 --runs 3 --json bench-out/whisper_speed.json
 
 Options: --systems ours,openai,faster-int8,faster-float32  --clips jfk,60s  --decodings greedy,beam5
---openai-python /work/whisper-venv/bin/python  --openai-checkpoint /work/whisper-models/tiny.en.pt
---fw-python /work/fw-venv/bin/python  --runs N  --rounds N  --threads N  --json PATH
+--openai-python .venv-whisper/bin/python  --openai-checkpoint local-models/tiny.en.pt
+--fw-python .venv-fw/bin/python  --runs N  --rounds N  --threads N  --json PATH
+(the defaults shown: relative to the repository root, git-ignored; paths given on the command line
+are relative to the working directory; a system whose Python is missing is skipped). The
+openai-whisper venv is made as in tools/whisper_mel_reference.py, faster-whisper's with
+`python3 -m venv .venv-fw && .venv-fw/bin/pip install faster-whisper`, the checkpoint with
+tools/ct2_to_openai_pt.py (see benchmarks/README.md). Our worker tunes glibc's malloc thresholds
+(transcribe.runtime.tune_malloc) before loading, as the command line does.
 """
 from __future__ import annotations
 
@@ -36,7 +42,7 @@ import time
 import wave
 from pathlib import Path
 
-from whisper_systems import load_system, model_dir, read_wav
+from whisper_systems import FW_PYTHON, OPENAI_CHECKPOINT, OPENAI_PYTHON, load_system, model_dir, path_option, read_wav
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -97,9 +103,9 @@ def main() -> None:
     p.add_argument("--systems", default="ours,openai,faster-int8,faster-float32")
     p.add_argument("--clips", default="jfk,60s")
     p.add_argument("--decodings", default="greedy,beam5")
-    p.add_argument("--openai-python", default="/work/whisper-venv/bin/python")
-    p.add_argument("--openai-checkpoint", default="/work/whisper-models/tiny.en.pt")
-    p.add_argument("--fw-python", default="/work/fw-venv/bin/python")
+    p.add_argument("--openai-python", help=f"default {OPENAI_PYTHON} in the repository")
+    p.add_argument("--openai-checkpoint", help=f"default {OPENAI_CHECKPOINT} in the repository")
+    p.add_argument("--fw-python", help=f"default {FW_PYTHON} in the repository")
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--rounds", type=int, default=2)
@@ -111,6 +117,9 @@ def main() -> None:
     p.add_argument("--model-dir")
     p.add_argument("--out")
     args = p.parse_args()
+    args.openai_python = path_option(args.openai_python, OPENAI_PYTHON)
+    args.openai_checkpoint = path_option(args.openai_checkpoint, OPENAI_CHECKPOINT)
+    args.fw_python = path_option(args.fw_python, FW_PYTHON)
     if args.worker:
         worker(args)
         return

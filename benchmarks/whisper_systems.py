@@ -7,12 +7,31 @@ timestamps on, greedy or beam 5.
 """
 from __future__ import annotations
 
+import os
 import sys
 import wave
 from pathlib import Path
 from typing import Callable, Optional
 
 REPO = Path(__file__).resolve().parent.parent
+# Default paths of the peers, relative to REPO (git-ignored): openai-whisper's and faster-whisper's
+# virtual environments, and the default model converted for openai-whisper (tools/ct2_to_openai_pt.py).
+OPENAI_PYTHON = ".venv-whisper/bin/python"
+OPENAI_CHECKPOINT = "local-models/tiny.en.pt"
+FW_PYTHON = ".venv-fw/bin/python"
+
+
+def path_option(value: Optional[str], default: str) -> str:
+    """A path option as an absolute path: as given (relative to the working directory), else the
+    default (relative to the repository). os.path.abspath, not resolve(): a venv's python is a
+    symlink that must stay one."""
+    return os.path.abspath(value) if value else str(REPO / default)
+
+
+def shown(path: str) -> str:
+    """A path as results record it: relative to the repository when inside it."""
+    p = Path(path)
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else path
 
 
 def read_wav(path: str):
@@ -43,7 +62,9 @@ def load_system(system: str, threads: int, beam: Optional[int], ct2_dir: str, op
         torch.set_flush_denormal(True)
         sys.path.insert(0, str(REPO))  # the package from this checkout
         import transcribe
+        import transcribe.runtime
 
+        transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
         model = transcribe.load_model()
         return lambda x: model.transcribe(x, language="en", temperature=0.0, beam_size=beam).text
     if system == "openai":

