@@ -43,10 +43,10 @@ class FakeModel:
 
 def expected_transcript(dur):
     text = f"heard {dur:.2f} seconds"
+    words = [Word(w, dur * i / 3, dur * (i + 1) / 3, 0.5) for i, w in enumerate(text.split())]
     return Transcript(
-        text=text, duration=dur,
-        segments=[Segment(text=text, start=0.0, end=dur, words=[Word("heard", 0.0, dur / 2, 0.5)])],
-        words=[Word("heard", 0.0, dur / 2, 0.5)], model=FakeModel.name)
+        text=text, duration=dur, segments=[Segment(text=text, start=0.0, end=dur, words=words)],
+        words=words, model=FakeModel.name)
 
 
 @pytest.fixture
@@ -400,3 +400,17 @@ def test_help_imports_neither_torch_nor_numpy():
             "assert not heavy, heavy\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
+
+
+def test_subtitle_line_options_reach_the_writer(fake, wavs, capsys, monkeypatch):
+    from transcribe import writers
+
+    seen = []
+    real = writers.WRITERS["srt"]
+    monkeypatch.setitem(writers.WRITERS, "srt", lambda t, **kw: seen.append(kw) or real(t, **kw))
+    code, out, _ = run(capsys, wavs / "one.wav", "-m", "m", "-f", "srt", "--max-line-width", "20",
+                       "--max-line-count", "1")
+    assert code == 0 and out.startswith("1\n00:00:00,000 --> ")
+    assert seen == [{"max_line_width": 20, "max_line_count": 1}]
+    code, _, err = run(capsys, wavs / "one.wav", "-m", "m", "-f", "srt", "--max-line-width", "0")
+    assert code == 2 and "--max-line-width" in err

@@ -114,6 +114,11 @@ def _parser() -> argparse.ArgumentParser:
                    help="fallback step after a failed window (default: 0.2; 0 turns fallback off)")
     w.add_argument("--word-timestamps", action="store_true",
                    help="time every word (json output; Parakeet models always give word times)")
+    c = p.add_argument_group("Subtitles (srt, vtt)")
+    c.add_argument("--max-line-width", type=_positive_int, default=42, metavar="N",
+                   help="characters a subtitle line holds at most (default: 42)")
+    c.add_argument("--max-line-count", type=_positive_int, default=2, metavar="N",
+                   help="lines a subtitle cue holds at most (default: 2)")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     return p
@@ -199,10 +204,15 @@ def _run(args, progress: "_Progress") -> int:
     if len(args.audio) > 1:
         progress.start()
 
+    cue_options = dict(max_line_width=args.max_line_width, max_line_count=args.max_line_count)
+
+    def write(fmt: str, result) -> str:
+        return WRITERS[fmt](result, **cue_options) if fmt in ("srt", "vtt") else WRITERS[fmt](result)
+
     def emit(index: int, result) -> None:
         nonlocal failed, stdout_docs
         if out_dir is None:
-            text = WRITERS[formats[0]](result)
+            text = write(formats[0], result)
             if stdout_docs and formats[0] in ("srt", "vtt"):
                 text = "\n" + text
             progress.print(text, sys.stdout)
@@ -212,7 +222,7 @@ def _run(args, progress: "_Progress") -> int:
             path = out_dir / f"{stems[index]}.{fmt}"
             try:
                 with open(path, "w" if args.overwrite else "x", encoding="utf-8", newline="\n") as f:
-                    f.write(WRITERS[fmt](result))
+                    f.write(write(fmt, result))
             except FileExistsError:
                 progress.error(f"error: {path}: appeared while running; not overwritten (use --overwrite)")
                 failed += 1
