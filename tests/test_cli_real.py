@@ -137,3 +137,25 @@ def test_word_timestamps_accepted_by_parakeet():
     out = run(str(AUDIO / "jfk.wav"), "--model", MODEL, "--word-timestamps", "--format", "json")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["words"]
+
+
+def test_json_has_the_same_keys_for_whisper_and_parakeet():
+    """One schema: the document, its segments, words and tokens have the same keys whatever the model."""
+    docs = {}
+    for name, args in (("parakeet", ["--model", MODEL]), ("whisper", ["--word-timestamps"])):
+        out = run(str(AUDIO / "jfk.wav"), "--format", "json", *args, env={"HF_HUB_OFFLINE": "1"})
+        assert out.returncode == 0, out.stderr
+        docs[name] = json.loads(out.stdout)
+    p, w = docs["parakeet"], docs["whisper"]
+    assert list(p) == list(w) == ["text", "language", "duration", "model", "segments", "words", "tokens"]
+    for key in ("segments", "words", "tokens"):
+        assert p[key] and w[key]
+        assert {tuple(x) for x in p[key]} == {tuple(x) for x in w[key]} == {tuple(p[key][0])}
+    assert (p["language"], w["language"]) == (None, "en")
+    assert (p["model"], w["model"]) == ("tiny-tdt-fit.nemo", "tiny.en")
+    for d in (p, w):
+        assert d["text"] == d["text"].strip() and d["text"]
+        # a token's text is its decoded text (a word's first token with its space), its piece the raw entry
+        assert "".join(t["text"] for t in d["tokens"]).strip() == d["text"]
+    assert any(t["piece"].startswith("\u2581") for t in p["tokens"]) and not any(t["text"].startswith("\u2581") for t in p["tokens"])
+    assert any(t["piece"].startswith("\u0120") for t in w["tokens"]) and any(t["text"].startswith(" ") for t in w["tokens"])

@@ -17,7 +17,7 @@ from ..results import Hypothesis, Segment, Token, Transcript, Word
 from ..search import ctc as ctc_search
 from ..search import transducer as transducer_search
 from ..search.confidence import METHODS as CONFIDENCE_METHODS
-from ..text.sentencepiece import SentencePieceTokenizer, punctuation_in
+from ..text.sentencepiece import WORD_START, SentencePieceTokenizer, punctuation_in
 from ..text.words import TokenSpan, group_segments, group_words, join_punctuation, snap_punctuation
 
 log = logging.getLogger("transcribe")
@@ -215,7 +215,7 @@ class ParakeetASR:
                     sp.end = sp.start
         sec = self.model.frame_seconds
         tokens = [
-            Token(s.id, s.text, sec(s.start), sec(s.end), s.confidence, h.frames[i],
+            Token(s.id, (" " + s.text) if s.piece.startswith(WORD_START) else s.text, sec(s.start), sec(s.end), s.confidence, h.frames[i],
                   h.durations[i] if head != "rnnt" else None, h.logprobs[i] if h.logprobs else None, s.piece)
             for i, s in enumerate(spans)
         ]
