@@ -1,10 +1,16 @@
 """Turn a Transcript into text documents: txt, json, srt, vtt.
 
 Each entry of `WRITERS` maps a format name to a function ``Transcript -> str`` that returns the
-whole document, ending in a newline. `write_transcript` writes one to a file (UTF-8).
+whole document, ending in a newline (srt and vtt also take the keyword options max_line_width,
+max_line_count and max_duration). `write_transcript` writes one to a file (UTF-8).
 
-Subtitles are made from the transcript's segments, one cue per segment, none skipped; a transcript
-without segments becomes one cue spanning the whole audio (and none if it has no text either).
+Subtitles (srt, vtt) are cut into cues by `transcribe.text.cues.build_cues`, as subtitle tools cut
+them: from word times when the transcript has words, else from its segments' text, else from its
+text over the whole audio; each cue has at most `max_line_count` balanced lines of at most
+`max_line_width` characters and, from word times, lasts at most about `max_duration` seconds,
+ending at sentence punctuation, a clause mark or a pause where it can. Times stay within the
+audio, cues are in order and do not overlap, no text is dropped and no cue is empty. VTT text has
+& < > escaped. txt is the transcript's text; json its `to_dict()`.
 """
 from __future__ import annotations
 
@@ -13,11 +19,13 @@ import math
 import os
 import re
 from decimal import ROUND_HALF_UP, Decimal
-from typing import Callable
+from typing import Callable, Optional
 
 from .results import Transcript
+from .text.cues import Cue, build_cues
 
-__all__ = ["WRITERS", "write_transcript", "to_txt", "to_json", "to_srt", "to_vtt", "format_timestamp"]
+__all__ = ["WRITERS", "SUBTITLE_OPTIONS", "write_transcript", "to_txt", "to_json", "to_srt", "to_vtt",
+           "format_timestamp"]
 
 
 def format_timestamp(seconds: float, decimal_marker: str = ",") -> str:
@@ -44,42 +52,39 @@ def to_json(transcript: Transcript) -> str:
     return json.dumps(transcript.to_dict(), ensure_ascii=False) + "\n"
 
 
-def _cues(transcript: Transcript) -> list[tuple[float, float, str]]:
-    if transcript.segments:
-        cues = [(s.start, s.end, s.text) for s in transcript.segments]
-    elif transcript.text.strip():
-        cues = [(0.0, transcript.duration, transcript.text)]
-    else:
-        cues = []
-    out = []
-    for start, end, text in cues:
-        start = float(start) if math.isfinite(float(start)) else 0.0
-        end = float(end) if math.isfinite(float(end)) else start
-        # A blank line ends a cue in both formats: keep the cue's lines together.
-        lines = [line.strip() for line in text.strip().splitlines()]
-        out.append((max(0.0, start), max(start, end), "\n".join(line for line in lines if line)))
-    return out
+# The keyword options of the subtitle writers (and of write_transcript for srt and vtt).
+SUBTITLE_OPTIONS = ("max_line_width", "max_line_count", "max_duration")
 
 
-def to_srt(transcript: Transcript) -> str:
+def _cues(transcript: Transcript, max_line_width: int, max_line_count: int,
+          max_duration: Optional[float]) -> list[Cue]:
+    return build_cues(transcript, max_line_width=max_line_width, max_line_count=max_line_count,
+                      max_duration=max_duration)
+
+
+def to_srt(transcript: Transcript, *, max_line_width: int = 42, max_line_count: int = 2,
+           max_duration: Optional[float] = 7.0) -> str:
+    """SubRip: numbered cues, ``HH:MM:SS,mmm`` times; "" when there is no text."""
     blocks = []
-    for i, (start, end, text) in enumerate(_cues(transcript), 1):
-        blocks.append(f"{i}\n{format_timestamp(start, ',')} --> {format_timestamp(end, ',')}\n{text}\n")
+    for i, cue in enumerate(_cues(transcript, max_line_width, max_line_count, max_duration), 1):
+        blocks.append(f"{i}\n{format_timestamp(cue.start, ',')} --> {format_timestamp(cue.end, ',')}\n{cue.text}\n")
     return "\n".join(blocks)
 
 
 _VTT_ESCAPES = {"&": "&amp;", "<": "&lt;", ">": "&gt;"}
 
 
-def to_vtt(transcript: Transcript) -> str:
+def to_vtt(transcript: Transcript, *, max_line_width: int = 42, max_line_count: int = 2,
+           max_duration: Optional[float] = 7.0) -> str:
+    """WebVTT: a ``WEBVTT`` header, then cues with ``HH:MM:SS.mmm`` times and & < > escaped."""
     blocks = ["WEBVTT\n"]
-    for start, end, text in _cues(transcript):
-        text = re.sub(r"[&<>]", lambda m: _VTT_ESCAPES[m.group()], text)
-        blocks.append(f"{format_timestamp(start, '.')} --> {format_timestamp(end, '.')}\n{text}\n")
+    for cue in _cues(transcript, max_line_width, max_line_count, max_duration):
+        text = re.sub(r"[&<>]", lambda m: _VTT_ESCAPES[m.group()], cue.text)
+        blocks.append(f"{format_timestamp(cue.start, '.')} --> {format_timestamp(cue.end, '.')}\n{text}\n")
     return "\n".join(blocks)
 
 
-WRITERS: dict[str, Callable[[Transcript], str]] = {
+WRITERS: dict[str, Callable[..., str]] = {
     "txt": to_txt,
     "json": to_json,
     "srt": to_srt,
@@ -87,11 +92,19 @@ WRITERS: dict[str, Callable[[Transcript], str]] = {
 }
 
 
-def write_transcript(transcript: Transcript, fmt: str, path) -> None:
-    """Write `transcript` as `fmt` (a key of WRITERS) to the file `path`."""
+def write_transcript(transcript: Transcript, fmt: str, path, **options) -> None:
+    """Write `transcript` as `fmt` (a key of WRITERS) to the file `path`.
+
+    `options` (max_line_width, max_line_count, max_duration) go to the srt and vtt writers; txt
+    and json take none and ignore them. An unknown option is a TypeError whatever the format.
+    """
+    unknown = sorted(set(options) - set(SUBTITLE_OPTIONS))
+    if unknown:
+        raise TypeError(f"unknown option {', '.join(unknown)}; write_transcript takes {', '.join(SUBTITLE_OPTIONS)}")
     try:
         writer = WRITERS[fmt]
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(WRITERS)}") from None
+    text = writer(transcript, **options) if fmt in ("srt", "vtt") else writer(transcript)
     with open(os.fspath(path), "w", encoding="utf-8", newline="\n") as f:
-        f.write(writer(transcript))
+        f.write(text)
