@@ -210,3 +210,48 @@ def test_streams_that_cannot_seek_are_read_with_a_bound(monkeypatch):
     monkeypatch.setattr(sys, "stdin", type("S", (), {"buffer": _Pipe(data)})())
     with pytest.raises(transcribe.AudioError, match=r"<stdin>: more than"):
         audio.load_audio("-", 16000)
+
+
+def test_whisper_model_shared_by_threads(default_whisper_dir, jfk):
+    """Two threads transcribe different clips with different options through one Whisper model:
+    each gets what it gets alone."""
+    model = transcribe.load_model(str(default_whisper_dir))
+    jobs = {"a": (jfk[: 16000 * 5], {}), "b": (jfk[16000 * 4:], {"beam_size": 2, "word_timestamps": True})}
+    alone = {k: model.transcribe(x, **kw).to_dict() for k, (x, kw) in jobs.items()}
+    got, errors = {}, []
+
+    def work(k):
+        try:
+            x, kw = jobs[k]
+            got[k] = [model.transcribe(x, **kw).to_dict() for _ in range(2)]
+        except Exception as e:  # noqa: BLE001 - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=work, args=(k,)) for k in jobs]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors
+    for k in jobs:
+        for r in got[k]:
+            assert r["text"] == alone[k]["text"]
+            assert [s["text"] for s in r["segments"]] == [s["text"] for s in alone[k]["segments"]]
+            assert [(w["word"], w["start"], w["end"]) for w in r["words"]] == \
+                [(w["word"], w["start"], w["end"]) for w in alone[k]["words"]]
+
+
+def test_inputs_are_decoded_in_bounded_groups():
+    from transcribe.audio import load_groups
+
+    loaded = []
+
+    def load(n):
+        loaded.append(n)
+        return np.zeros(n, np.float32)
+
+    groups = load_groups([3, 4, 9, 2, 2, 2], load, rate=1, max_seconds=8)
+    first = next(groups)
+    assert [len(p) for _, p in first] == [3, 4] and loaded == [3, 4, 9]  # decoded one ahead only
+    rest = list(groups)
+    assert [[(i, len(p)) for i, p in g] for g in rest] == [[(2, 9)], [(3, 2), (4, 2), (5, 2)]]
