@@ -35,10 +35,11 @@ def tdt():
 
 @pytest.fixture
 def flush_off():
-    """The test suite runs with flush-denormal on (conftest); these tests need the default, off."""
-    torch.set_flush_denormal(False)
+    """The test suite runs with flush-denormal on (conftest); these tests need the default, off
+    (in this thread and its OpenMP team)."""
+    runtime._set_flush_denormal(torch, False)
     yield
-    torch.set_flush_denormal(True)
+    runtime._set_flush_denormal(torch, True)
 
 
 def test_threads_apply_during_the_call_and_are_restored(jfk, monkeypatch, flush_off):
@@ -255,3 +256,36 @@ def test_inputs_are_decoded_in_bounded_groups():
     assert [len(p) for _, p in first] == [3, 4] and loaded == [3, 4, 9]  # decoded one ahead only
     rest = list(groups)
     assert [[(i, len(p)) for i, p in g] for g in rest] == [[(2, 9)], [(3, 2), (4, 2), (5, 2)]]
+
+
+def test_flush_denormal_reaches_the_openmp_team_and_is_restored(flush_off):
+    """The mode is per thread: inside a model call every thread of the caller's OpenMP team has it
+    (PyTorch's intra-op workers, made before the call), and after the call none has."""
+    import ctypes
+
+    runner = runtime._openmp_team()
+    if runner is None:
+        pytest.skip("PyTorch here does not run on GNU OpenMP (libgomp)")
+    gomp = ctypes.CDLL(next(line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line))
+    seen = {}
+
+    def member(_):
+        seen[threading.get_ident()] = runtime._flush_denormal_is_on(torch)
+
+    callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(member)
+
+    def team_states(n):
+        seen.clear()
+        gomp.GOMP_parallel(ctypes.cast(callback, ctypes.c_void_p), None, ctypes.c_uint(n), ctypes.c_uint(0))
+        return sorted(seen.values())
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        torch.ones(1 << 20).sum()  # the team exists before the call, as in a running program
+        assert team_states(2) == [False, False]
+        with runtime.model_call():
+            assert team_states(2) == [True, True]
+        assert team_states(2) == [False, False]
+    finally:
+        torch.set_num_threads(before)

@@ -8,8 +8,10 @@ call runs inside `model_call(threads)`, which
   afterwards;
 - turns on flush-denormal (denormal floats read and written as zero: some encoders slow down 4x
   on tiny values otherwise; results move by far less than the parity tolerances) and restores the
-  caller's mode afterwards. The mode is per thread (the x86 MXCSR register), so it is set in the
-  calling thread, and PyTorch's worker threads created while it is set inherit it.
+  caller's mode afterwards. The mode is per thread (the x86 MXCSR register): it is set in the
+  calling thread and, where PyTorch runs its intra-op work on GNU OpenMP (the Linux wheels), in
+  each thread of the calling thread's OpenMP team too (a parallel region that sets it in every
+  member), since those threads were made before the call and do not follow the caller's mode.
 
 The thread count is process-wide in PyTorch: while calls overlap in several threads, the count of
 the first call that entered holds until the last one leaves, then the caller's count comes back.
@@ -36,6 +38,64 @@ def _flush_denormal_is_on(torch) -> bool:
     return bool((tiny * 2.0).item() == 0.0)
 
 
+def _set_flush_denormal(torch, on: bool) -> bool:
+    """Set flush-denormal in this thread and in its OpenMP team; False where the CPU has no such mode."""
+    if not torch.set_flush_denormal(on):
+        return False
+    team = _openmp_team()
+    if team is not None:
+        team(on, torch.get_num_threads())
+    return True
+
+
+_team_runner = None  # None: not looked for yet; False: not available
+
+
+def _openmp_team():
+    """A function (on, n_threads) that sets flush-denormal in every thread of the calling thread's
+    GNU OpenMP team, or None where PyTorch does not use libgomp (the mode then reaches the worker
+    threads only when they are made after it is set)."""
+    global _team_runner
+    if _team_runner is None:
+        _team_runner = False
+        try:
+            import ctypes
+            import sys
+
+            if not sys.platform.startswith("linux"):
+                return None
+            path = next((line.split()[-1] for line in open("/proc/self/maps", encoding="utf-8", errors="replace")
+                         if "libgomp" in line and line.rstrip().endswith((".so", ".so.1"))), None)
+            if path is None:
+                return None
+            gomp = ctypes.CDLL(path)
+            parallel = gomp.GOMP_parallel
+            parallel.restype = None
+            parallel.argtypes = [ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, ctypes.c_uint]
+            want = [False]
+
+            def member(_data):
+                import torch
+
+                torch.set_flush_denormal(want[0])
+
+            callback = ctypes.CFUNCTYPE(None, ctypes.c_void_p)(member)
+
+            def run(on: bool, n_threads: int) -> None:
+                with _team_lock:
+                    want[0] = on
+                    parallel(ctypes.cast(callback, ctypes.c_void_p), None, max(1, int(n_threads)), 0)
+
+            run.callback = callback  # kept alive with the runner
+            _team_runner = run
+        except (OSError, AttributeError, StopIteration):
+            _team_runner = False
+    return _team_runner or None
+
+
+_team_lock = threading.Lock()
+
+
 @contextlib.contextmanager
 def model_call(threads: Optional[int] = None) -> Iterator[None]:
     """The settings a model call runs under (see the module's text); nests and overlaps safely."""
@@ -53,7 +113,7 @@ def model_call(threads: Optional[int] = None) -> Iterator[None]:
     restore_flush = None
     if depth == 0:
         was_on = _flush_denormal_is_on(torch)
-        if not was_on and torch.set_flush_denormal(True):
+        if not was_on and _set_flush_denormal(torch, True):
             restore_flush = False
     _local.depth = depth + 1
     try:
@@ -61,7 +121,7 @@ def model_call(threads: Optional[int] = None) -> Iterator[None]:
     finally:
         _local.depth = depth
         if restore_flush is not None:
-            torch.set_flush_denormal(restore_flush)
+            _set_flush_denormal(torch, restore_flush)
         with _lock:
             _depth -= 1
             if _depth == 0 and _saved_threads is not None:
