@@ -266,7 +266,7 @@ def test_flush_denormal_reaches_the_openmp_team_and_is_restored(flush_off):
     runner = runtime._openmp_team()
     if runner is None:
         pytest.skip("PyTorch here does not run on GNU OpenMP (libgomp)")
-    gomp = ctypes.CDLL(next(line.split()[-1] for line in open("/proc/self/maps") if "libgomp" in line))
+    gomp = ctypes.CDLL(runtime.torch_libgomp())
     seen = {}
 
     def member(_):

@@ -48,6 +48,26 @@ def _set_flush_denormal(torch, on: bool) -> bool:
     return True
 
 
+def torch_libgomp():
+    """The path of the GNU OpenMP library PyTorch runs on, or None: the libgomp mapped into this
+    process from PyTorch's own lib folder, else the only one mapped (other packages, such as
+    sentencepiece, bring copies of their own, with thread teams of their own)."""
+    import os
+
+    import torch
+
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as f:
+            mapped = {line.split()[-1] for line in f if "libgomp" in line.rsplit("/", 1)[-1]}
+    except OSError:
+        return None
+    own = os.path.join(os.path.dirname(os.path.realpath(torch.__file__)), "lib") + os.sep
+    mine = sorted(p for p in mapped if os.path.realpath(p).startswith(own))
+    if mine:
+        return mine[0]
+    return next(iter(mapped)) if len(mapped) == 1 else None
+
+
 _team_runner = None  # None: not looked for yet; False: not available
 
 
@@ -64,8 +84,7 @@ def _openmp_team():
 
             if not sys.platform.startswith("linux"):
                 return None
-            path = next((line.split()[-1] for line in open("/proc/self/maps", encoding="utf-8", errors="replace")
-                         if "libgomp" in line and line.rstrip().endswith((".so", ".so.1"))), None)
+            path = torch_libgomp()
             if path is None:
                 return None
             gomp = ctypes.CDLL(path)
