@@ -3,11 +3,15 @@
 A `.nemo` file is a tar archive holding `model_config.yaml`, `model_weights.ckpt` (a torch state
 dict) and the tokenizer files the config names with a `nemo:` prefix. Nothing in it is executed:
 the config is parsed with `yaml.safe_load` and the weights with `torch.load(weights_only=True)`.
+Nothing is extracted to disk: members are read from the archive in memory, each within bounds (a
+declared size inside the archive; the config and the tokenizer at most `MAX_SMALL_MEMBER` bytes).
 """
 from __future__ import annotations
 
 import io
 import os
+import pickle
+import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +24,12 @@ from ..errors import ModelError
 
 CONFIG = "model_config.yaml"
 WEIGHTS = "model_weights.ckpt"
+# The config and the tokenizer are small files (kilobytes to a few megabytes): a larger one is not
+# read, whatever its header says.
+MAX_SMALL_MEMBER = 64 << 20
+# The largest ratio of a gzip member's size to the compressed archive's (deflate's limit is 1032:1);
+# NeMo writes plain tar archives (older versions gzip ones).
+_MAX_INFLATE = 1032
 
 
 @dataclass
@@ -42,8 +52,20 @@ def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
     except (tarfile.TarError, OSError, EOFError) as e:
         raise ModelError(f"{path}: not a .nemo archive (not a tar file, or a corrupt one)") from None
     with tar:
+        archive_size = path.stat().st_size
+        # A plain tar member's data lies inside the file; a compressed one cannot inflate beyond
+        # deflate's limit. A header declaring more is corrupt (or hostile): an error as soon as it
+        # is read, before the archive is read on past it.
+        end = archive_size * _MAX_INFLATE if _compressed(path) else archive_size
+        members = {}
         try:
-            members = {Path(m.name).name: m for m in tar.getmembers() if m.isfile()}
+            for m in tar:
+                if not m.isfile():
+                    continue
+                if (m.size if end > archive_size else m.offset_data + m.size) > end:
+                    raise ModelError(f"{path}: corrupt or truncated .nemo archive ({Path(m.name).name} declares "
+                                     f"{m.size} bytes, more than the archive of {archive_size} bytes holds)")
+                members[Path(m.name).name] = m
         except (tarfile.TarError, OSError, EOFError) as e:
             raise ModelError(f"{path}: corrupt or truncated .nemo archive ({e})") from None
         if CONFIG not in members:
@@ -51,15 +73,16 @@ def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
         if WEIGHTS not in members:
             raise ModelError(f"{path}: incomplete .nemo archive ({WEIGHTS} is missing)")
 
-        def read(name: str) -> bytes:
+        def read(name: str, what: str) -> bytes:
+            _check_small(path, name, members[name].size, what)
             f = tar.extractfile(members[name])
-            data = f.read() if f is not None else b""
+            data = f.read(members[name].size) if f is not None else b""
             if len(data) != members[name].size:
                 raise ModelError(f"{path}: truncated .nemo archive ({name} is cut short)")
             return data
 
         try:
-            config = _parse_config(read(CONFIG), path)
+            config = _parse_config(read(CONFIG, "config"), path)
             weights = tar.extractfile(members[WEIGHTS])
             state = _load_weights(weights, path, members[WEIGHTS].size)
             tok_name = _tokenizer_member(config)
@@ -67,7 +90,7 @@ def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
             if tok_name is not None:
                 if tok_name not in members:
                     raise ModelError(f"{path}: tokenizer file {tok_name} named in the config is missing")
-                tokenizer = read(tok_name)
+                tokenizer = read(tok_name, "tokenizer")
         except (tarfile.TarError, OSError, EOFError) as e:
             raise ModelError(f"{path}: corrupt or truncated .nemo archive ({e})") from None
     return NemoCheckpoint(config, state, tokenizer, str(path))
@@ -83,6 +106,7 @@ def _read_dir(path: Path) -> NemoCheckpoint:
         raise ModelError(f"{path}: no {CONFIG} (and not exactly one .nemo file) in this directory")
     if not w_path.is_file():
         raise ModelError(f"{path}: {WEIGHTS} is missing")
+    _check_small(path, CONFIG, cfg_path.stat().st_size, "config")
     config = _parse_config(cfg_path.read_bytes(), path)
     with open(w_path, "rb") as f:
         state = _load_weights(f, path, w_path.stat().st_size)
@@ -93,6 +117,7 @@ def _read_dir(path: Path) -> NemoCheckpoint:
         found = next((c for c in cands if c.is_file()), None)
         if found is None:
             raise ModelError(f"{path}: tokenizer file {tok_name} named in the config is missing")
+        _check_small(path, found.name, found.stat().st_size, "tokenizer")
         tokenizer = found.read_bytes()
     return NemoCheckpoint(config, state, tokenizer, str(path))
 
@@ -104,13 +129,44 @@ def _parse_config(data: bytes, path) -> dict:
         raise ModelError(f"{path}: {CONFIG} is not valid YAML ({str(e).splitlines()[0]})") from None
     if not isinstance(cfg, dict) or "encoder" not in cfg:
         raise ModelError(f"{path}: {CONFIG} has no encoder section; not a NeMo ASR model")
+    tok = cfg.get("tokenizer")
+    if isinstance(tok, dict) and tok.get("type") not in (None, "bpe"):
+        raise ModelError(f"{path}: tokenizer.type = {tok['type']!r} is not implemented (bpe: a SentencePiece model)")
     return cfg
+
+
+def _compressed(path: Path) -> bool:
+    with open(path, "rb") as f:
+        head = f.read(6)
+    return head[:2] == b"\x1f\x8b" or head[:3] == b"BZh" or head == b"\xfd7zXZ\x00"
+
+
+def _check_small(path, name: str, size: int, what: str) -> None:
+    if size > MAX_SMALL_MEMBER:
+        raise ModelError(f"{path}: the {what} file {name} is {size} bytes, more than a {what} may have "
+                         f"({MAX_SMALL_MEMBER >> 20} MiB); not read")
+
+
+def weights_only_refusal(e: BaseException) -> Optional[str]:
+    """What `torch.load(weights_only=True)` refused to unpickle (a class or function name, or ''),
+    when `e` is that refusal; None for any other error (a corrupt or truncated file)."""
+    text = str(e)
+    if not isinstance(e, pickle.UnpicklingError) or "Weights only load failed" not in text:
+        return None
+    if "GLOBAL" not in text and "allowlisted" not in text:
+        return None  # the weights-only unpickler failing on bytes that are not a pickle
+    m = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"but got <class '([\w.]+)'>", text)
+    return m.group(1) if m else ""
 
 
 def _load_weights(f, path, size: int) -> dict:
     try:
         sd = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises RuntimeError / UnpicklingError / EOFError with long texts
+        what = weights_only_refusal(e)
+        if what is not None:
+            raise ModelError(f"{path}: {WEIGHTS} holds Python objects other than tensors{' (' + what + ')' if what else ''}, "
+                             "which are not loaded (weights_only); not a plain checkpoint") from None
         msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
         raise ModelError(f"{path}: {WEIGHTS} is corrupt or truncated ({msg})") from None
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):

@@ -45,10 +45,10 @@ class ConvSubsampling(nn.Module):
     ):
         super().__init__()
         if kind not in ("dw_striding", "striding"):
-            raise ValueError(f"subsampling {kind!r} is not supported (dw_striding, striding)")
+            raise ValueError(f"encoder.subsampling = {kind!r} is not implemented (dw_striding, striding)")
         n = int(math.log2(factor))
         if 2**n != factor or n < 1:
-            raise ValueError(f"subsampling_factor must be a power of 2, got {factor}")
+            raise ValueError(f"encoder.subsampling_factor = {factor!r} is not implemented (a power of 2)")
         self.factor = factor
         self.stages = n
         self.kernel = 3
@@ -355,7 +355,7 @@ class ConvModule(nn.Module):
             # NeMo stores this LayerNorm under the name `batch_norm`.
             self.batch_norm = nn.LayerNorm(d_model)
         else:
-            raise ValueError(f"conv_norm_type {norm!r} is not supported (batch_norm, layer_norm)")
+            raise ValueError(f"encoder.conv_norm_type = {norm!r} is not implemented (batch_norm, layer_norm)")
         self.norm_kind = norm
         self.pointwise_conv2 = nn.Conv1d(d_model, d_model, 1, bias=bias)
 
@@ -437,11 +437,11 @@ class ConformerEncoder(nn.Module):
         d_model: int,
         n_heads: int = 4,
         ff_expansion_factor: int = 4,
-        subsampling: str = "dw_striding",
-        subsampling_factor: int = 8,
-        subsampling_conv_channels: int = 256,
+        subsampling: str = "striding",
+        subsampling_factor: int = 4,
+        subsampling_conv_channels: int = -1,
         causal_downsampling: bool = False,
-        conv_kernel_size: int = 9,
+        conv_kernel_size: int = 31,
         conv_norm_type: str = "batch_norm",
         conv_context_size=None,
         self_attention_model: str = "rel_pos",
@@ -452,15 +452,35 @@ class ConformerEncoder(nn.Module):
         use_bias: bool = True,
         untie_biases: bool = True,
         feat_out: int = -1,
-        **_ignored,
+        reduction: Optional[str] = None,
+        reduction_factor: int = 1,
+        global_tokens: int = 0,
     ):
+        # Defaults are NeMo's (a config without a key means NeMo's default). Every parameter is a
+        # NeMo setting this class implements or one with a single implemented value (checked
+        # here); settings that do not change inference are dropped by the caller
+        # (`model.HARMLESS_KEYS`), any other is an error there.
         super().__init__()
         if self_attention_model not in ("rel_pos", "rel_pos_local_attn"):
-            raise ValueError(f"self_attention_model {self_attention_model!r} is not supported")
+            raise ValueError(f"encoder.self_attention_model = {self_attention_model!r} is not implemented "
+                             "(rel_pos, rel_pos_local_attn)")
         if not untie_biases:
-            raise ValueError("untie_biases=False is not supported")
+            raise ValueError(f"encoder.untie_biases = {untie_biases!r} is not implemented (only true)")
         if feat_out not in (-1, None, 0):
-            raise ValueError("feat_out other than -1 is not supported")
+            raise ValueError(f"encoder.feat_out = {feat_out!r} is not implemented (only -1: no output projection)")
+        if reduction and reduction_factor > 1:
+            raise ValueError(f"encoder.reduction = {reduction!r} (reduction_factor {reduction_factor}) is not "
+                             "implemented (no time reduction inside the encoder)")
+        if global_tokens:
+            raise ValueError(f"encoder.global_tokens = {global_tokens!r} is not implemented (only 0)")
+        if n_heads <= 0 or d_model % n_heads:
+            raise ValueError(f"encoder.n_heads = {n_heads!r} does not divide d_model {d_model}")
+        if conv_context_size not in (None, "causal") and (
+            not isinstance(conv_context_size, (list, tuple)) or len(conv_context_size) != 2
+            or int(conv_context_size[0]) + int(conv_context_size[1]) + 1 != conv_kernel_size
+        ):
+            raise ValueError(f"encoder.conv_context_size = {conv_context_size!r} is not implemented (null, "
+                             f"'causal' or [left, right] with left + right + 1 = conv_kernel_size {conv_kernel_size})")
         if subsampling_conv_channels in (-1, None):
             subsampling_conv_channels = d_model
         self.d_model = d_model
@@ -485,7 +505,7 @@ class ConformerEncoder(nn.Module):
             ctx = ctx[0]
         self.att_context_size = [int(ctx[0]), int(ctx[1])]
         if att_context_style not in ("regular", "chunked_limited"):
-            raise ValueError(f"att_context_style {att_context_style!r} is not supported")
+            raise ValueError(f"encoder.att_context_style = {att_context_style!r} is not implemented (regular, chunked_limited)")
         self.att_context_style = att_context_style
         self.self_attention_model = self_attention_model
         # Local-attention context used when self_attention_model is rel_pos_local_attn.
@@ -495,8 +515,8 @@ class ConformerEncoder(nn.Module):
     def from_config(cls, cfg: dict) -> "ConformerEncoder":
         cfg = dict(cfg)
         target = str(cfg.pop("_target_", "ConformerEncoder"))
-        if not target.endswith("ConformerEncoder"):
-            raise ValueError(f"encoder {target} is not supported (ConformerEncoder)")
+        if target.rsplit(".", 1)[-1] != "ConformerEncoder":
+            raise ValueError(f"encoder._target_ = {target!r} is not implemented (ConformerEncoder)")
         return cls(**cfg)
 
     def set_attention(self, mode: str, context: Sequence[int] = (128, 128)) -> None:

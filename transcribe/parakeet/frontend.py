@@ -50,21 +50,48 @@ class NemoMelFrontEnd(nn.Module):
         mag_power: float = 2.0,
         exact_pad: bool = False,
         frame_splicing: int = 1,
-        **_ignored,
+        mel_norm: Optional[str] = "slaney",
+        use_torchaudio: bool = False,
+        stft_exact_pad: bool = False,
+        stft_conv: bool = False,
     ):
+        # Every parameter is a NeMo setting this class implements, or one with a single implemented
+        # value (checked here); settings that do not change inference are dropped by the caller
+        # (`model.HARMLESS_KEYS`), and any other is an error there.
         super().__init__()
         if frame_splicing != 1:
-            raise ValueError("frame_splicing other than 1 is not supported")
+            raise ValueError(f"preprocessor.frame_splicing = {frame_splicing!r} is not implemented (only 1)")
+        if mel_norm != "slaney":
+            raise ValueError(f"preprocessor.mel_norm = {mel_norm!r} is not implemented (only 'slaney', librosa's area normalization)")
+        if use_torchaudio:
+            raise ValueError(f"preprocessor.use_torchaudio = {use_torchaudio!r} is not implemented (NeMo's own featurizer only)")
+        if stft_exact_pad or stft_conv:
+            name = "stft_exact_pad" if stft_exact_pad else "stft_conv"
+            raise ValueError(f"preprocessor.{name} = True (an old NeMo STFT setting) is not implemented")
+        if window_size and n_window_size or window_stride and n_window_stride:
+            raise ValueError("preprocessor: both window_size and n_window_size (or window_stride and n_window_stride) "
+                             "are set; NeMo takes only one")
+        if normalize in ("NA", "none", None, False):
+            normalize = None
+        elif normalize not in ("per_feature", "all_features"):
+            raise ValueError(f"preprocessor.normalize = {normalize!r} is not implemented (per_feature, all_features, NA)")
+        if isinstance(log_zero_guard_value, str) and log_zero_guard_value not in ("tiny", "eps"):
+            raise ValueError(f"preprocessor.log_zero_guard_value = {log_zero_guard_value!r} is not implemented "
+                             "(a number, 'tiny' or 'eps')")
+        if pad_to is None:
+            pad_to = 0
+        if isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 0:
+            raise ValueError(f"preprocessor.pad_to = {pad_to!r} is not implemented (a whole number of frames >= 0)")
         self.sample_rate = int(sample_rate)
         self.win_length = int(n_window_size or round(window_size * sample_rate))
         self.hop_length = int(n_window_stride or round(window_stride * sample_rate))
         self.n_fft = int(n_fft or 2 ** math.ceil(math.log2(self.win_length)))
         self.exact_pad = bool(exact_pad)
-        self.normalize = normalize if normalize not in ("NA", "none", None, False) else None
+        self.normalize = normalize
         self.preemph = preemph
         self.log = log
         if log_zero_guard_type not in ("add", "clamp"):
-            raise ValueError(f"unknown log_zero_guard_type {log_zero_guard_type!r}")
+            raise ValueError(f"preprocessor.log_zero_guard_type = {log_zero_guard_type!r} is not implemented (add, clamp)")
         self.log_zero_guard_type = log_zero_guard_type
         self.log_zero_guard_value = log_zero_guard_value
         self.pad_to = pad_to
@@ -73,7 +100,7 @@ class NemoMelFrontEnd(nn.Module):
         self.n_mels = int(features)
         win_fn = _WINDOWS.get(window)
         if win_fn is None:
-            raise ValueError(f"unknown window {window!r}")
+            raise ValueError(f"preprocessor.window = {window!r} is not implemented ({', '.join(_WINDOWS)})")
         # Computed on the CPU even while a model is built on the meta device (where these ops run
         # through torch's Python decompositions and import torch._dynamo, over a second).
         with torch.device("cpu"):

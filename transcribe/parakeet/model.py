@@ -5,6 +5,7 @@ Module and parameter names follow NeMo's state dict (`decoder.prediction.*`, `jo
 """
 from __future__ import annotations
 
+import inspect
 from typing import Optional
 
 import torch
@@ -15,6 +16,102 @@ from ..modules import embedding_weight
 
 from .frontend import NemoMelFrontEnd
 from .conformer import MODEL_DEFAULT, ConformerEncoder
+
+# --------------------------------------------------------------------------------------------------
+# Config keys
+#
+# Each key of a config section a module is built from is one of three things: a setting this code
+# implements (a parameter of the module, or a key read below; a value the code does not implement is
+# an error there), a key listed here that does not change what the model computes at inference
+# (accepted, not used), or an error naming it. A model file is never run as something it is not.
+# --------------------------------------------------------------------------------------------------
+
+_TRAINING = "training only"
+HARMLESS_KEYS: dict[str, dict[str, str]] = {
+    "preprocessor": {
+        "dither": "noise added in training only (NeMo adds none in eval mode)",
+        "rng": "the random generator of dither",
+        "nb_augmentation_prob": "narrow-band augmentation, " + _TRAINING,
+        "nb_max_freq": "narrow-band augmentation, " + _TRAINING,
+    },
+    "encoder": {
+        "dropout": _TRAINING,
+        "dropout_pre_encoder": _TRAINING,
+        "dropout_emb": _TRAINING,
+        "dropout_att": _TRAINING,
+        "stochastic_depth_drop_prob": "layer drop, " + _TRAINING,
+        "stochastic_depth_mode": "layer drop, " + _TRAINING,
+        "stochastic_depth_start_layer": "layer drop, " + _TRAINING,
+        "att_context_probs": "how training samples one of several att_context_size entries",
+        "subsampling_conv_chunking_factor": "splits NeMo's subsampling convolutions to save memory; same output",
+        "use_pytorch_sdpa": "which attention kernel NeMo calls; same product",
+        "use_pytorch_sdpa_backends": "which attention kernel NeMo calls; same product",
+        "sync_max_audio_length": "syncs the positional table's length across GPUs",
+        "reduction_position": "only used with reduction (an error)",
+        "global_tokens_spacing": "only used with global_tokens > 0 (an error)",
+        "global_attn_separate": "only used with global_tokens > 0 (an error)",
+    },
+    "decoder": {"random_state_sampling": "random predictor states, " + _TRAINING},
+    "decoder.prednet": {
+        "dropout": _TRAINING,
+        "t_max": "chrono initialization of the LSTM (initialization only)",
+        "forget_gate_bias": "initialization only",
+        "weights_init_scale": "initialization only",
+        "hidden_hidden_bias_scale": "initialization only",
+    },
+    "joint": {
+        "log_softmax": "where NeMo normalizes the joint's output; the search normalizes its own",
+        "preserve_memory": "joint and loss fusion, " + _TRAINING,
+        "fuse_loss_wer": "joint and loss fusion, " + _TRAINING,
+        "fused_batch_size": "joint and loss fusion, " + _TRAINING,
+        "experimental_fuse_loss_wer": "joint and loss fusion, " + _TRAINING,
+        "masking_prob": "label masking, " + _TRAINING,
+        "vocabulary": "token names; the tokenizer gives them",
+    },
+    "ctc": {"init_mode": "initialization only"},
+    "aux_ctc": {
+        "ctc_loss_weight": _TRAINING,
+        "use_cer": "validation metric",
+        "ctc_reduction": "loss reduction, " + _TRAINING,
+        "decoding": "the CTC head's default search; chosen per call here",
+    },
+}
+# Model classes (the config's `target`) whose sections this code builds.
+MODEL_CLASSES = (
+    "EncDecRNNTBPEModel", "EncDecCTCModelBPE", "EncDecHybridRNNTCTCBPEModel",
+    "EncDecRNNTModel", "EncDecCTCModel", "EncDecHybridRNNTCTCModel",
+)
+
+
+def _short(value) -> str:
+    r = repr(value)
+    return r if len(r) <= 80 else r[:77] + "..."
+
+
+def _class(target) -> str:
+    return str(target or "").rsplit(".", 1)[-1]
+
+
+def _check_target(section: str, target, allowed: tuple) -> None:
+    if target is not None and _class(target) not in allowed:
+        raise ValueError(f"{section} = {_short(target)} is not implemented ({', '.join(allowed)})")
+
+
+def _params(cls) -> set[str]:
+    return set(inspect.signature(cls.__init__).parameters) - {"self"}
+
+
+def settings(section: str, cfg: dict, implemented: set[str], table: Optional[str] = None) -> dict:
+    """The keys of config section `section` that `implemented` names; the keys HARMLESS_KEYS lists
+    for it (or for `table`) are dropped; any other key is a ValueError naming it and its value."""
+    harmless = HARMLESS_KEYS.get(table or section, {})
+    out = {}
+    for key, value in cfg.items():
+        if key in implemented:
+            out[key] = value
+        elif key not in harmless:
+            raise ValueError(f"{section}.{key} = {_short(value)} is a setting this code does not implement")
+    return out
 
 
 class _LSTM(nn.Module):
@@ -89,7 +186,7 @@ class Joint(nn.Module):
         self.pred = nn.Linear(pred_hidden, joint_hidden)
         acts = {"relu": nn.ReLU(), "tanh": nn.Tanh(), "sigmoid": nn.Sigmoid(), "swish": nn.SiLU(), "silu": nn.SiLU()}
         if activation not in acts:
-            raise ValueError(f"joint activation {activation!r} is not supported")
+            raise ValueError(f"joint.jointnet.activation = {activation!r} is not implemented ({', '.join(acts)})")
         layers: list[nn.Module] = [acts[activation]] + [nn.Identity() for _ in range(out_index - 1)]
         layers.append(nn.Linear(joint_hidden, n_out))
         self.joint_net = nn.Sequential(*layers)
@@ -123,11 +220,20 @@ class ParakeetModel(nn.Module):
     def __init__(self, cfg: dict):
         super().__init__()
         self.cfg = cfg
+        _check_target("target", cfg.get("target"), MODEL_CLASSES)
         pre = dict(cfg.get("preprocessor") or {})
-        pre.pop("_target_", None)
-        self.preprocessor = NemoMelFrontEnd(**pre)
+        _check_target("preprocessor._target_", pre.pop("_target_", None), ("AudioToMelSpectrogramPreprocessor",))
+        self._pre_kwargs = settings("preprocessor", pre, _params(NemoMelFrontEnd))
+        self.preprocessor = NemoMelFrontEnd(**self._pre_kwargs)
         self.sample_rate = int(cfg.get("sample_rate") or pre.get("sample_rate", 16000))
-        self.encoder = ConformerEncoder.from_config(cfg["encoder"])
+        if cfg.get("sample_rate") and self.sample_rate != self.preprocessor.sample_rate:
+            raise ValueError(f"sample_rate = {self.sample_rate} disagrees with preprocessor.sample_rate = "
+                             f"{self.preprocessor.sample_rate}")
+        enc = settings("encoder", cfg["encoder"], _params(ConformerEncoder) | {"_target_"})
+        if int(enc.get("feat_in", -1)) != self.preprocessor.n_mels:
+            raise ValueError(f"encoder.feat_in = {_short(enc.get('feat_in'))} disagrees with preprocessor.features = "
+                             f"{self.preprocessor.n_mels}")
+        self.encoder = ConformerEncoder.from_config(enc)
         d_model = self.encoder.d_model
         self.transducer: Optional[str] = None
         self.durations: Optional[list[int]] = None
@@ -137,13 +243,28 @@ class ParakeetModel(nn.Module):
         self.ctc_decoder: Optional[CTCHead] = None
         target = str(cfg.get("target", ""))
         dec = cfg.get("decoder") or {}
-        dec_target = str(dec.get("_target_", ""))
-        if "RNNTDecoder" in dec_target or "joint" in cfg and cfg.get("joint"):
+        dec_kind = _class(dec.get("_target_"))
+        _check_target("decoder._target_", dec.get("_target_"), ("RNNTDecoder", "ConvASRDecoder"))
+        if dec_kind == "RNNTDecoder" or not dec_kind and cfg.get("joint"):
+            settings("decoder", dec, {"_target_", "prednet", "vocab_size", "normalization_mode", "blank_as_pad"})
+            if dec.get("normalization_mode") is not None:
+                raise ValueError(f"decoder.normalization_mode = {_short(dec['normalization_mode'])} is not "
+                                 "implemented (only null: no normalization in the predictor)")
+            if dec.get("blank_as_pad", True) is not True:
+                raise ValueError(f"decoder.blank_as_pad = {_short(dec['blank_as_pad'])} is not implemented (only "
+                                 "true: the blank embeds to zeros and starts the sequence)")
             vocab = int(dec.get("vocab_size") or cfg["joint"]["num_classes"])
             pn = dec.get("prednet") or {}
+            settings("decoder.prednet", pn, {"pred_hidden", "pred_rnn_layers", "rnn_hidden_size"})
+            if pn.get("rnn_hidden_size", -1) not in (-1, None, pn["pred_hidden"]):
+                raise ValueError(f"decoder.prednet.rnn_hidden_size = {_short(pn['rnn_hidden_size'])} is not "
+                                 "implemented (an LSTM with a projection)")
             self.decoder = Predictor(vocab, int(pn["pred_hidden"]), int(pn.get("pred_rnn_layers", 1)))
             jcfg = cfg["joint"]
+            _check_target("joint._target_", jcfg.get("_target_"), ("RNNTJoint",))
+            settings("joint", jcfg, {"_target_", "jointnet", "num_classes", "num_extra_outputs"})
             jn = jcfg.get("jointnet") or {}
+            settings("joint.jointnet", jn, {"encoder_hidden", "pred_hidden", "joint_hidden", "activation", "dropout"})
             extra = int(jcfg.get("num_extra_outputs") or 0)
             n_classes = int(jcfg.get("num_classes") or vocab)
             out_index = 2 if float(jn.get("dropout") or 0.0) > 0 else 1
@@ -154,23 +275,44 @@ class ParakeetModel(nn.Module):
             self.vocab_size = n_classes
             decoding = cfg.get("decoding") or {}
             durations = decoding.get("durations") or (cfg.get("model_defaults") or {}).get("tdt_durations")
+            # The rest of `decoding` is NeMo's default search (strategy, beam sizes, confidence...),
+            # chosen per call here; these keys say what the joint's extra outputs are.
+            if decoding.get("big_blank_durations"):
+                raise ValueError(f"decoding.big_blank_durations = {_short(decoding['big_blank_durations'])}: "
+                                 "multi-blank transducers are not implemented")
+            model_type = decoding.get("model_type")
             if extra > 0:
+                if model_type not in (None, "tdt"):
+                    raise ValueError(f"decoding.model_type = {_short(model_type)} is not implemented with "
+                                     f"{extra} extra joint outputs (tdt)")
                 if not durations or len(durations) != extra:
                     raise ValueError("TDT joint without a matching list of durations in the config")
                 self.transducer = "tdt"
                 self.durations = [int(d) for d in durations]
             else:
+                if model_type not in (None, "rnnt") or decoding.get("durations"):
+                    raise ValueError(f"decoding.model_type = {_short(model_type)}, durations = "
+                                     f"{_short(decoding.get('durations'))}: the joint has no duration outputs "
+                                     "(num_extra_outputs 0), so only an RNN-T is implemented")
                 self.transducer = "rnnt"
             greedy = decoding.get("greedy") or {}
             ms = greedy.get("max_symbols", greedy.get("max_symbols_per_step"))
             self.max_symbols = int(ms) if ms is not None else 10
         ctc_cfg = None
-        if "ConvASRDecoder" in dec_target:
-            ctc_cfg = dec
+        if dec_kind == "ConvASRDecoder":
+            ctc_cfg, where = dec, "decoder"
         elif cfg.get("aux_ctc"):
-            ctc_cfg = cfg["aux_ctc"].get("decoder")
+            settings("aux_ctc", cfg["aux_ctc"], {"decoder"})
+            ctc_cfg, where = cfg["aux_ctc"].get("decoder"), "aux_ctc.decoder"
+            if ctc_cfg is not None:
+                _check_target("aux_ctc.decoder._target_", ctc_cfg.get("_target_"), ("ConvASRDecoder",))
         if ctc_cfg is not None:
-            n = int(ctc_cfg.get("num_classes") or len(ctc_cfg.get("vocabulary") or []))
+            settings(where, ctc_cfg, {"_target_", "feat_in", "num_classes", "vocabulary", "add_blank"}, table="ctc")
+            if ctc_cfg.get("add_blank", True) is not True:
+                raise ValueError(f"{where}.add_blank = {_short(ctc_cfg['add_blank'])} is not implemented (only true)")
+            n = int(ctc_cfg.get("num_classes") or -1)
+            if n <= 0:  # NeMo: num_classes <= 0 means the vocabulary's size
+                n = len(ctc_cfg.get("vocabulary") or [])
             if n <= 0:
                 raise ValueError("CTC decoder without num_classes")
             self.ctc_decoder = CTCHead(int(ctc_cfg.get("feat_in", d_model)), n + 1)
@@ -229,7 +371,7 @@ class ParakeetModel(nn.Module):
         pre = self.preprocessor
         for name in ("window", "fb"):
             if getattr(pre, name).is_meta:
-                fresh = NemoMelFrontEnd(**{k: v for k, v in (self.cfg.get("preprocessor") or {}).items() if k != "_target_"})
+                fresh = NemoMelFrontEnd(**self._pre_kwargs)
                 setattr(pre, name, getattr(fresh, name))
         self.encoder.pos_enc.reset()
         for name, t in list(self.named_parameters()) + list(self.named_buffers()):

@@ -10,6 +10,8 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import pickle
+import re
 from pathlib import Path
 from typing import Optional
 
@@ -47,6 +49,70 @@ OPENAI_ALIGNMENT_HEADS = {
     "large-v3-turbo": ((2, 4), (2, 11), (3, 3), (3, 6), (3, 11), (3, 14)),
     "turbo": ((2, 4), (2, 11), (3, 3), (3, 6), (3, 11), (3, 14)),
 }
+
+
+def weights_only_refusal(e: BaseException) -> Optional[str]:
+    """What `torch.load(weights_only=True)` refused to unpickle (a class or function name, or ''),
+    when `e` is that refusal; None for any other error (a corrupt or truncated file)."""
+    text = str(e)
+    if not isinstance(e, pickle.UnpicklingError) or "Weights only load failed" not in text:
+        return None
+    if "GLOBAL" not in text and "allowlisted" not in text:
+        return None  # the weights-only unpickler failing on bytes that are not a pickle
+    m = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"but got <class '([\w.]+)'>", text)
+    return m.group(1) if m else ""
+
+
+def torch_load(path: Path) -> object:
+    """`torch.load(weights_only=True)` of a checkpoint, memory-mapped where its format allows; a
+    ModelError naming the file when it cannot be read, says what it holds when that is Python
+    objects other than tensors (refused, not run), and calls it truncated or corrupt otherwise."""
+    err = ""
+    for mmap in (True, False):
+        try:
+            return torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
+        except OSError as e:
+            raise ModelError(f"{path}: cannot read the checkpoint ({e.strerror or e})") from None
+        except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
+            what = weights_only_refusal(e)
+            if what is not None:
+                raise ModelError(f"{path}: holds Python objects other than tensors{' (' + what + ')' if what else ''}, "
+                                 "which are not loaded (weights_only); not a plain checkpoint") from None
+            err = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            # mmap needs the zip format; a legacy (torch < 1.6) file is read whole on the second try
+    raise ModelError(f"{path}: not a readable PyTorch checkpoint; truncated or corrupt? ({err})")
+
+
+# A bias on the attention keys adds q.b to every score of a query, the same for all keys: the
+# softmax (over all keys, or over any subset, as word alignment takes) does not change, so the
+# readers drop it (openai-whisper's layout has no key bias) and the model computes the same.
+_KEY_BIAS = re.compile(r"\.(attn|cross_attn)\.key\.bias$")
+
+
+def drop_key_biases(sd: dict) -> dict:
+    """The state dict without key biases (any value: see `_KEY_BIAS`)."""
+    return {k: v for k, v in sd.items() if not _KEY_BIAS.search(k)}
+
+
+def check_tied(proj: Optional[torch.Tensor], emb: torch.Tensor, name: str, where: str, tol: float = 0.0) -> None:
+    """The output projection must equal the token embedding: openai-whisper's model computes the
+    logits with the embedding, so a different (untied) projection would not be the model stored.
+    tol: the absolute difference allowed per row as a fraction of the row's largest value (one
+    quantization step for int8 weights)."""
+    if proj is None:
+        return
+    if list(proj.shape) != list(emb.shape):
+        raise ModelError(f"{where}: the output projection {name} has shape {list(proj.shape)}, the token "
+                         f"embedding {list(emb.shape)}; an untied output projection is not implemented")
+    if proj is emb:
+        return
+    for s in range(0, emb.shape[0], 4096):  # in blocks of rows: no float copy of the whole matrices
+        p, e = proj[s : s + 4096].float(), emb[s : s + 4096].float()
+        bound = tol * torch.maximum(p.abs().amax(-1, keepdim=True), e.abs().amax(-1, keepdim=True))
+        if not bool(((p - e).abs() <= bound).all()):
+            diff = float((p - e).abs().max())
+            raise ModelError(f"{where}: the output projection {name} differs from the token embedding (by up "
+                             f"to {diff:.3g}); an untied output projection is not implemented (Whisper ties them)")
 
 
 def default_alignment_heads(n_layer: int, n_head: int) -> list[list[int]]:

@@ -25,8 +25,13 @@ Quantized weights (int8 per output row, int16 with one scalar) come with a `<nam
 CTranslate2 quantizes as `q = round(w * scale)`, so `w = q / scale` (dequantized to float32 here).
 
 The variables are renamed to openai-whisper's state-dict layout (`encoder.blocks.0.attn.query.weight`
-...), the fused self-attention QKV and cross-attention KV projections split, the zero key bias
-dropped, and `encoder.positional_embedding` made exactly as openai-whisper's `sinusoids()`.
+...), the fused self-attention QKV and cross-attention KV projections split, the key bias dropped
+(it does not change the softmax: see `common.drop_key_biases`), and `encoder.positional_embedding`
+made exactly as openai-whisper's `sinusoids()`.
+
+Every variable of model.bin is a weight read here, a setting with the one value implemented
+(`FIXED_FLAGS`), or one that does not change what the model computes (`HARMLESS_FLAGS`); any other
+is an error, as is a config.json key other than those `CONFIG_KEYS` lists.
 """
 from __future__ import annotations
 
@@ -42,6 +47,7 @@ import torch
 
 from ...errors import ModelError
 from ..model import sinusoids
+from .common import alignment_heads_from, check_tied
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +69,28 @@ _DTYPES = {
     5: ("bfloat16", torch.bfloat16, 2),
 }
 _LEGACY_ITEM_SIZE = {4: 0, 2: 2, 1: 1}  # binary version < 4: item size -> dtype id
+
+# config.json: the keys read (CTranslate2's WhisperConfig), and settings with one implemented value.
+CONFIG_KEYS = {"alignment_heads", "lang_ids", "suppress_ids", "suppress_ids_begin"}
+FIXED_CONFIG = {"layer_norm_epsilon": (None, 1e-5)}  # openai-whisper's LayerNorm eps
+# model.bin variables that are settings, not weights (CTranslate2's TransformerDecoderSpec), with the
+# one value implemented here: what the Whisper converter writes.
+FIXED_FLAGS = {
+    "decoder/activation": 3,  # GELU (ctranslate2.specs.common_spec.Activation)
+    "decoder/pre_norm": 1,
+    "decoder/scale_embeddings": 0,  # no sqrt(d_model) factor on the token embeddings
+    "decoder/embeddings/multiply_by_sqrt_depth": 0,  # the same, as older converters wrote it
+    "decoder/alibi": 0,
+    "decoder/start_from_zero_embedding": 0,
+}
+# Settings that do not change what the model computes here: accepted, not used.
+HARMLESS_FLAGS = {
+    "decoder/alignment_layer": "CTranslate2's returned attention (word alignment uses config.json's heads)",
+    "decoder/alignment_heads": "CTranslate2's returned attention (word alignment uses config.json's heads)",
+    "decoder/alibi_use_positive_positions": "only used with alibi (fixed to 0)",
+    "decoder/scale_alibi": "only used with alibi (fixed to 0)",
+}
+HARMLESS_SUFFIXES = ("/keep_in_float32",)  # a precision hint for CTranslate2's own kernels
 
 
 def read_ctranslate2(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor], str]:
@@ -102,6 +130,7 @@ def read_ctranslate2(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Ten
     if header["spec"] != "WhisperSpec":
         raise ModelError(f"{bin_path}: a {header['spec'] or 'legacy'} model, not a Whisper model (WhisperSpec)")
     state_dict, dims = _to_openai_whisper(variables, bin_path)
+    _check_config(config, dims, cfg_path)
     config = dict(config)
     config["dims"] = dims
     config["spec"] = header["spec"]
@@ -109,6 +138,27 @@ def read_ctranslate2(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Ten
     config["binary_version"] = header["binary_version"]
     config["weight_dtype"] = header["weight_dtype"]
     return config, state_dict, tokenizer_json
+
+
+def _check_config(cfg: dict, dims: dict, cfg_path: Path) -> None:
+    """config.json's keys are those read or fixed to their implemented value, and what it says fits
+    the weights (alignment heads inside the decoder, token ids inside the vocabulary)."""
+    for key, value in cfg.items():
+        if key in FIXED_CONFIG:
+            if value not in FIXED_CONFIG[key]:
+                raise ModelError(f"{cfg_path}: {key} = {value!r} is not implemented (only {FIXED_CONFIG[key][-1]!r})")
+        elif key not in CONFIG_KEYS:
+            shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+            raise ModelError(f"{cfg_path}: {key} = {shown} is a setting this code does not implement")
+    if cfg.get("alignment_heads"):
+        alignment_heads_from(cfg["alignment_heads"], dims["n_text_layer"], dims["n_text_head"], str(cfg_path))
+    for key in ("suppress_ids", "suppress_ids_begin", "lang_ids"):
+        ids = cfg.get(key) or []
+        bad = [i for i in ids if isinstance(i, bool) or not isinstance(i, int) or not 0 <= i < dims["n_vocab"]
+               ] if isinstance(ids, list) else []
+        if not isinstance(ids, list) or bad:
+            raise ModelError(f"{cfg_path}: {key} holds {bad[:3] if bad else type(ids).__name__}, not token ids "
+                             f"of the vocabulary of {dims['n_vocab']}")
 
 
 def _read_config(cfg_path: Path) -> dict:
@@ -346,11 +396,6 @@ def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[
             raise _shape_error(path, name, t, f"[{parts * n_state}{', ' + str(n_state) if t.dim() == 2 else ''}]")
         return [part.clone() for part in t.split(n_state, dim=0)]
 
-    def key_bias_check(name: str, kb: torch.Tensor) -> None:
-        if kb.float().abs().max().item() > 1e-6:
-            log.warning("%s: %s has a non-zero key bias, which openai-whisper's layout has no room for; dropped",
-                        path, name)
-
     # ---- encoder
     n_audio_layer = _count_layers(variables, "encoder")
     n_text_layer = _count_layers(variables, "decoder")
@@ -384,7 +429,7 @@ def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[
 
     for i in range(n_audio_layer):
         src, dst = f"encoder/layer_{i}", f"encoder.blocks.{i}"
-        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_audio_state, split_rows, key_bias_check)
+        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_audio_state, split_rows)
         ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
         linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
         linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
@@ -403,23 +448,30 @@ def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[
     n_text_ctx = int(dpos.shape[0])
     sd["decoder.positional_embedding"] = dpos
     if V.has("decoder/projection/weight"):
-        proj = V.get("decoder/projection/weight")
-        if proj.shape != emb.shape or (proj is not emb and not torch.equal(proj, emb)):
-            log.warning("%s: the output projection is not tied to the token embedding; "
-                        "openai-whisper's layout ties them, so the embedding is used", path)
-        V.used.add("decoder/projection/bias")
+        pw, ew = "decoder/projection/weight", "decoder/embeddings/weight"
+        if variables[pw] is variables[ew] and variables.get(pw + "_scale") is variables.get(ew + "_scale"):
+            V.used.update(n for n in (pw, pw + "_scale") if n in variables)  # an alias: tied
+        else:
+            quantized = pw + "_scale" in variables or ew + "_scale" in variables
+            # int8 weights quantized apart agree within one step (1/127 of a row's largest value)
+            check_tied(V.get(pw), emb, pw, str(path), tol=1.01 / 127 if quantized else 0.0)
+        if V.has("decoder/projection/bias"):
+            pb = V.get("decoder/projection/bias")
+            if bool((pb != 0).any()):
+                raise ModelError(f"{path}: decoder/projection/bias is not zero; a bias on the output "
+                                 "projection is not implemented (Whisper has none)")
 
     for i in range(n_text_layer):
         src, dst = f"decoder/layer_{i}", f"decoder.blocks.{i}"
-        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_text_state, split_rows, key_bias_check)
+        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_text_state, split_rows)
         ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
         # cross-attention: linear_0 = query, linear_1 = fused key/value, linear_2 = out
         linear(f"{dst}.cross_attn.query", f"{src}/attention/linear_0")
         kv_w = V.get(f"{src}/attention/linear_1/weight")
         kv_b = V.get(f"{src}/attention/linear_1/bias")
         k_w, v_w = split_rows(f"{src}/attention/linear_1/weight", kv_w, 2, n_text_state)
-        k_b, v_b = split_rows(f"{src}/attention/linear_1/bias", kv_b, 2, n_text_state)
-        key_bias_check(f"{src}/attention/linear_1/bias", k_b)
+        # the key bias (k_b) is dropped: it does not change the softmax (common.drop_key_biases)
+        _, v_b = split_rows(f"{src}/attention/linear_1/bias", kv_b, 2, n_text_state)
         sd[f"{dst}.cross_attn.key.weight"] = k_w
         sd[f"{dst}.cross_attn.value.weight"] = v_w
         sd[f"{dst}.cross_attn.value.bias"] = v_b
@@ -432,10 +484,11 @@ def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[
 
     n_audio_head = _scalar(variables, "encoder/num_heads")
     n_text_head = _scalar(variables, "decoder/num_heads")
-    if n_audio_head is None:
-        n_audio_head = max(n_audio_state // 64, 1)
-    if n_text_head is None:
-        n_text_head = max(n_text_state // 64, 1)
+    for name, heads in (("encoder/num_heads", n_audio_head), ("decoder/num_heads", n_text_head)):
+        if heads is None:
+            raise ModelError(f"{path}: has no integer {name}; the head count is not guessed")
+        V.used.add(name)
+    _check_flags(variables, V.used, path)
     if n_audio_head <= 0 or n_audio_state % n_audio_head or n_text_head <= 0 or n_text_state % n_text_head:
         raise ModelError(f"{path}: {MODEL_BIN}: head counts {n_audio_head}/{n_text_head} do not divide "
                          f"the widths {n_audio_state}/{n_text_state}")
@@ -455,13 +508,32 @@ def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[
     return sd, dims
 
 
-def _self_attention(V: _Vars, sd: dict, src: str, dst: str, n_state: int, split_rows, key_bias_check) -> None:
+def _check_flags(variables: dict, used: set, path: Path) -> None:
+    """The settings among model.bin's variables hold their implemented values, and every other
+    variable was read as a weight; else a ModelError naming it."""
+    for name, want in FIXED_FLAGS.items():
+        if name in variables:
+            used.add(name)
+            t = variables[name]
+            if t.numel() != 1 or t.is_floating_point() or int(t.reshape(()).item()) != want:
+                shown = t.reshape(-1)[:4].tolist()
+                raise ModelError(f"{path}: {name} = {shown[0] if len(shown) == 1 else shown} "
+                                 f"is not implemented (only {want})")
+    unread = sorted(n for n in variables if n not in used and n not in HARMLESS_FLAGS
+                    and not n.endswith(HARMLESS_SUFFIXES))
+    if unread:
+        more = f" and {len(unread) - 4} more" if len(unread) > 4 else ""
+        raise ModelError(f"{path}: holds {', '.join(unread[:4])}{more}, which this code does not "
+                         "implement (not a variable of the Whisper model it reads)")
+
+
+def _self_attention(V: _Vars, sd: dict, src: str, dst: str, n_state: int, split_rows) -> None:
     """Self-attention: linear_0 = fused query/key/value, linear_1 = out."""
     qkv_w = V.get(f"{src}/linear_0/weight")
     qkv_b = V.get(f"{src}/linear_0/bias")
     q_w, k_w, v_w = split_rows(f"{src}/linear_0/weight", qkv_w, 3, n_state)
-    q_b, k_b, v_b = split_rows(f"{src}/linear_0/bias", qkv_b, 3, n_state)
-    key_bias_check(f"{src}/linear_0/bias", k_b)
+    # the key bias (the middle third) is dropped: it does not change the softmax (common.drop_key_biases)
+    q_b, _, v_b = split_rows(f"{src}/linear_0/bias", qkv_b, 3, n_state)
     sd[f"{dst}.query.weight"] = q_w
     sd[f"{dst}.query.bias"] = q_b
     sd[f"{dst}.key.weight"] = k_w

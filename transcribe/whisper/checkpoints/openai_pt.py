@@ -26,10 +26,12 @@ from .common import (
     alignment_heads_from,
     complete_config,
     default_alignment_heads,
+    drop_key_biases,
     read_text_json,
     reference_tokenizer_json,
     state_dict_fits,
     tokenizer_beside,
+    torch_load,
 )
 
 log = logging.getLogger(__name__)
@@ -49,16 +51,7 @@ def find_openai_pt(path: Path) -> Path | None:
 
 
 def _load(path: Path) -> dict:
-    errors = []
-    for mmap in (True, False):
-        try:
-            return torch.load(path, weights_only=True, map_location="cpu", mmap=mmap)
-        except OSError as e:
-            raise ModelError(f"{path}: cannot read the checkpoint ({e.strerror or e})") from None
-        except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
-            errors.append(str(e).splitlines()[0][:200] if str(e) else type(e).__name__)
-            # mmap needs the zip format; a legacy (torch < 1.6) file is read whole on the second try
-    raise ModelError(f"{path}: not a readable PyTorch checkpoint; truncated or corrupt? ({errors[-1]})")
+    return torch_load(path)
 
 
 def read_openai_pt(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tensor], str]:
@@ -78,10 +71,16 @@ def read_openai_pt(path: str | os.PathLike) -> tuple[dict, dict[str, torch.Tenso
         dims = WhisperDims.from_dict(ck["dims"]).__dict__.copy()
     except (KeyError, TypeError, ValueError, AttributeError) as e:
         raise ModelError(f"{pt}: unreadable dims ({type(e).__name__}: {e})") from None
+    # openai-whisper's ModelDimensions has exactly these fields: another is a setting of some other
+    # model, which this one would not implement.
+    extra = {k: v for k, v in ck["dims"].items() if k not in dims}
+    if extra:
+        listed = ", ".join(f"{k} = {v!r}" for k, v in sorted(extra.items()))
+        raise ModelError(f"{pt}: dims {listed}: not a dimension of openai-whisper's model; not implemented")
     sd = ck["model_state_dict"]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
         raise ModelError(f"{pt}: model_state_dict is not a dict of tensors")
-    sd = {k: v for k, v in sd.items() if k != "alignment_heads"}
+    sd = drop_key_biases({k: v for k, v in sd.items() if k != "alignment_heads"})
     state_dict_fits(sd, dims, str(pt))
 
     where = str(pt)

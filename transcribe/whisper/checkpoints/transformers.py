@@ -20,9 +20,12 @@ transformers' names map one to one onto openai-whisper's:
     model.decoder.embed_tokens.weight              decoder.token_embedding.weight
     model.decoder.embed_positions.weight           decoder.positional_embedding
     model.decoder.layer_norm                       decoder.ln
-    proj_out.weight                                (tied to the token embedding; dropped)
+    proj_out.weight                                (must equal the token embedding; dropped)
 
 (`WhisperModel` checkpoints lack the leading `model.`; both are read.)
+
+Every key of config.json is read here, or listed in `HARMLESS_CONFIG` (it does not change what the
+model computes), or fixed to the one value implemented (`FIXED_CONFIG`); any other is an error.
 """
 from __future__ import annotations
 
@@ -37,10 +40,13 @@ import torch
 from ...errors import ModelError
 from .common import (
     alignment_heads_from,
+    check_tied,
     complete_config,
     default_alignment_heads,
+    drop_key_biases,
     read_text_json,
     state_dict_fits,
+    torch_load,
 )
 
 log = logging.getLogger(__name__)
@@ -49,6 +55,49 @@ CONFIG_JSON = "config.json"
 GENERATION_CONFIG_JSON = "generation_config.json"
 TOKENIZER_JSON = "tokenizer.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # preferred first
+
+# config.json keys read below.
+READ_CONFIG = {
+    "model_type", "d_model", "num_mel_bins", "max_source_positions", "encoder_attention_heads", "encoder_layers",
+    "vocab_size", "max_target_positions", "decoder_attention_heads", "decoder_layers", "encoder_ffn_dim",
+    "decoder_ffn_dim", "activation_function", "suppress_tokens", "begin_suppress_tokens", "tie_word_embeddings",
+}
+# config.json keys with one implemented value (openai-whisper's; transformers' default): another
+# value is an error.
+FIXED_CONFIG = {
+    "scale_embedding": (False,),  # True multiplies the embeddings by sqrt(d_model)
+    "median_filter_width": (7,),  # word alignment's median filter (timing.py uses 7, as openai-whisper)
+    "is_encoder_decoder": (True,),
+    "tie_encoder_decoder": (False,),
+    "pruned_heads": ({},),
+    "chunk_size_feed_forward": (0,),
+}
+# config.json keys that do not change what the model computes: accepted, not used.
+HARMLESS_CONFIG = {
+    # training only
+    "dropout", "attention_dropout", "activation_dropout", "encoder_layerdrop", "decoder_layerdrop", "init_std",
+    "apply_spec_augment", "mask_time_prob", "mask_time_length", "mask_time_min_masks", "mask_feature_prob",
+    "mask_feature_length", "mask_feature_min_masks", "gradient_checkpointing",
+    # the audio-classification head (WhisperForAudioClassification; its weights would be an error)
+    "use_weighted_layer_sum", "classifier_proj_size", "id2label", "label2id", "num_labels", "problem_type",
+    "finetuning_task",
+    # a copy of encoder_layers that no Whisper module reads
+    "num_hidden_layers",
+    # bookkeeping, the stored dtype (weights keep theirs), the attention kernel, the KV cache switch
+    "architectures", "transformers_version", "_name_or_path", "_commit_hash", "torch_dtype", "dtype",
+    "use_bfloat16", "_attn_implementation", "_attn_implementation_autoset", "attn_implementation", "use_cache",
+    "output_attentions", "output_hidden_states", "return_dict", "torchscript", "tf_legacy_loss",
+    "tokenizer_class", "prefix", "task_specific_params", "is_decoder", "add_cross_attention",
+    "cross_attention_hidden_size",
+    # special token ids: tokenizer.json gives them
+    "bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id", "sep_token_id",
+    # generate()'s defaults: the search is chosen per call here
+    "forced_decoder_ids", "max_length", "min_length", "max_new_tokens", "do_sample", "early_stopping",
+    "num_beams", "num_beam_groups", "diversity_penalty", "temperature", "top_k", "top_p", "typical_p",
+    "repetition_penalty", "length_penalty", "no_repeat_ngram_size", "encoder_no_repeat_ngram_size",
+    "bad_words_ids", "num_return_sequences", "output_scores", "return_dict_in_generate", "forced_bos_token_id",
+    "forced_eos_token_id", "remove_invalid_values", "exponential_decay_length_penalty",
+}
 
 _LAYER = re.compile(r"^(encoder|decoder)\.layers\.(\d+)\.(.+)$")
 _ATTN = {"self_attn": "attn", "encoder_attn": "cross_attn"}
@@ -117,25 +166,16 @@ def _load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
                 raise ModelError(f"{f}: not a readable safetensors file; truncated or corrupt? "
                                  f"({str(e).splitlines()[0][:200] if str(e) else type(e).__name__})") from None
         else:
-            part = None
-            for mmap in (True, False):
-                try:
-                    part = torch.load(f, weights_only=True, map_location="cpu", mmap=mmap)
-                    break
-                except OSError as e:
-                    raise ModelError(f"{f}: cannot read the weights ({e.strerror or e})") from None
-                except Exception as e:  # RuntimeError, UnpicklingError, EOFError ... on bad files
-                    err = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-            if part is None:
-                raise ModelError(f"{f}: not a readable PyTorch checkpoint; truncated or corrupt? ({err})")
+            part = torch_load(f)
             if not isinstance(part, dict) or not all(isinstance(v, torch.Tensor) for v in part.values()):
                 raise ModelError(f"{f}: not a state dict of tensors")
         sd.update(part)
     return sd
 
 
-def rename_transformers(hf: dict[str, torch.Tensor], where: str) -> dict[str, torch.Tensor]:
-    """transformers Whisper names -> openai-whisper names."""
+def rename_transformers(hf: dict[str, torch.Tensor], where: str, tied_config: bool = True) -> dict[str, torch.Tensor]:
+    """transformers Whisper names -> openai-whisper names. proj_out must equal the token embedding
+    (an untied one is an error); with tie_word_embeddings false it must be there."""
     sd: dict[str, torch.Tensor] = {}
     tied = None
     for name, t in hf.items():
@@ -161,10 +201,25 @@ def rename_transformers(hf: dict[str, torch.Tensor], where: str) -> dict[str, to
             raise ModelError(f"{where}: unexpected weight {name}; not a transformers Whisper model")
         sd[new] = t
     emb = sd.get("decoder.token_embedding.weight")
-    if tied is not None and emb is not None and (tied.shape != emb.shape or not torch.equal(tied, emb)):
-        log.warning("%s: proj_out is not tied to the token embedding; openai-whisper's layout ties them, "
-                    "so the embedding is used", where)
-    return sd
+    if emb is not None:
+        if tied is None and not tied_config:
+            raise ModelError(f"{where}: config.json has tie_word_embeddings = false, but the weights have no "
+                             "proj_out.weight; an untied output projection is not implemented")
+        check_tied(tied, emb, "proj_out.weight", where)
+    return drop_key_biases(sd)
+
+
+def _check_config_keys(cfg: dict, cfg_path: Path) -> None:
+    """Every key read, harmless, or fixed to its implemented value; else a ModelError naming it."""
+    for key, value in cfg.items():
+        if key in READ_CONFIG or key in HARMLESS_CONFIG:
+            continue
+        if key in FIXED_CONFIG:
+            if value not in FIXED_CONFIG[key] or isinstance(value, bool) != isinstance(FIXED_CONFIG[key][0], bool):
+                raise ModelError(f"{cfg_path}: {key} = {value!r} is not implemented (only {FIXED_CONFIG[key][0]!r})")
+            continue
+        shown = repr(value) if len(repr(value)) <= 80 else repr(value)[:77] + "..."
+        raise ModelError(f"{cfg_path}: {key} = {shown} is a setting this code does not implement")
 
 
 def _config_int(cfg: dict, key: str, where: str) -> int:
@@ -190,6 +245,7 @@ def read_transformers_whisper(path: str | os.PathLike) -> tuple[dict, dict[str, 
         kind = cfg.get("model_type") if isinstance(cfg, dict) else None
         raise ModelError(f"{cfg_path}: model_type is {kind!r}, not 'whisper'; not a Whisper model")
     where = str(path)
+    _check_config_keys(cfg, cfg_path)
     d_model = _config_int(cfg, "d_model", where)
     for side in ("encoder", "decoder"):
         ffn = cfg.get(f"{side}_ffn_dim", 4 * d_model)
@@ -218,7 +274,7 @@ def read_transformers_whisper(path: str | os.PathLike) -> tuple[dict, dict[str, 
         raise ModelError(f"{path}: {TOKENIZER_JSON} is missing (a transformers Whisper directory needs its tokenizer)")
     tokenizer_json = read_text_json(tok_path)
 
-    sd = rename_transformers(_load_weights(files), where)
+    sd = rename_transformers(_load_weights(files), where, cfg.get("tie_word_embeddings", True) is not False)
     state_dict_fits(sd, dims, where)
 
     gen = {}
