@@ -8,10 +8,7 @@ declared size inside the archive; the config and the tokenizer at most `MAX_SMAL
 """
 from __future__ import annotations
 
-import io
 import os
-import pickle
-import re
 import tarfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +17,7 @@ from typing import Optional
 import torch
 import yaml
 
-from ..errors import ModelError
+from ..errors import ModelError, weights_only_refusal
 
 CONFIG = "model_config.yaml"
 WEIGHTS = "model_weights.ckpt"
@@ -49,7 +46,7 @@ def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
         return _read_dir(path)
     try:
         tar = tarfile.open(path, "r:*")
-    except (tarfile.TarError, OSError, EOFError) as e:
+    except (tarfile.TarError, OSError, EOFError):
         raise ModelError(f"{path}: not a .nemo archive (not a tar file, or a corrupt one)") from None
     with tar:
         archive_size = path.stat().st_size
@@ -145,18 +142,6 @@ def _check_small(path, name: str, size: int, what: str) -> None:
     if size > MAX_SMALL_MEMBER:
         raise ModelError(f"{path}: the {what} file {name} is {size} bytes, more than a {what} may have "
                          f"({MAX_SMALL_MEMBER >> 20} MiB); not read")
-
-
-def weights_only_refusal(e: BaseException) -> Optional[str]:
-    """What `torch.load(weights_only=True)` refused to unpickle (a class or function name, or ''),
-    when `e` is that refusal; None for any other error (a corrupt or truncated file)."""
-    text = str(e)
-    if not isinstance(e, pickle.UnpicklingError) or "Weights only load failed" not in text:
-        return None
-    if "GLOBAL" not in text and "allowlisted" not in text:
-        return None  # the weights-only unpickler failing on bytes that are not a pickle
-    m = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"but got <class '([\w.]+)'>", text)
-    return m.group(1) if m else ""
 
 
 def _load_weights(f, path, size: int) -> dict:

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import unicodedata
-from typing import Optional, Sequence
+from typing import Sequence
 
 WORD_START = "\u2581"  # SentencePiece's word-boundary mark
 

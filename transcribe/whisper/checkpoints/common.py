@@ -10,14 +10,13 @@ from __future__ import annotations
 import base64
 import gzip
 import json
-import pickle
 import re
 from pathlib import Path
 from typing import Optional
 
 import torch
 
-from ...errors import ModelError
+from ...errors import ModelError, weights_only_refusal
 from ...hub import default_model_path, hub_file
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -49,18 +48,6 @@ OPENAI_ALIGNMENT_HEADS = {
     "large-v3-turbo": ((2, 4), (2, 11), (3, 3), (3, 6), (3, 11), (3, 14)),
     "turbo": ((2, 4), (2, 11), (3, 3), (3, 6), (3, 11), (3, 14)),
 }
-
-
-def weights_only_refusal(e: BaseException) -> Optional[str]:
-    """What `torch.load(weights_only=True)` refused to unpickle (a class or function name, or ''),
-    when `e` is that refusal; None for any other error (a corrupt or truncated file)."""
-    text = str(e)
-    if not isinstance(e, pickle.UnpicklingError) or "Weights only load failed" not in text:
-        return None
-    if "GLOBAL" not in text and "allowlisted" not in text:
-        return None  # the weights-only unpickler failing on bytes that are not a pickle
-    m = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"but got <class '([\w.]+)'>", text)
-    return m.group(1) if m else ""
 
 
 def torch_load(path: Path) -> object:
