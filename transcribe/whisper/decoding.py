@@ -21,6 +21,15 @@ import torch.nn.functional as F
 NEG_INF = float("-inf")
 
 
+def _index(rule, logits: torch.Tensor) -> torch.Tensor:
+    """A rule's token ids as an index tensor on the logits' device (made once per device)."""
+    cache = rule.__dict__.setdefault("_index_on", {})
+    t = cache.get(logits.device)
+    if t is None:
+        t = cache[logits.device] = torch.tensor(rule.ids, dtype=torch.long, device=logits.device)
+    return t
+
+
 class SuppressBlank:
     """At the first sampled position, forbid a blank (the space token) and end-of-text."""
 
@@ -30,7 +39,7 @@ class SuppressBlank:
 
     def apply(self, logits: torch.Tensor, tokens: torch.Tensor) -> None:
         if tokens.shape[1] == self.sample_begin:
-            logits[:, self.ids] = NEG_INF
+            logits[:, _index(self, logits)] = NEG_INF
 
 
 class SuppressTokens:
@@ -39,7 +48,7 @@ class SuppressTokens:
 
     def apply(self, logits: torch.Tensor, tokens: torch.Tensor) -> None:
         if self.ids:
-            logits[:, self.ids] = NEG_INF
+            logits[:, _index(self, logits)] = NEG_INF
 
 
 class ApplyTimestampRules:
@@ -56,12 +65,18 @@ class ApplyTimestampRules:
         self.sample_begin = sample_begin
         self.max_initial = max_initial_timestamp_index
 
-    def apply(self, logits: torch.Tensor, tokens: torch.Tensor) -> None:
+    reads_rows = True  # apply() takes the tokens as host lists too (see decoding._next_logits)
+
+    def apply(self, logits: torch.Tensor, tokens: torch.Tensor, rows: Optional[list[list[int]]] = None) -> None:
+        """rows: `tokens` as lists, when the caller holds them on the host already; otherwise
+        they are read from `tokens` in one transfer."""
         tb = self.tb
         if self.no_timestamps is not None:
             logits[:, self.no_timestamps] = NEG_INF
-        for k in range(tokens.shape[0]):
-            seq = tokens[k, self.sample_begin :].tolist()
+        if rows is None:
+            rows = tokens.tolist()
+        for k, row in enumerate(rows):
+            seq = row[self.sample_begin :]
             last_ts = len(seq) >= 1 and seq[-1] >= tb
             penult_ts = len(seq) < 2 or seq[-2] >= tb
             if last_ts:
@@ -82,13 +97,14 @@ class ApplyTimestampRules:
         ts_mass = logprobs[:, tb:].logsumexp(dim=-1)
         best_text = logprobs[:, :tb].max(dim=-1).values
         force = ts_mass > best_text
-        if bool(force.any()):
-            logits[force, :tb] = NEG_INF
+        logits[:, :tb].masked_fill_(force[:, None], NEG_INF)  # no read back of `force`
 
 
-def _next_logits(step, new, tokens, rules, no_speech, sot_index):
+def _next_logits(step, new, tokens, rules, no_speech, sot_index, seqs=None):
     """One model step: the rule-filtered next-token logits [rows, vocab] (float32) and, when
-    `no_speech` is given, each row's no-speech probability read at `sot_index` before any rule."""
+    `no_speech` is given, each row's no-speech probability read at `sot_index` before any rule.
+    seqs: `tokens` as lists on the host, for the rules that read them (`reads_rows`), so that
+    they need no transfer from the device."""
     n = new.shape[1]
     positions = sorted({sot_index, n - 1}) if no_speech is not None else [n - 1]
     out = step(new, positions)  # [rows, len(positions) or n, vocab]
@@ -99,7 +115,10 @@ def _next_logits(step, new, tokens, rules, no_speech, sot_index):
         ns = torch.softmax(out[:, positions.index(sot_index)].float(), dim=-1)[:, no_speech].tolist()
     logits = out[:, -1].float().clone()
     for rule in rules:
-        rule.apply(logits, tokens)
+        if seqs is not None and getattr(rule, "reads_rows", False):
+            rule.apply(logits, tokens, seqs)
+        else:
+            rule.apply(logits, tokens)
     return logits, ns
 
 
@@ -132,11 +151,14 @@ def greedy(
     """
     tokens = initial
     rows = tokens.shape[0]
-    sum_logprobs = torch.zeros(rows)
+    device = tokens.device
+    sum_logprobs = torch.zeros(rows, device=device)
+    rows_index = torch.arange(rows, device=device)
     no_speech_probs = [float("nan")] * rows
+    seqs = tokens.tolist()  # the rows on the host too: one transfer of the new tokens per step
     new = tokens
     for i in range(sample_len):
-        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index)
+        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index, seqs)
         if ns is not None:
             no_speech_probs = ns
         if temperature > 0:
@@ -145,18 +167,20 @@ def greedy(
         else:
             nxt = logits.argmax(dim=-1)
         logprobs = F.log_softmax(logits, dim=-1)
-        current = logprobs[torch.arange(rows), nxt]
+        current = logprobs[rows_index, nxt]
         ended = tokens[:, -1] == eot
         sum_logprobs += torch.where(ended, torch.zeros_like(current), current)
         nxt = torch.where(ended, torch.full_like(nxt, eot), nxt)
         tokens = torch.cat([tokens, nxt[:, None]], dim=1)
         new = nxt[:, None]
-        if bool((tokens[:, -1] == eot).all()) or (n_ctx is not None and tokens.shape[1] > n_ctx):
+        for seq, tok in zip(seqs, nxt.tolist()):
+            seq.append(tok)
+        if all(seq[-1] == eot for seq in seqs) or (n_ctx is not None and tokens.shape[1] > n_ctx):
             break
     start = initial.shape[1]
     out = []
-    for r in range(rows):
-        seq = tokens[r, start:].tolist()
+    for seq in seqs:
+        seq = seq[start:]
         out.append(seq[: seq.index(eot)] if eot in seq else seq)
     return WindowResult(out, sum_logprobs.tolist(), no_speech_probs)
 
@@ -207,20 +231,23 @@ def beam_search(
     if beam_size < 1 or max_finished < 1:
         raise ValueError(f"beam_size {beam_size} with patience {patience} keeps no candidate")
     n_audio, start = initial.shape
+    device = initial.device
     tokens = initial.repeat_interleave(beam_size, dim=0)
     rows = tokens.shape[0]
+    prefixes = tokens.tolist()  # every row's tokens, kept on the host alongside `tokens`
     sum_logprobs = [0.0] * rows
     finished: list[dict[tuple, float]] = [{} for _ in range(n_audio)]
     no_speech_probs = [float("nan")] * rows
     new = tokens
     for i in range(sample_len):
-        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index)
+        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index, prefixes)
         if ns is not None:
             no_speech_probs = ns
         logprobs = F.log_softmax(logits, dim=-1)
         top_lp, top_id = logprobs.topk(beam_size + 1, dim=-1)
-        top_lp, top_id = top_lp.tolist(), top_id.tolist()
-        prefixes = tokens.tolist()
+        # One transfer per step: float32 log-probs and token ids (< 2**53) are exact in float64.
+        top = torch.stack([top_lp.double(), top_id.double()]).tolist()
+        top_lp, top_id = top[0], [[int(x) for x in row] for row in top[1]]
         next_seqs: list[list[int]] = []
         sources: list[int] = []
         next_sums: list[float] = []
@@ -253,17 +280,16 @@ def beam_search(
                 finished[a][seq] = ended[seq]
         # openai stores the sums back into a float32 tensor
         sum_logprobs = [float(np.float32(v)) for v in next_sums]
-        tokens = torch.tensor(next_seqs, dtype=initial.dtype)
-        src_rows = torch.tensor(sources, dtype=torch.long)
+        prefixes = next_seqs
+        tokens = torch.tensor(next_seqs, dtype=initial.dtype, device=device)
         if reorder is not None and sources != list(range(len(sources))):
-            reorder(src_rows)
+            reorder(torch.tensor(sources, dtype=torch.long, device=device))
         new = tokens[:, -1:]
         if all(len(f) >= max_finished for f in finished):
             break
         if n_ctx is not None and tokens.shape[1] > n_ctx:
             break
     out_tokens, out_sums = [], []
-    prefixes = tokens.tolist()
     for a in range(n_audio):
         seqs = finished[a]
         if len(seqs) < beam_size:

@@ -37,7 +37,8 @@ def language_probabilities(
             raise ValueError("give mel or audio_features")
         if mel.ndim == 2:
             mel = mel[None]
-        audio_features = model.encoder(mel.to(model.dtype))
+        w = model.decoder.positional_embedding
+        audio_features = model.encoder(mel.to(device=w.device, dtype=w.dtype))
     if cross is None:
         cross = model.decoder.cross_kv(audio_features)
     rows = cross[0][0].shape[0]

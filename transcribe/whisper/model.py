@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Optional, Sequence
 
 import torch
@@ -138,23 +138,36 @@ class KVCache:
     """Self-attention keys and values per decoder layer, [rows, heads, tokens, d] each.
 
     `audio_index[r]` is the audio row (in the cross-attention keys/values) that cache row r reads:
-    beams of one audio share its cross-attention tensors.
+    beams of one audio share its cross-attention tensors. `audio_rows` is the same map as a list
+    on the host, when known (read from `audio_index` on first use otherwise): the decoder consults
+    it every step, and on a GPU reading the tensor would cost a transfer each time.
     """
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     audio_index: torch.Tensor
+    audio_rows: Optional[list[int]] = field(default=None, repr=False, compare=False)
 
     @property
     def length(self) -> int:
         return 0 if not self.keys else self.keys[0].shape[2]
 
+    def rows_on_host(self) -> list[int]:
+        """`audio_index` as a list (read once, then kept)."""
+        if self.audio_rows is None:
+            self.audio_rows = self.audio_index.tolist()
+        return self.audio_rows
+
     def reorder(self, rows: torch.Tensor) -> "KVCache":
         """Keep cache rows `rows` (a beam reorder). Cross-attention tensors are not touched."""
+        known = self.audio_rows
+        # Rows that all read one audio still do after any reorder: no need to read `rows`.
+        one = known[0] if known and known.count(known[0]) == len(known) else None
         return KVCache(
             [k.index_select(0, rows) for k in self.keys],
             [v.index_select(0, rows) for v in self.values],
             self.audio_index.index_select(0, rows),
+            None if one is None else [one] * rows.shape[0],
         )
 
 
@@ -189,17 +202,19 @@ class TextDecoder(nn.Module):
         """
         rows, n = tokens.shape
         if cache is None:
-            cache = KVCache([], [], torch.arange(rows, device=tokens.device))
+            cache = KVCache([], [], torch.arange(rows, device=tokens.device), list(range(rows)))
         offset = cache.length
         if offset + n > self.positional_embedding.shape[0]:
             raise ValueError(f"the decoder holds {self.positional_embedding.shape[0]} tokens at most")
         x = self.token_embedding(tokens).to(self.positional_embedding.dtype) + self.positional_embedding[offset : offset + n]
         x = x.to(cross[0][0].dtype)
         idx = cache.audio_index
-        same_rows = idx.shape[0] == cross[0][0].shape[0] and bool((idx == torch.arange(idx.shape[0], device=idx.device)).all())
+        audio_rows = cache.rows_on_host()
+        same_rows = audio_rows == list(range(cross[0][0].shape[0]))
         # Rows that all read one audio (the beams of one window): their queries go to that audio's
         # keys and values as one sequence of rows * n queries, with no copy of the keys per row.
-        shared = None if same_rows or cross_scores else (int(idx[0]) if bool((idx == idx[0]).all()) else None)
+        shared = None if same_rows or cross_scores or not audio_rows else (
+            audio_rows[0] if audio_rows.count(audio_rows[0]) == len(audio_rows) else None)
         keys, values, weights = [], [], {}
         for i, blk in enumerate(self.blocks):
             h = blk.attn_ln(x)
@@ -225,7 +240,7 @@ class TextDecoder(nn.Module):
             x = x + blk.mlp(blk.mlp_ln(x))
         if positions is not None:
             x = x[:, list(positions)]
-        return self.logits(self.ln(x)), KVCache(keys, values, idx), weights
+        return self.logits(self.ln(x)), KVCache(keys, values, idx, audio_rows), weights
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final states [R, n, C] -> logits over the vocabulary [R, n, vocab] (float32), through the

@@ -117,6 +117,11 @@ class WhisperASR:
     def multilingual(self) -> bool:
         return self.model.is_multilingual
 
+    @property
+    def device(self) -> torch.device:
+        """Where the weights are (and every tensor of a decoding is made)."""
+        return self.model.decoder.positional_embedding.device
+
     def suppress_ids(self) -> list[int]:
         """openai-whisper's suppress_tokens="-1": non-speech symbols and the task/control tokens."""
         t = self.tokenizer
@@ -162,6 +167,7 @@ class WhisperASR:
         openai-whisper).
 
         prompt: earlier text tokens, given after <|startofprev|> (at most n_text_ctx // 2 - 1).
+        generator: the sampling generator, on the model's device (`self.device`).
         cross: the window's `encode(mel)`, when the caller has it already.
         prefix: text (or tokens) the window's transcript is forced to begin with; the result holds
         the tokens after it.
@@ -183,15 +189,19 @@ class WhisperASR:
         initial = initial + [int(x) for x in prefix]
         sample_begin = len(initial)
         rules = self.logit_rules(sample_begin, timestamps)
+        device = cross[0][0].device  # every tensor of the search lives with the weights
         sampled = temperature > 0
         if sampled:
+            if generator is not None and torch.device(generator.device) != device:
+                raise TranscribeError(f"the generator is on {generator.device}, the model on {device}: "
+                                      f"make it with torch.Generator(device={str(device)!r})")
             beam_size = None
-            state = {"cache": KVCache([], [], torch.zeros(best_of, dtype=torch.long))}
+            state = {"cache": KVCache([], [], torch.zeros(best_of, dtype=torch.long, device=device), [0] * best_of)}
         elif beam_size is None:
             state = {"cache": None}
         else:
             # Every beam of the window reads the one set of cross-attention keys and values.
-            state = {"cache": KVCache([], [], torch.zeros(beam_size, dtype=torch.long))}
+            state = {"cache": KVCache([], [], torch.zeros(beam_size, dtype=torch.long, device=device), [0] * beam_size)}
 
         def step(new: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
             logits, state["cache"], _ = m.decoder(new, cross, state["cache"], positions=positions)
@@ -199,7 +209,7 @@ class WhisperASR:
 
         if sampled:
             r = search.greedy(
-                step, torch.tensor([initial] * best_of), t.eot, rules, m.dims.n_text_ctx // 2,
+                step, torch.tensor([initial] * best_of, device=device), t.eot, rules, m.dims.n_text_ctx // 2,
                 no_speech=t.no_speech, sot_index=sot_index, temperature=temperature, generator=generator,
                 n_ctx=m.dims.n_text_ctx,
             )
@@ -207,7 +217,7 @@ class WhisperASR:
             return search.WindowResult([r.tokens[k]], [r.sum_logprobs[k]], [r.no_speech_probs[0]])
         if beam_size is None:
             return search.greedy(
-                step, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2,
+                step, torch.tensor([initial], device=device), t.eot, rules, m.dims.n_text_ctx // 2,
                 no_speech=t.no_speech, sot_index=sot_index, n_ctx=m.dims.n_text_ctx,
             )
 
@@ -215,7 +225,7 @@ class WhisperASR:
             state["cache"] = state["cache"].reorder(rows)
 
         return search.beam_search(
-            step, reorder, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2, beam_size,
+            step, reorder, torch.tensor([initial], device=device), t.eot, rules, m.dims.n_text_ctx // 2, beam_size,
             patience=patience, length_penalty=length_penalty, no_speech=t.no_speech, sot_index=sot_index,
             n_ctx=m.dims.n_text_ctx,
         )
@@ -305,7 +315,7 @@ class WhisperASR:
                            prefix=prefix or ())
         fallback = dict(temperatures=temps, compression_ratio_threshold=compression_ratio_threshold,
                         logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-                        generator=torch.Generator().manual_seed(seed) if seed is not None else None)
+                        generator=torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None)
         words = (prepend_punctuations, append_punctuations) if word_timestamps else None
         out = [self._transcribe_one(model_input(a, self.sample_rate, sample_rate), language, task, condition_on_previous_text,
                                     initial_prompt, no_speech_threshold, logprob_threshold, search_opts, fallback, words)

@@ -180,7 +180,7 @@ def find_alignment(
     logits, _, scores = decoder(torch.tensor([tokens], device=device), cross, None, cross_scores=layers)
     first = len(sot_sequence)
     probs = logits[0, first : first + len(text_tokens), : tokenizer.eot].float().softmax(dim=-1)
-    token_probs = probs[torch.arange(len(text_tokens)), torch.tensor(text_tokens)].tolist()
+    token_probs = probs[torch.arange(len(text_tokens), device=device), torch.tensor(text_tokens, device=device)].tolist()
 
     w = torch.stack([scores[int(layer)][0, int(head)] for layer, head in heads])  # [heads, tokens, frames]
     w = (w[:, :, : num_frames // 2] * qk_scale).softmax(dim=-1)
