@@ -98,6 +98,10 @@ def test_local_attention_with_wide_context_equals_full():
 
 
 def test_silence_gives_empty_transcript():
+    # Not empty with this model, so the text is not checked: tiny-ctc-fit was fitted to jfk.wav
+    # alone, and 1 s of zeros (whose constant log-mel the per-feature normalisation turns into
+    # all-zero features) gives "and so my f do country" (6 words, 13 tokens, one segment). No tiny
+    # Parakeet model gives an empty text on silence; the default Whisper model does.
     model = transcribe.load_model(str(TINY / "tiny-ctc-fit.nemo"))
     r = model.transcribe(np.zeros(16000, dtype=np.float32))
     assert isinstance(r.text, str)
@@ -188,16 +192,36 @@ print(len(r.words), r.words[-1].end, resource.getrusage(resource.RUSAGE_SELF).ru
 
 
 def test_one_hour_file_transcribes_in_bounded_memory():
-    """A 1-hour input: local attention takes over past 20 minutes and subsampling runs in chunks."""
-    out = subprocess.run(
-        [sys.executable, "-c", _LONG, str(AUDIO / "jfk.wav"), "3600", str(TINY / "tiny-tdt-fit.nemo")],
-        capture_output=True, text=True, cwd=REPO, timeout=900,
-    )
-    assert out.returncode == 0, out.stderr[-2000:]
-    n_words, last_end, maxrss_kb = out.stdout.split()
-    assert int(n_words) > 5000
-    assert float(last_end) > 3590
-    assert int(maxrss_kb) < 6 * 1024 * 1024, f"peak RSS {int(maxrss_kb) / 1e6:.1f} GB"
+    """A 1-hour input: local attention takes over past 20 minutes and subsampling runs in chunks.
+
+    Memory is measured against a 60 s run of the same script (torch, the model, thread pools and
+    allocator arenas: whatever the machine adds is in both), so no absolute size is assumed. What
+    grows with the input is what the front end makes of all of it at once: the float32 samples
+    and their pre-emphasised copies, the STFT (257 complex64 bins per 160 samples: 3.2x the
+    samples' bytes) and its squares and magnitudes (3.2x, then 1.6x each), the features (0.8x):
+    measured 12.2x the added samples' bytes (2.76 GB here: 0.33 GB peak for 60 s, 3.09 GB for an
+    hour). The bound, 15x, leaves ~630 MB for the allocator; full attention over the hour's
+    45000 encoder frames (8 GB of scores per head and layer) would not fit. The timeout only
+    guards against a hang (the hour takes ~4 minutes on two busy cores).
+    """
+    def run(seconds):
+        out = subprocess.run(
+            [sys.executable, "-c", _LONG, str(AUDIO / "jfk.wav"), str(seconds), str(TINY / "tiny-tdt-fit.nemo")],
+            capture_output=True, text=True, cwd=REPO, timeout=3600,
+        )
+        assert out.returncode == 0, out.stderr[-2000:]
+        n_words, last_end, maxrss_kb = out.stdout.split()
+        return int(n_words), float(last_end), int(maxrss_kb) * 1024
+
+    _, _, short_rss = run(60)
+    n_words, last_end, long_rss = run(3600)
+    assert n_words > 5000
+    assert last_end > 3590
+    added_samples_bytes = (3600 - 60) * 16000 * 4
+    growth = long_rss - short_rss
+    assert growth < 15 * added_samples_bytes, (
+        f"peak RSS grew {growth / 1e9:.2f} GB from 60 s to 3600 s "
+        f"({growth / added_samples_bytes:.1f}x the added samples' bytes; peaks {short_rss / 1e9:.2f}, {long_rss / 1e9:.2f} GB)")
 
 
 @pytest.mark.parametrize("path", [TINY / "tiny-tdt-fit.nemo", REPO / "tests" / "models" / "built-ctc-80mel-sub4.nemo"])

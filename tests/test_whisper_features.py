@@ -63,8 +63,12 @@ def test_batched_rows_equal_single_items():
     b = torch.from_numpy(audio("../shared/audio/ls_2086-149220-0033.wav"))[:64000] * 0.01
     batch = whisper_log_mel(torch.stack([a, b]), n_mels=80, padding=WHISPER_CHUNK_SAMPLES)
     assert batch.shape == (2, 80, (64000 + WHISPER_CHUNK_SAMPLES) // 160)
+    # Each row goes through the same FFT and filterbank kernels, and agrees exactly on every MKL
+    # path tried. Should a library batch the FFT differently, the values just above the dynamic-
+    # range floor carry float32 errors up to 4.4e-5 (against float64), hence 1e-4. A clamp taken
+    # over the batch instead of per item moves the quiet row's floor by 0.96.
     for i, x in enumerate((a, b)):
-        torch.testing.assert_close(batch[i], whisper_log_mel(x, 80, WHISPER_CHUNK_SAMPLES), rtol=0, atol=1e-5)
+        torch.testing.assert_close(batch[i], whisper_log_mel(x, 80, WHISPER_CHUNK_SAMPLES), rtol=0, atol=1e-4)
 
 
 def test_bad_input():

@@ -35,6 +35,10 @@ def test_longform_equals_openai_whisper():
     audio = longform_clip()
     assert len(audio) == REF["num_samples"]
     r = asr.transcribe(audio, language="en", temperature=0.0)
+    # Exact text and segments are safe: measured, every greedy choice leads by >= 0.014, the
+    # timestamp rule is >= 0.09 from flipping, the windows' average log-probs are >= 8.6e-3 from
+    # the -1.0 fallback threshold and their no-speech probabilities >= 0.36 from 0.6; float32
+    # noise moves such values by ~1e-5 at most.
     assert r.text == REF["text"].strip()  # openai-whisper's text begins with a space; ours has none
     assert [s.text for s in r.segments] == [s["text"] for s in REF["segments"]]
     for got, want in zip(r.segments, REF["segments"]):
@@ -70,12 +74,12 @@ _TEN_MINUTES = """
 import json, resource, sys
 import numpy as np, soundfile as sf
 import transcribe
-root = sys.argv[1]
+root, seconds = sys.argv[1], int(sys.argv[2])
 parts = []
 for line in open(f"{root}/manifest.jsonl"):
     a, _ = sf.read(f"{root}/{json.loads(line)['audio']}", dtype="float32")
     parts += [a, np.zeros(8000, np.float32)]
-x = np.tile(np.concatenate(parts), 3)[: 600 * 16000]
+x = np.tile(np.concatenate(parts), 3)[: seconds * 16000]
 r = transcribe.load_model().transcribe(x)
 print(len(r.segments), r.segments[-1].end, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
 """
@@ -83,14 +87,33 @@ print(len(r.segments), r.segments[-1].end, resource.getrusage(resource.RUSAGE_SE
 
 def test_ten_minutes_in_bounded_memory():
     """10 minutes of speech (the dev set three times) in 30 s windows: memory stays that of the
-    model and one window (about 1.1 GB peak, with torch itself), not growing with the file."""
+    model and one window, plus the file's own arrays, not growing with the number of windows.
+
+    Measured against a 30 s run of the same script (model, torch, thread pools and allocator
+    arenas: whatever the machine adds is in both), so no absolute size is assumed. What may grow
+    with the file is what the front end makes of the whole input at once: its float32 samples,
+    the STFT (201 complex64 bins per 160 samples: 2.5x the samples' bytes), magnitude and power
+    (1.25x each), the log-mel (0.5x): measured 7.4x the added samples' bytes (270 MB here: 593 MB
+    peak for 30 s, 863 MB for 600 s). The bound, 10x, leaves ~95 MB for the allocator; state kept
+    per window (one window's cross-attention keys and values alone are 18 MB) would not fit.
+    The timeout only guards against a hang (the 600 s run takes ~30 s on two busy cores).
+    """
     import subprocess
     import sys
 
-    out = subprocess.run([sys.executable, "-c", _TEN_MINUTES, str(AUDIO / "dev")], capture_output=True,
-                         text=True, cwd=REPO, timeout=900)
-    assert out.returncode == 0, out.stderr[-2000:]
-    n_segments, last_end, maxrss_kb = out.stdout.split()
-    assert int(n_segments) > 60
-    assert float(last_end) > 590
-    assert int(maxrss_kb) < 1.6 * 1024 * 1024, f"peak RSS {int(maxrss_kb) / 1e6:.2f} GB"
+    def run(seconds):
+        out = subprocess.run([sys.executable, "-c", _TEN_MINUTES, str(AUDIO / "dev"), str(seconds)],
+                             capture_output=True, text=True, cwd=REPO, timeout=3600)
+        assert out.returncode == 0, out.stderr[-2000:]
+        n_segments, last_end, maxrss_kb = out.stdout.split()
+        return int(n_segments), float(last_end), int(maxrss_kb) * 1024
+
+    _, _, short_rss = run(30)
+    n_segments, last_end, long_rss = run(600)
+    assert n_segments > 60
+    assert last_end > 590
+    added_samples_bytes = (600 - 30) * 16000 * 4
+    growth = long_rss - short_rss
+    assert growth < 10 * added_samples_bytes, (
+        f"peak RSS grew {growth / 1e6:.0f} MB from 30 s to 600 s "
+        f"({growth / added_samples_bytes:.1f}x the added samples' bytes; peaks {short_rss / 1e6:.0f}, {long_rss / 1e6:.0f} MB)")
