@@ -1,42 +1,33 @@
 """The Whisper recognizer: weights, tokenizer, and openai-whisper's decoding.
 
 `decode_window` decodes one 30 s window (openai-whisper's `decode`: greedy, beam search or
-best-of sampling, with its logit rules, prompt and prefix); `transcribe` runs audio of any length
-through it window by window (openai-whisper's `transcribe`: seeking by timestamps, conditioning on
-earlier text, temperature fallback, language detection and word timestamps).
+best-of sampling, with its logit rules, prompt and prefix); `transcribe` checks its options and
+runs audio of any length through it window by window (openai-whisper's `transcribe`: seeking by
+timestamps, conditioning on earlier text, temperature fallback, language detection and word
+timestamps), with the window loop in transcribe/whisper/transcribe.py.
 """
 from __future__ import annotations
 
 import logging
-import zlib
 from pathlib import Path
 from typing import Optional, Sequence
-
-import numpy as np
 
 import torch
 
 from ..audio import model_input
 from ..runtime import scoped
 from ..errors import ModelError, TranscribeError
-from ..results import Segment, Token, Transcript, Word
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .model import KVCache, Whisper, WhisperDims
 from . import decoding as search
 from .tokenizer import WhisperTokenizer
 from .language import detect_language
-from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION, add_word_timestamps, find_alignment
+from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION
+from . import transcribe as longform
+from .transcribe import INPUT_STRIDE, TIME_PRECISION, compression_ratio  # noqa: F401  (their former home)
 
 
 log = logging.getLogger("transcribe")
-
-TIME_PRECISION = 0.02  # seconds per timestamp token
-INPUT_STRIDE = 2  # mel frames per encoder position
-
-
-def compression_ratio(text: str) -> float:
-    data = text.encode("utf-8")
-    return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
 class WhisperASR:
@@ -317,8 +308,9 @@ class WhisperASR:
                         logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
                         generator=torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None)
         words = (prepend_punctuations, append_punctuations) if word_timestamps else None
-        out = [self._transcribe_one(model_input(a, self.sample_rate, sample_rate), language, task, condition_on_previous_text,
-                                    initial_prompt, no_speech_threshold, logprob_threshold, search_opts, fallback, words)
+        out = [longform.transcribe_one(self, model_input(a, self.sample_rate, sample_rate), language, task,
+                                       condition_on_previous_text, initial_prompt, no_speech_threshold,
+                                       logprob_threshold, search_opts, fallback, words)
                for a in items]
         return out[0] if single else out
 
@@ -330,141 +322,3 @@ class WhisperASR:
             return [(int(a), int(b)) for a, b in heads]
         d = self.model.dims
         return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
-
-    def _decode_with_fallback(self, window, cross, language, task, prompt, search_opts, temperatures,
-                              compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator):
-        """Decode at each temperature in turn until the result passes the checks; returns the
-        result, its average log-prob, its compression ratio and the temperature used."""
-        t = self.tokenizer
-        for temp in temperatures:
-            r = self.decode_window(window, True, language, task, prompt, temperature=temp, generator=generator,
-                                   cross=cross, **search_opts)
-            tokens = r.tokens[0]
-            avg = r.sum_logprobs[0] / (len(tokens) + 1)
-            ratio = compression_ratio(t.decode(tokens).strip())
-            retry = (compression_ratio_threshold is not None and ratio > compression_ratio_threshold) or (
-                logprob_threshold is not None and avg < logprob_threshold
-            )
-            if (no_speech_threshold is not None and r.no_speech_probs[0] > no_speech_threshold
-                    and logprob_threshold is not None and avg < logprob_threshold):
-                retry = False  # silence: no point in sampling
-            if not retry:
-                break
-        return r, avg, ratio, temp
-
-    def _transcribe_one(self, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
-                        search_opts, fallback, words_opts):
-        t = self.tokenizer
-        duration = len(pcm) / self.sample_rate
-        mel = whisper_log_mel(pcm, self.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
-        content = mel.shape[-1] - WHISPER_CHUNK_FRAMES
-        if language is None:
-            # English-only models speak English; a multilingual one detects the language in the
-            # first 30 s (the mel of the audio itself, not zero-padded) and keeps it throughout.
-            language = "en" if not self.multilingual else self.detect_language(mel[:, :WHISPER_CHUNK_FRAMES])[0]
-        prompt_tokens = t.encode(" " + initial_prompt.strip()) if initial_prompt else []
-        all_tokens = list(prompt_tokens)
-        reset_since = 0
-        seek = 0
-        last_speech = 0.0
-        segments: list[Segment] = []
-        token_list: list[Token] = []
-        while seek < content:
-            offset = seek * 160 / self.sample_rate
-            size = min(WHISPER_CHUNK_FRAMES, content - seek)
-            # As openai-whisper: the window ends with the audio, then zeros (in log-mel units).
-            window = mel[:, seek : seek + size]
-            if window.shape[-1] < WHISPER_CHUNK_FRAMES:
-                window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
-            cross = self.encode(window)
-            r, avg_logprob, ratio, temp = self._decode_with_fallback(
-                window, cross, language, task, all_tokens[reset_since:], search_opts, **fallback)
-            search_opts = {**search_opts, "prefix": ()}  # the prefix starts the first window only
-            tokens = r.tokens[0]
-            no_speech = r.no_speech_probs[0]
-            if no_speech_threshold is not None and no_speech > no_speech_threshold:
-                if logprob_threshold is None or avg_logprob <= logprob_threshold:
-                    seek += size
-                    continue
-            stats = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech, compression_ratio=ratio, temperature=temp)
-            current, next_seek, single_ending = self._segments(tokens, offset, seek, size, stats)
-            if words_opts is not None:
-                self._add_words(current, cross, size, offset, language, task, last_speech, words_opts, token_list)
-                last_end = _last_end(current)
-                if not single_ending and last_end is not None and last_end > offset:
-                    next_seek = round(last_end * 100)
-                if last_end is not None:
-                    last_speech = last_end
-            seek = next_seek
-            for seg, toks in current:
-                if seg.start == seg.end or not seg.text.strip():
-                    seg.text, toks[:], seg.words = "", [], []
-                segments.append(seg)
-                all_tokens.extend(toks)
-            if not condition or temp > 0.5:
-                reset_since = len(all_tokens)
-        text = t.decode(all_tokens[len(prompt_tokens):])
-        words = [w for s in segments for w in s.words]
-        return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=token_list,
-                          model=self.name, language=language)
-
-    def _add_words(self, current, cross, size, offset, language, task, last_speech, opts, token_list) -> None:
-        """Word (and token) times for one window's segments, from the cross-attention alignment."""
-        t = self.tokenizer
-        text_tokens = [[x for x in toks if x < t.eot] for _, toks in current]
-        sot = t.sot_sequence(language, task, self.multilingual)
-        aligned = find_alignment(self.model.decoder, cross, t, sot, [x for tt in text_tokens for x in tt], size,
-                                 self.alignment_heads(), language=language)
-        views = [dict(start=seg.start, end=seg.end, text_tokens=tt) for (seg, _), tt in zip(current, text_tokens)]
-        add_word_timestamps(aligned, views, offset, last_speech, *opts)
-        for (seg, _), v in zip(current, views):
-            seg.start, seg.end = float(v["start"]), float(v["end"])
-            seg.words = [Word(w["word"].strip(), float(w["start"]), float(w["end"]), float(w["probability"]))
-                         for w in v["words"]]
-            for w in v["words"]:
-                for tok, (a, b, p) in zip(w["tokens"], w["token_times"]):
-                    token_list.append(Token(int(tok), t.token_text(tok), round(a, 2), round(b, 2), confidence=p,
-                                            piece=t.piece(tok)))
-
-    def _segments(self, tokens: list[int], offset: float, seek: int, size: int, stats: dict):
-        """Cut one window's tokens into segments at timestamp pairs; returns them, the next seek,
-        and whether the window ended on a single timestamp (its speech ran to the end)."""
-        t = self.tokenizer
-        tb = t.timestamp_begin
-        is_ts = [x >= tb for x in tokens]
-        single_ending = is_ts[-2:] == [False, True]
-        cuts = [i + 1 for i in range(len(tokens) - 1) if is_ts[i] and is_ts[i + 1]]
-        out = []
-
-        def seg(toks, start, end):
-            text = t.decode([x for x in toks if x < t.eot])
-            return (Segment(text, start, end, **stats), list(toks))
-
-        if cuts:
-            if single_ending:
-                cuts.append(len(tokens))
-            last = 0
-            for c in cuts:
-                piece = tokens[last:c]
-                out.append(seg(piece, offset + (piece[0] - tb) * TIME_PRECISION, offset + (piece[-1] - tb) * TIME_PRECISION))
-                last = c
-            if single_ending:
-                seek += size
-            else:
-                seek += (tokens[last - 1] - tb) * INPUT_STRIDE
-        else:
-            dur = size * 160 / self.sample_rate
-            stamps = [x for x in tokens if x >= tb]
-            if stamps and stamps[-1] != tb:
-                dur = (stamps[-1] - tb) * TIME_PRECISION
-            out.append(seg(tokens, offset, offset + dur))
-            seek += size
-        return out, seek, single_ending
-
-
-def _last_end(current) -> Optional[float]:
-    """The end of the last word of a window's segments, or of its last segment."""
-    for seg, _ in reversed(current):
-        if seg.words:
-            return seg.words[-1].end
-    return current[-1][0].end if current else None
