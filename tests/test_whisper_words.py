@@ -23,7 +23,10 @@ from .conftest import REPO
 
 REF_PATH = REPO / "tests" / "references" / "whisper" / "words.json"
 REF = json.loads(REF_PATH.read_text())
-TIME_TOL = 0.02  # seconds
+# One 20 ms alignment frame: a near-tie in the DTW path (float32 attention weights) may move a
+# boundary by one frame on another CPU. Plus 1e-9 for the float error of the difference of two
+# times on the 0.01 s grid (1.26 - 1.24 is 0.020000000000000018), so that one frame really passes.
+TIME_TOL = 0.02 + 1e-9  # seconds
 PROB_TOL = 1e-3
 
 
@@ -55,6 +58,9 @@ def test_word_timestamps_match_openai_whisper(asr, clip):
     audio = clip_audio(entry)
     assert len(audio) == entry["num_samples"]
     got = asr.transcribe(audio, language="en", temperature=0.0, word_timestamps=True)
+    # Exact texts and words are safe: measured over every clip, each greedy choice leads by
+    # >= 7.5e-4 (longform75), the timestamp rule is >= 2.6e-3 from flipping, the average log-probs
+    # >= 0.048 from the fallback threshold; float32 noise moves such values by ~1e-5 at most.
     want = entry["segments"]
     assert [s.text for s in got.segments] == [s["text"] for s in want]
     assert len(got.segments) == len(want)
