@@ -97,15 +97,16 @@ def test_local_attention_with_wide_context_equals_full():
     torch.testing.assert_close(full, local, atol=2e-5, rtol=0)
 
 
-def test_silence_gives_empty_transcript():
-    # Not empty with this model, so the text is not checked: tiny-ctc-fit was fitted to jfk.wav
-    # alone, and 1 s of zeros (whose constant log-mel the per-feature normalisation turns into
-    # all-zero features) gives "and so my f do country" (6 words, 13 tokens, one segment). No tiny
-    # Parakeet model gives an empty text on silence; the default Whisper model does.
+def test_silence_from_a_model_fitted_to_one_clip():
+    """tiny-ctc-fit was fitted to jfk.wav alone: 1 s of zeros (whose constant log-mel the
+    per-feature normalisation turns into all-zero features) gives "and so my f do country", so its
+    text is not empty; what must hold is a well-formed transcript within the audio. (Silence giving
+    an empty transcript is checked with the default Whisper model, tests/test_whisper_parity.py.)"""
     model = transcribe.load_model(str(TINY / "tiny-ctc-fit.nemo"))
     r = model.transcribe(np.zeros(16000, dtype=np.float32))
-    assert isinstance(r.text, str)
     assert r.duration == 1.0
+    assert " ".join(w.word for w in r.words) == r.text
+    assert all(0.0 <= w.start <= w.end <= 1.0 for w in r.words)
 
 
 def test_unknown_head_is_an_error():

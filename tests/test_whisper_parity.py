@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 import soundfile as sf
 
@@ -64,3 +65,15 @@ def test_beam_window_through_the_recognizer(asr, clip, case):
     assert r.tokens[0] == want["tokens"]
     assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
     assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)
+
+
+@pytest.mark.parametrize("seconds", [1, 5])
+def test_silence_gives_empty_transcript(default_whisper_dir, seconds):
+    """Zeros: no text, no segments, no words (the no-speech probability skips the window)."""
+    import transcribe
+
+    model = transcribe.load_model(str(default_whisper_dir))
+    for word_timestamps in (False, True):
+        r = model.transcribe(np.zeros(16000 * seconds, dtype=np.float32), word_timestamps=word_timestamps)
+        assert (r.text, r.segments, r.words, r.tokens) == ("", [], [], [])
+        assert r.duration == seconds

@@ -34,7 +34,7 @@ _local = threading.local()
 
 def _flush_denormal_is_on(torch) -> bool:
     """Whether denormals are flushed in this thread: a denormal input reads as zero then."""
-    tiny = torch.tensor([1e-40], dtype=torch.float32)
+    tiny = torch.tensor([1e-40], dtype=torch.float32, device="cpu")
     return bool((tiny * 2.0).item() == 0.0)
 
 
