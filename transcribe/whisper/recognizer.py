@@ -24,7 +24,6 @@ from .tokenizer import WhisperTokenizer
 from .language import detect_language
 from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION
 from . import transcribe as longform
-from .transcribe import INPUT_STRIDE, TIME_PRECISION, compression_ratio  # noqa: F401  (their former home)
 
 
 log = logging.getLogger("transcribe")
