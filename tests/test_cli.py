@@ -389,13 +389,18 @@ def test_inputs_are_decoded_one_group_at_a_time(fake, wavs, capsys, monkeypatch)
 
 
 def test_help_imports_neither_torch_nor_numpy():
-    """`transcribe --help` and usage errors answer without importing the heavy modules (measured:
-    about 0.2 s, against 3.2 s when torch came first)."""
+    """`transcribe --help` and usage errors, an option of another family with a local model among
+    them, answer without importing the heavy modules (measured: about 0.2 s, against 3.2 s when
+    torch came first)."""
     import subprocess
+
+    from .conftest import TINY
 
     code = ("import sys\nfrom transcribe.cli import main\nrc = main(['--help'])\n"
             "rc2 = main(['x.wav', '--beam-size', '0'])\n"
-            "assert rc == 0 and rc2 == 2, (rc, rc2)\n"
+            f"rc3 = main(['x.wav', '--model', {str(TINY / 'tiny-tdt-fit.nemo')!r}, '--beam-size', '2'])\n"
+            "rc4 = main(['x.wav', '--head', 'ctc'])\n"
+            "assert (rc, rc2, rc3, rc4) == (0, 2, 2, 2), (rc, rc2, rc3, rc4)\n"
             "heavy = sorted(m for m in ('torch', 'numpy', 'soundfile', 'av') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -169,8 +169,6 @@ def _check(args) -> None:
 
 
 def _run(args, progress: "_Progress") -> int:
-    from .audio import GROUP_AUDIO_S, load_audio  # numpy and the decoders: not needed for --help
-
     formats = list(FORMATS) if args.format == "all" else [args.format]
     out_dir = None
     stems = _output_stems(args.audio)
@@ -184,6 +182,13 @@ def _run(args, progress: "_Progress") -> int:
             default = "stdin" if name == "-" else (Path(name).stem or "audio")
             if stem != default:
                 _say(f"note: {_display(name)} is written as {stem}.* ({default}.* is another input's)")
+
+    family = _local_family(args.model)
+    if family is not None:  # a local model: its options are checked before PyTorch is even imported
+        misplaced = _options_for_other_families(args, _Named(family, _model_name(args.model)))
+        if misplaced:
+            _say(f"error: {misplaced}")
+            return 2
 
     configure_process(args.threads)  # a program of its own: threads and allocator for the whole run
     try:
@@ -243,6 +248,8 @@ def _run(args, progress: "_Progress") -> int:
             done += 1
             progress.update(done)
 
+    from .audio import GROUP_AUDIO_S, load_audio  # numpy and the decoders: not before the checks above
+
     # Inputs are decoded one at a time and run in groups of at most --batch-size inputs and
     # GROUP_AUDIO_S seconds of audio (a longer input runs alone), so memory holds one group's PCM.
     group: list = []
@@ -300,6 +307,30 @@ _FAMILY_OPTIONS = {
     "initial_prompt": ("--initial-prompt", "whisper"), "temperature": ("--temperature", "whisper"),
     "temperature_increment": ("--temperature-increment", "whisper"), "head": ("--head", "parakeet"),
 }
+
+
+class _Named:
+    def __init__(self, family: str, name: str):
+        self.family, self.name = family, name
+
+
+def _local_family(name: Optional[str]) -> Optional[str]:
+    """The family of the default model or of a local model path, from its files; None otherwise
+    (a hub id: known once it is loaded)."""
+    from .hub import default_model_path
+    from .loading import family_of
+
+    try:
+        path = default_model_path() if name is None else Path(os.path.expanduser(name))
+        return family_of(path) if path.exists() else None
+    except TranscribeError:
+        return None
+
+
+def _model_name(name: Optional[str]) -> str:
+    from .hub import DEFAULT_MODEL
+
+    return DEFAULT_MODEL if name is None else (Path(name).name or name)
 
 
 def _options_for_other_families(args, model) -> Optional[str]:

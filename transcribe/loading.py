@@ -81,3 +81,13 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
         f"{path}: not a model this package can read (a .nemo file or NeMo directory, a CTranslate2 "
         "directory with model.bin, a transformers Whisper directory, or an openai-whisper .pt checkpoint)"
     )
+
+
+def family_of(path) -> Optional[str]:
+    """The family whose model a local path holds ("whisper", "parakeet"), found from its files
+    alone (no PyTorch, no weights read), or None."""
+    path = Path(path)
+    for family in FAMILIES:
+        if family.detect(path) is not None:
+            return family.name
+    return None

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ModelError
+from . import find_openai_pt
 from ..model import WhisperDims
 from .common import (
     OPENAI_ALIGNMENT_HEADS,
@@ -35,19 +36,6 @@ from .common import (
 )
 
 log = logging.getLogger(__name__)
-
-
-def find_openai_pt(path: Path) -> Path | None:
-    """The checkpoint a path names: a .pt file, or a directory holding exactly one .pt file."""
-    if path.is_file():
-        return path if path.suffix == ".pt" else None
-    if path.is_dir():
-        pts = sorted(p for p in path.glob("*.pt") if p.is_file())
-        if len(pts) == 1:
-            return pts[0]
-        if len(pts) > 1:
-            raise ModelError(f"{path}: holds {len(pts)} .pt files ({', '.join(p.name for p in pts[:4])}); name one")
-    return None
 
 
 def _load(path: Path) -> dict:

@@ -38,6 +38,7 @@ from pathlib import Path
 import torch
 
 from ...errors import ModelError
+from . import CONFIG_JSON, WEIGHT_FILES
 from .common import (
     alignment_heads_from,
     check_tied,
@@ -51,10 +52,8 @@ from .common import (
 
 log = logging.getLogger(__name__)
 
-CONFIG_JSON = "config.json"
 GENERATION_CONFIG_JSON = "generation_config.json"
 TOKENIZER_JSON = "tokenizer.json"
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # preferred first
 
 # config.json keys read below.
 READ_CONFIG = {
@@ -129,23 +128,6 @@ def weight_files(path: Path) -> list[Path]:
                 raise ModelError(f"{index}: unreadable weight index ({type(e).__name__}: {str(e)[:200]})") from None
             return [path / s for s in shards]
     return []
-
-
-def _model_type(path: Path):
-    try:
-        cfg = json.loads((path / CONFIG_JSON).read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return cfg.get("model_type") if isinstance(cfg, dict) else None
-
-
-def is_transformers_dir(path: Path) -> bool:
-    """A directory with config.json and transformers weights (of any model type: a non-Whisper
-    one is then reported by the reader, not taken for a NeMo directory)."""
-    if not (path / CONFIG_JSON).is_file():
-        return False
-    has_weights = any((path / n).is_file() or (path / (n + ".index.json")).is_file() for n in WEIGHT_FILES)
-    return has_weights or _model_type(path) == "whisper"
 
 
 def _load_weights(files: list[Path]) -> dict[str, torch.Tensor]:
