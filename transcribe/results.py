@@ -111,18 +111,6 @@ class Transcript:
         )
 
 
-@dataclass
-class Hypothesis:
-    """A decoded token sequence, before it becomes text: what the search layer returns."""
-
-    ids: list[int]
-    frames: list[int]
-    durations: list[int] = field(default_factory=list)
-    confidences: list[float] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    score: float = 0.0  # sum of logprobs
-
-
 def _known(cls, d: dict) -> dict[str, Any]:
     names = {f.name for f in fields(cls)}
     return {k: v for k, v in d.items() if k in names}

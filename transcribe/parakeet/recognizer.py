@@ -13,8 +13,9 @@ from ..runtime import scoped
 from ..errors import ModelError, TranscribeError
 from .checkpoint import read_nemo
 from .model import ParakeetModel
-from ..results import Hypothesis, Segment, Token, Transcript, Word
+from ..results import Segment, Token, Transcript, Word
 from ..search import ctc as ctc_search
+from ..search.decoded import Decoded
 from ..search import transducer as transducer_search
 from ..search.confidence import METHODS as CONFIDENCE_METHODS
 from ..text.sentencepiece import WORD_START, SentencePieceTokenizer, punctuation_in
@@ -180,7 +181,7 @@ class ParakeetASR:
             hyps = self._greedy_transducer(enc, enc_len, confidence)
         return [self._to_transcript(h, len(p) / self.sample_rate, head, timestamps) for h, p in zip(hyps, pcm)]
 
-    def _greedy_transducer(self, enc: torch.Tensor, enc_len: torch.Tensor, confidence: str) -> list[Hypothesis]:
+    def _greedy_transducer(self, enc: torch.Tensor, enc_len: torch.Tensor, confidence: str) -> list[Decoded]:
         m = self.model
         dtype = next(m.joint.parameters()).dtype
         enc_proj = m.joint.project_encoder(enc.transpose(1, 2).to(dtype))
@@ -199,7 +200,7 @@ class ParakeetASR:
         )
 
     # ------------------------------------------------------------------------------------------
-    def _to_transcript(self, h: Hypothesis, duration: float, head: str, timestamps: bool) -> Transcript:
+    def _to_transcript(self, h: Decoded, duration: float, head: str, timestamps: bool) -> Transcript:
         tok = self.tokenizer
         text = join_punctuation(tok.decode(h.ids), self.punctuation)
         offsets = token_offsets(head, h.frames, h.durations)

@@ -5,7 +5,7 @@ from typing import Optional
 
 import torch
 
-from ..results import Hypothesis
+from .decoded import Decoded
 from .confidence import confidence as confidence_measure
 
 
@@ -15,8 +15,8 @@ def greedy(
     blank: int,
     confidence: Optional[str] = "entropy",
     alpha: float = 0.33,
-) -> Hypothesis:
-    """logp [T, V+1] -> Hypothesis. Repeats collapse and blanks drop out.
+) -> Decoded:
+    """logp [T, V+1] -> Decoded. Repeats collapse and blanks drop out.
 
     A token's frame is the first frame of its run, its duration the run's length; its confidence is
     the minimum over the run's frames, blank frames excluded (NeMo's aggregation); its log-prob the
@@ -27,7 +27,7 @@ def greedy(
     conf = confidence_measure(logp, confidence, alpha) if confidence else None
     top = logp.gather(1, best[:, None])[:, 0]
     ids = best.tolist()
-    hyp = Hypothesis(ids=[], frames=[], durations=[], confidences=[])
+    hyp = Decoded(ids=[], frames=[], durations=[], confidences=[])
     prev = -1
     for t, k in enumerate(ids):
         if k != blank:

@@ -17,7 +17,7 @@ from typing import Callable, Optional, Sequence
 
 import torch
 
-from ..results import Hypothesis
+from .decoded import Decoded
 from .confidence import confidence as confidence_measure
 
 
@@ -33,8 +33,8 @@ def greedy_batch(
     max_symbols: Optional[int] = 10,
     confidence: Optional[str] = "entropy",
     alpha: float = 0.33,
-) -> list[Hypothesis]:
-    """enc [B, T, H] (already projected for the joint), lengths [B] -> one Hypothesis per utterance."""
+) -> list[Decoded]:
+    """enc [B, T, H] (already projected for the joint), lengths [B] -> one Decoded per utterance."""
     b, t_max, _ = enc.shape
     device = enc.device
     n_tok = blank + 1
@@ -48,7 +48,7 @@ def greedy_batch(
     labels = torch.full((b,), blank, dtype=torch.long, device=device)
     pred, state = predict(labels, init_state)
 
-    hyps = [Hypothesis(ids=[], frames=[], durations=[] if durations is not None else [], confidences=[]) for _ in range(b)]
+    hyps = [Decoded(ids=[], frames=[], durations=[] if durations is not None else [], confidences=[]) for _ in range(b)]
     last_frame = torch.full((b,), -1, dtype=torch.long, device=device)
     run = torch.zeros(b, dtype=torch.long, device=device)  # labels emitted on last_frame
 
