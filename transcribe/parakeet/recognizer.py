@@ -16,6 +16,7 @@ from .model import ParakeetModel
 from ..results import Segment, Token, Transcript, Word
 from ..search import ctc as ctc_search
 from ..search.decoded import Decoded
+from ..search.steps import TransducerSteps, lstm_steps
 from ..search import transducer as transducer_search
 from ..search.confidence import METHODS as CONFIDENCE_METHODS
 from ..text.sentencepiece import WORD_START, SentencePieceTokenizer, punctuation_in
@@ -180,6 +181,32 @@ class ParakeetASR:
         else:
             hyps = self._greedy_transducer(enc, enc_len, confidence)
         return [self._to_transcript(h, len(p) / self.sample_rate, head, timestamps) for h, p in zip(hyps, pcm)]
+
+    def transducer_steps(self) -> TransducerSteps:
+        """The predictor and joint as the transducer searches see them (search.steps); the encoder
+        frames they take are projected with `project_encoder`."""
+        m = self.model
+        if not m.transducer:
+            raise TranscribeError(f"{self.name} has no transducer head")
+        dtype = next(m.joint.parameters()).dtype
+        device = next(m.joint.parameters()).device
+
+        @torch.inference_mode()
+        def predict(labels, state):
+            out, st = m.decoder(labels, state)
+            return m.joint.project_predictor(out), st
+
+        @torch.inference_mode()
+        def joint(enc, pred):
+            return m.joint(enc, pred)
+
+        return lstm_steps(predict, joint, lambda n: m.decoder.initial_state(n, device, dtype), m.blank,
+                          m.durations if m.transducer == "tdt" else None)
+
+    def project_encoder(self, enc: torch.Tensor) -> torch.Tensor:
+        """Encoder output [B, D, T] -> frames projected for the joint [B, T, H]."""
+        m = self.model
+        return m.joint.project_encoder(enc.transpose(1, 2).to(next(m.joint.parameters()).dtype))
 
     def _greedy_transducer(self, enc: torch.Tensor, enc_len: torch.Tensor, confidence: str) -> list[Decoded]:
         m = self.model

@@ -1,0 +1,54 @@
+"""The model as a transducer search sees it: a few callables, no modules.
+
+Every transducer search in this package (greedy, default beam, mAES, batched mALSD) runs on a
+`TransducerSteps` and on encoder frames already projected for the joint, so each algorithm can be
+tested on a hand-written probability table as well as on a real model, and one search serves every
+model with that head.
+
+States are opaque to the search: it only creates them, selects rows of them and concatenates them.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
+
+import torch
+
+
+@dataclass(frozen=True)
+class TransducerSteps:
+    """predict(labels [N] long, state) -> (pred [N, H], state): one predictor step for N hypotheses;
+        the blank label is the start of sequence (NeMo's blank-as-pad predictor embeds it to zeros).
+    joint(enc [..., H], pred [..., H]) -> logits [..., V+1(+D)]: tokens, blank (index `blank`, the
+        last token), then the TDT duration logits; leading shapes broadcast.
+    init_state(n) -> the state of n fresh hypotheses.
+    select_state(state, idx [M] long) -> the state of rows idx (rows may repeat).
+    cat_states(states) -> one state holding the rows of all, in order.
+    durations: the TDT duration table (None for RNN-T).
+    """
+
+    predict: Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
+    joint: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+    init_state: Callable[[int], Any]
+    select_state: Callable[[Any, torch.Tensor], Any]
+    cat_states: Callable[[Sequence[Any]], Any]
+    blank: int
+    durations: Optional[tuple[int, ...]] = None
+
+    @property
+    def n_tokens(self) -> int:
+        """Vocabulary size including blank (the joint's token logits)."""
+        return self.blank + 1
+
+
+def lstm_steps(predict, joint, init_state, blank: int, durations=None) -> TransducerSteps:
+    """Steps for a predictor whose state is a tuple of tensors [layers, N, H] (NeMo's LSTM)."""
+
+    def select(state, idx):
+        return tuple(s.index_select(1, idx) for s in state)
+
+    def cat(states):
+        return tuple(torch.cat(parts, dim=1) for parts in zip(*states))
+
+    return TransducerSteps(predict, joint, init_state, select, cat, blank,
+                           tuple(int(d) for d in durations) if durations is not None else None)
