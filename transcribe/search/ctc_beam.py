@@ -1,0 +1,366 @@
+"""CTC beam search over a log-probability matrix, with N-best output, an optional word n-gram LM
+and optional hotword boosting. Without an LM or hotwords it gives the same N-best lists as NeMo's
+`beam_batch` CTC strategy (BatchedBeamCTCComputer, its pure-PyTorch path).
+
+The algorithm (NeMo's, as reimplemented here):
+
+- A hypothesis is a CTC *alignment path* summarized by (emitted tokens, last frame label), where the
+  last label may be the blank: "a" ending on blank and "a" ending on "a" are different hypotheses
+  (the next "a" is a new token after the first, a repeat after the second).
+- Every frame, each of the K = `beam_size` hypotheses is extended by every label (blank included):
+  `score + logp[t, label]`, plus `beam_beta` when the label emits a token (non-blank and different
+  from the last label). The K best of the K*(V+1) candidates survive (`topk`, sorted); candidates
+  scoring at or below `best - beam_threshold` are dropped (score -inf, inactive for good).
+- Survivors with the same tokens *and* the same last label are merged by *max* (a Viterbi merge,
+  not log-sum-exp): the first of the best keeps the score, the others become inactive.
+- At the end the hypotheses are ranked by their raw score (no length normalization) and every
+  active one is returned: up to K, fewer when pruning or merging left fewer. As in NeMo, the same
+  token sequence can appear twice in the list (once ending on blank, once on its last token).
+
+The score of a hypothesis (`Decoded.score`) is
+`acoustic + beam_beta * n_tokens [+ lm_weight * lm_logprob + word_bonus * n_words] [+ hotword boost]`,
+where `acoustic` is the sum of the path's frame log-probabilities (the path's, not the sum over all
+paths of the prefix). `normalized_score` is None. `frames[i]` is the frame at which token i was
+emitted on the hypothesis' best path (the first frame of its run: NeMo's `timestamp`), `durations[i]`
+the length of that run in frames (the blanks after it excluded), `logprobs[i]` the sum of the run's
+frame log-probabilities, `confidences[i]` (only when `confidence` is set) the minimum over the run's
+frames, as in greedy CTC.
+
+Word LM (`lm`, an `ngram.NGramLM`): words are scored when they complete. A token whose piece starts
+with "▁" (U+2581) begins a new word, completing the word in progress (if it has any text); the end of
+the utterance completes the last word and adds `</s>`. The completion term `lm_weight * ln P(word |
+history) + word_bonus` is added to the candidate that emits the word-starting token, so it counts in
+that frame's ranking and pruning. Defaults: `lm_weight` 0.5 and `word_bonus` 1.0, the usual
+shallow-fusion range (pyctcdecode uses 0.5 / 1.5): a word costs about 0.5 * 6 nats under a small
+3-gram, and `beam_beta` already rewards every token, so the word bonus only offsets part of it.
+
+Hotwords (`hotwords`, a `hotwords.HotwordTrie`): advanced on every emitted token; its arc bonus is
+added to the candidate; its `final` is added at the end.
+
+Batching: `beam_search_batch` runs B utterances at once; each utterance's search stops at its own
+length (its state is frozen after it, unlike NeMo's, whose scores keep moving on padded frames), so a
+result never depends on the batch it ran in.
+
+Merging compares a 64-bit polynomial hash of the token sequence (plus the token count and the last
+label), as NeMo does; two different live sequences colliding is a ~2^-64 event.
+"""
+from __future__ import annotations
+
+import math
+from typing import Optional, Sequence
+
+import torch
+
+from .confidence import confidence as confidence_measure
+from .decoded import Decoded
+
+__all__ = ["beam_search", "beam_search_batch", "DEFAULT_BEAM_BETA", "DEFAULT_BEAM_THRESHOLD",
+           "DEFAULT_LM_WEIGHT", "DEFAULT_WORD_BONUS"]
+
+DEFAULT_BEAM_BETA = 1.0  # NeMo's BeamCTCInferConfig.beam_beta
+DEFAULT_BEAM_THRESHOLD = 20.0  # NeMo's BeamCTCInferConfig.beam_threshold
+DEFAULT_LM_WEIGHT = 0.5
+DEFAULT_WORD_BONUS = 1.0
+WORD_START = "\u2581"
+
+_NO_LABEL = -1
+_HASH_MUL = -7046029254386353131  # 0x9E3779B97F4A7C15 as a signed 64-bit integer (odd)
+
+
+def _check_params(beam_size, beam_beta, beam_threshold, lm, lm_weight, word_bonus, pieces, n_labels, blank):
+    if isinstance(beam_size, bool) or int(beam_size) != beam_size or beam_size < 1:
+        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
+    for name, v in (("beam_beta", beam_beta), ("beam_threshold", beam_threshold),
+                    ("lm_weight", lm_weight), ("word_bonus", word_bonus)):
+        if not math.isfinite(float(v)):
+            raise ValueError(f"{name} must be finite, got {v!r}")
+    if beam_threshold < 0:
+        raise ValueError(f"beam_threshold must be >= 0, got {beam_threshold}")
+    if not 0 <= blank < n_labels:
+        raise ValueError(f"blank index {blank} is outside the {n_labels} labels")
+    if lm is not None:
+        if pieces is None:
+            raise ValueError("an LM needs `pieces` (the vocabulary's token pieces, index = token id)")
+        needed = n_labels - 1 if blank == n_labels - 1 else n_labels  # every non-blank id
+        if len(pieces) < needed:
+            raise ValueError(f"pieces has {len(pieces)} entries for {n_labels} labels (blank {blank})")
+
+
+class _WordLMState:
+    """Per-hypothesis LM bookkeeping: the n-gram context and the word in progress."""
+
+    __slots__ = ("context", "partial", "words", "lm_logprob")
+
+    def __init__(self, context, partial, words, lm_logprob):
+        self.context = context
+        self.partial = partial
+        self.words = words
+        self.lm_logprob = lm_logprob
+
+
+class _WordLM:
+    """Glue between the token-level beam and the word-level n-gram LM, with a score cache."""
+
+    def __init__(self, lm, weight: float, bonus: float, pieces: Sequence[str], n_labels: int, blank: int):
+        self.lm = lm
+        self.weight = float(weight)
+        self.bonus = float(bonus)
+        self.pieces = [str(pieces[i]) if i < len(pieces) and i != blank else "" for i in range(n_labels)]
+        self.starts = torch.tensor([i != blank and p.startswith(WORD_START) for i, p in enumerate(self.pieces)])
+        self._cache: dict = {}
+
+    def initial(self) -> _WordLMState:
+        return _WordLMState(self.lm.begin(), "", 0, 0.0)
+
+    def _word(self, context, word):
+        key = (context, word)
+        hit = self._cache.get(key)
+        if hit is None:
+            hit = self.lm.score(context, word)
+            self._cache[key] = hit
+        return hit
+
+    def completion(self, st: Optional[_WordLMState]) -> float:
+        """The term added when the word in progress completes (0 when there is none)."""
+        if st is None or not st.partial:
+            return 0.0
+        return self.weight * self._word(st.context, st.partial)[0] + self.bonus
+
+    def advance(self, st: _WordLMState, token: int) -> _WordLMState:
+        piece = self.pieces[token]
+        if piece.startswith(WORD_START):
+            if st.partial:
+                lp, ctx = self._word(st.context, st.partial)
+                return _WordLMState(ctx, piece[1:], st.words + 1, st.lm_logprob + lp)
+            return _WordLMState(st.context, piece[1:], st.words, st.lm_logprob)
+        return _WordLMState(st.context, st.partial + piece, st.words, st.lm_logprob)
+
+    def finish(self, st: _WordLMState) -> float:
+        """The end-of-utterance term: completes the last word, then `</s>`."""
+        term = 0.0
+        ctx = st.context
+        if st.partial:
+            lp, ctx = self._word(ctx, st.partial)
+            term += self.weight * lp + self.bonus
+        return term + self.weight * self.lm.end_score(ctx)
+
+
+@torch.inference_mode()
+def beam_search_batch(
+    logp: torch.Tensor,
+    lengths,
+    blank: int,
+    beam_size: int = 4,
+    beam_beta: float = DEFAULT_BEAM_BETA,
+    beam_threshold: float = DEFAULT_BEAM_THRESHOLD,
+    lm=None,
+    lm_weight: float = DEFAULT_LM_WEIGHT,
+    word_bonus: float = DEFAULT_WORD_BONUS,
+    pieces: Optional[Sequence[str]] = None,
+    hotwords=None,
+    confidence: Optional[str] = None,
+    alpha: float = 0.33,
+) -> list[list[Decoded]]:
+    """logp [B, T, V+1] log-probabilities, lengths [B] (a tensor or a sequence of ints) -> for each
+    utterance its N-best list (best first, at most `beam_size`). See the module docstring for the
+    algorithm, the score and the fields. `lm` needs `pieces`; `hotwords` is a HotwordTrie."""
+    if logp.dim() != 3:
+        raise ValueError(f"logp must be [B, T, V+1], got shape {tuple(logp.shape)}")
+    n_batch, n_frames, n_labels = logp.shape
+    lens = [int(x) for x in (lengths.tolist() if torch.is_tensor(lengths) else lengths)]
+    if len(lens) != n_batch:
+        raise ValueError(f"{len(lens)} lengths for a batch of {n_batch}")
+    if any(n < 0 or n > n_frames for n in lens):
+        raise ValueError(f"lengths {lens} must lie in [0, {n_frames}]")
+    blank = int(blank)
+    _check_params(beam_size, beam_beta, beam_threshold, lm, lm_weight, word_bonus, pieces, n_labels, blank)
+    beam_size = int(beam_size)
+    if not logp.is_floating_point():
+        raise ValueError(f"logp must be floating point, got {logp.dtype}")
+    for b, n in enumerate(lens):
+        if n and not bool(torch.isfinite(logp[b, :n]).all()):
+            raise ValueError(f"logp of utterance {b} has non-finite values within its length {n}")
+    if hotwords is not None and hotwords.n_tokens > n_labels:
+        raise ValueError(f"the hotword tables cover {hotwords.n_tokens} token ids, the model has {n_labels} labels")
+
+    device, dtype = logp.device, logp.dtype
+    K, L = beam_size, n_labels
+    vocab = torch.arange(L, device=device)
+    blank_mask = vocab == blank
+    inf = torch.tensor(float("-inf"), device=device, dtype=dtype)
+
+    scores = torch.full((n_batch, K), float("-inf"), device=device, dtype=dtype)
+    scores[:, 0] = 0.0
+    last = torch.full((n_batch, K), _NO_LABEL, device=device, dtype=torch.long)
+    hashes = torch.zeros((n_batch, K), device=device, dtype=torch.long)
+    counts = torch.zeros((n_batch, K), device=device, dtype=torch.long)
+    lengths_t = torch.tensor(lens, device=device, dtype=torch.long)
+
+    hw_next = hw_bonus = hw_state = None
+    if hotwords is not None:
+        nt = hotwords.n_tokens
+        hw_next = torch.zeros((hotwords.n_states, L), dtype=torch.long, device=device)
+        hw_next[:, :nt] = hotwords.next_state.to(device)
+        # Ids past the tables never match: back to the root, the pending credit taken back.
+        hw_bonus = hotwords.final.to(device=device, dtype=dtype)[:, None].repeat(1, L)
+        hw_bonus[:, :nt] = hotwords.bonus.to(device=device, dtype=dtype)
+        hw_state = torch.zeros((n_batch, K), device=device, dtype=torch.long)
+
+    wlm = lm_states = lm_starts = None
+    if lm is not None:
+        wlm = _WordLM(lm, lm_weight, word_bonus, pieces, L, blank)
+        lm_starts = wlm.starts.to(device)
+        lm_states = [[wlm.initial() if k == 0 else None for k in range(K)] for _ in range(n_batch)]
+
+    hist_labels: list[torch.Tensor] = []
+    hist_parents: list[torch.Tensor] = []
+    identity = torch.arange(K, device=device)[None, :].expand(n_batch, K)
+    max_len = max(lens, default=0)
+    for t in range(max_len):
+        active = (t < lengths_t)[:, None]  # [B, 1]
+        emits = ~((last[:, :, None] == vocab) | blank_mask)  # [B, K, L]
+        cand = logp[:, t, None, :] + scores[:, :, None]
+        cand = torch.where(emits, cand + beam_beta, cand)
+        if hw_bonus is not None:
+            cand = cand + torch.where(emits, hw_bonus[hw_state], torch.zeros((), device=device, dtype=dtype))
+        if wlm is not None:
+            comp = torch.tensor([[wlm.completion(s) for s in row] for row in lm_states], device=device, dtype=dtype)
+            cand = cand + torch.where(emits & lm_starts, comp[:, :, None], torch.zeros((), device=device, dtype=dtype))
+        top, idx = torch.topk(cand.reshape(n_batch, K * L), k=K, dim=-1, largest=True, sorted=True)
+        src = idx // L
+        lab = idx % L
+        top = torch.where(top <= top[:, :1] - beam_threshold, inf, top)
+
+        prev_last = last.gather(1, src)
+        emitted = (lab != blank) & (lab != prev_last)
+        prev_hash = hashes.gather(1, src)
+        new_hash = torch.where(emitted, prev_hash * _HASH_MUL + (lab + 1), prev_hash)
+        new_counts = counts.gather(1, src) + emitted.long()
+        if hw_state is not None:
+            prev_hw = hw_state.gather(1, src)
+            new_hw = torch.where(emitted, hw_next[prev_hw, lab], prev_hw)
+
+        if K > 1:
+            same = ((new_hash[:, :, None] == new_hash[:, None, :]) & (lab[:, :, None] == lab[:, None, :])
+                    & (new_counts[:, :, None] == new_counts[:, None, :]))
+            grid = torch.where(same, top[:, None, :].expand(n_batch, K, K), inf)
+            # (amax and argmax: Tensor.max(dim) is needlessly slow on small CPU tensors.)
+            keep = grid.argmax(dim=-1) == torch.arange(K, device=device)[None, :]
+            top = torch.where(keep, grid.amax(dim=-1), inf)
+
+        # Utterances past their length keep their state (parents: identity, no label).
+        scores = torch.where(active, top, scores)
+        last = torch.where(active, lab, last)
+        hashes = torch.where(active, new_hash, hashes)
+        counts = torch.where(active, new_counts, counts)
+        if hw_state is not None:
+            hw_state = torch.where(active, new_hw, hw_state)
+        hist_labels.append(torch.where(active, lab, torch.full_like(lab, _NO_LABEL)))
+        hist_parents.append(torch.where(active, src, identity))
+
+        if wlm is not None:
+            src_l, lab_l, em_l, alive_l = src.tolist(), lab.tolist(), emitted.tolist(), torch.isfinite(top).tolist()
+            for b in range(n_batch):
+                if t >= lens[b]:
+                    continue
+                old = lm_states[b]
+                row = []
+                for k in range(K):
+                    st = old[src_l[b][k]] if alive_l[b][k] else None
+                    if st is not None and em_l[b][k]:
+                        st = wlm.advance(st, lab_l[b][k])
+                    row.append(st)
+                lm_states[b] = row
+
+    # End of utterance: hotword `final`, LM completion of the last word and </s>.
+    final_scores = scores.clone()
+    if hw_state is not None:
+        final_scores = final_scores + hotwords.final.to(device=device, dtype=dtype)[hw_state]
+    final_l = final_scores.tolist()
+    if wlm is not None:
+        for b in range(n_batch):
+            for k in range(K):
+                st = lm_states[b][k]
+                if st is not None and math.isfinite(final_l[b][k]):
+                    final_l[b][k] += wlm.finish(st)
+
+    # Paths of all the hypotheses, [B, K, T], by walking the back-pointers.
+    if hist_labels:
+        labels = torch.stack(hist_labels, dim=-1)  # [B, K, T]
+        parents = torch.stack(hist_parents, dim=-1)
+        paths = torch.empty_like(labels)
+        ptr = identity.clone()
+        for t in range(max_len - 1, -1, -1):
+            paths[:, :, t] = labels[:, :, t].gather(1, ptr)
+            ptr = parents[:, :, t].gather(1, ptr)
+        paths_l = paths.tolist()
+    else:
+        paths_l = [[[] for _ in range(K)] for _ in range(n_batch)]
+    frame_lp = logp.float()
+    conf = confidence_measure(frame_lp, confidence, alpha) if confidence else None
+
+    results: list[list[Decoded]] = []
+    for b in range(n_batch):
+        order = sorted((k for k in range(K) if final_l[b][k] > float("-inf")),
+                       key=lambda k: final_l[b][k], reverse=True)
+        if not lens[b]:
+            order = [0]
+        nbest = []
+        for k in order:
+            hyp = _decode_path(paths_l[b][k][: lens[b]], blank, frame_lp[b], conf[b] if conf is not None else None)
+            hyp.score = float(final_l[b][k])
+            nbest.append(hyp)
+        results.append(nbest)
+    return results
+
+
+def _decode_path(path: list[int], blank: int, frame_lp: torch.Tensor, conf: Optional[torch.Tensor]) -> Decoded:
+    """An alignment path -> its tokens, emission frames, run lengths, run log-probs (and confidences)."""
+    hyp = Decoded(ids=[], frames=[], durations=[], confidences=[], logprobs=[])
+    if not path:
+        return hyp
+    idx = torch.tensor(path, dtype=torch.long)
+    lp_path = frame_lp[: len(path)].gather(1, idx.clamp(min=0)[:, None])[:, 0].tolist()
+    conf_l = conf[: len(path)].tolist() if conf is not None else None
+    prev = _NO_LABEL
+    for t, k in enumerate(path):
+        if k != blank and k >= 0:
+            if k != prev:
+                hyp.ids.append(k)
+                hyp.frames.append(t)
+                hyp.durations.append(1)
+                hyp.logprobs.append(lp_path[t])
+                if conf_l is not None:
+                    hyp.confidences.append(conf_l[t])
+            else:
+                hyp.durations[-1] += 1
+                hyp.logprobs[-1] += lp_path[t]
+                if conf_l is not None:
+                    hyp.confidences[-1] = min(hyp.confidences[-1], conf_l[t])
+        prev = k
+    return hyp
+
+
+def beam_search(
+    logp: torch.Tensor,
+    length: int,
+    blank: int,
+    beam_size: int = 4,
+    beam_beta: float = DEFAULT_BEAM_BETA,
+    beam_threshold: float = DEFAULT_BEAM_THRESHOLD,
+    lm=None,
+    lm_weight: float = DEFAULT_LM_WEIGHT,
+    word_bonus: float = DEFAULT_WORD_BONUS,
+    pieces: Optional[Sequence[str]] = None,
+    hotwords=None,
+    confidence: Optional[str] = None,
+    alpha: float = 0.33,
+) -> list[Decoded]:
+    """logp [T, V+1] -> the N-best list of one utterance (best first). See `beam_search_batch`."""
+    if logp.dim() != 2:
+        raise ValueError(f"logp must be [T, V+1], got shape {tuple(logp.shape)}")
+    return beam_search_batch(
+        logp[None], [int(length)], blank, beam_size=beam_size, beam_beta=beam_beta,
+        beam_threshold=beam_threshold, lm=lm, lm_weight=lm_weight, word_bonus=word_bonus,
+        pieces=pieces, hotwords=hotwords, confidence=confidence, alpha=alpha,
+    )[0]
