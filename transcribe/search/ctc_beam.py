@@ -74,8 +74,10 @@ def _check_params(beam_size, beam_beta, beam_threshold, lm, lm_weight, word_bonu
                     ("lm_weight", lm_weight), ("word_bonus", word_bonus)):
         if not math.isfinite(float(v)):
             raise ValueError(f"{name} must be finite, got {v!r}")
-    if beam_threshold < 0:
-        raise ValueError(f"beam_threshold must be >= 0, got {beam_threshold}")
+    if beam_threshold <= 0:
+        # Candidates at or below best - threshold are dropped: 0 would drop the best one too (NeMo
+        # then returns an empty list).
+        raise ValueError(f"beam_threshold must be > 0, got {beam_threshold}")
     if not 0 <= blank < n_labels:
         raise ValueError(f"blank index {blank} is outside the {n_labels} labels")
     if lm is not None:
