@@ -204,3 +204,36 @@ def test_non_finite_and_shape_errors():
         beam_search_batch(logp[None], [3], 1)
     with pytest.raises(ValueError, match="lengths"):
         beam_search_batch(logp[None], [2, 2], 1)
+
+
+def test_batch_independence_with_lm_and_hotwords():
+    """With an LM and hotwords too, each utterance of a padded batch gets its single-utterance result."""
+    from pathlib import Path
+
+    from transcribe.search.hotwords import HotwordTrie
+    from transcribe.search.ngram import load_arpa
+
+    lm = load_arpa(Path(__file__).resolve().parent / "fixtures" / "lm" / "tiny3.arpa")
+    pieces = ["\u2581the", "\u2581cat", "at", "\u2581sat", "s"]
+    trie = HotwordTrie([[1, 2], [3, 4]], weight=0.8, n_tokens=5)
+    torch.manual_seed(1)
+    lps = [torch.randn(T, 6).log_softmax(-1) for T in (9, 4, 7)]
+    batch = torch.zeros(3, 9, 6)
+    for b, lp in enumerate(lps):
+        batch[b, : len(lp)] = lp
+    kw = dict(beam_size=5, lm=lm, pieces=pieces, hotwords=trie, lm_weight=0.7, word_bonus=0.5)
+    together = beam_search_batch(batch, [len(lp) for lp in lps], 5, **kw)
+    for b, lp in enumerate(lps):
+        alone = beam_search(lp, len(lp), 5, **kw)
+        assert [(h.ids, h.frames, h.score) for h in together[b]] == [(h.ids, h.frames, h.score) for h in alone]
+        assert len(alone) >= 2
+        for h in alone:  # the score is the documented sum of its terms
+            words = "".join(pieces[i] for i in h.ids).replace("\u2581", " ").split()
+            state, boost = trie.root, 0.0
+            for i in h.ids:
+                state, bonus = trie.step(state, i)
+                boost += bonus
+            boost += trie.final_score(state)
+            acoustic = sum(h.logprobs) + sum(float(lp[t, 5]) for t in _blank_frames(h, len(lp)))
+            want = acoustic + 1.0 * len(h.ids) + 0.7 * lm.sentence_logprob(words) + 0.5 * len(words) + boost
+            assert h.score == pytest.approx(want, abs=1e-4)

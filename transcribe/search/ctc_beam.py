@@ -10,7 +10,8 @@ The algorithm (NeMo's, as reimplemented here):
 - Every frame, each of the K = `beam_size` hypotheses is extended by every label (blank included):
   `score + logp[t, label]`, plus `beam_beta` when the label emits a token (non-blank and different
   from the last label). The K best of the K*(V+1) candidates survive (`topk`, sorted); candidates
-  scoring at or below `best - beam_threshold` are dropped (score -inf, inactive for good).
+  scoring at or below `best - beam_threshold` are dropped (score -inf, inactive for good; so the
+  threshold must be > 0, NeMo would drop everything at 0).
 - Survivors with the same tokens *and* the same last label are merged by *max* (a Viterbi merge,
   not log-sum-exp): the first of the best keeps the score, the others become inactive.
 - At the end the hypotheses are ranked by their raw score (no length normalization) and every
