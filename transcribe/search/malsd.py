@@ -113,57 +113,70 @@ def malsd_batch(
     table = check_durations(steps.durations)
     k = int(beam_size)
     b, t_max, _ = enc.shape
-    device, dtype = enc.device, enc.dtype
-    blank, n_tok = steps.blank, steps.n_tokens
-    lengths = torch.as_tensor(lengths).to(device=device, dtype=torch.long).reshape(-1)
+    lengths = torch.as_tensor(lengths).to(device=enc.device, dtype=torch.long).reshape(-1)
     if lengths.numel() != b:
         raise ValueError(f"{lengths.numel()} lengths for a batch of {b}")
     if b and (int(lengths.min()) < 0 or int(lengths.max()) > t_max):
         raise ValueError(f"lengths must lie in [0, {t_max}], got {lengths.tolist()}")
     if b == 0:
         return []
-    return _Search(enc, lengths, steps, k, max_symbols, table, hotwords).run(score_norm)
+    with torch.inference_mode():
+        return _Search(enc, lengths, steps, k, max_symbols, table, hotwords).run(score_norm)
+
+
+# Per-hypothesis integer fields, packed in one [B, K, 5] tensor so a beam reordering is one gather.
+# The fields a merge compares are the trailing ones: (n_labels, hash) for RNN-T, and the time too
+# for TDT.
+TRIE, LASTS, TIME, N_LABELS, HASH = range(5)
 
 
 class _Search:
-    """The loop's state and step; all per-hypothesis tensors are [B, K]."""
+    """The loop's state and step; per-hypothesis tensors are [B, K] (K = beam size)."""
 
     def __init__(self, enc, lengths, steps: TransducerSteps, k: int, max_symbols, table, hotwords):
         b, t_max, h = enc.shape
         dev, dtype = enc.device, enc.dtype
         self.steps, self.k, self.b, self.max_symbols = steps, k, b, max_symbols
         self.blank, self.n_tok = steps.blank, steps.n_tokens
-        self.n_dur = len(table) if table is not None else 0
-        self.dur_values = torch.tensor(table, device=dev) if table is not None else None
-        self.neg_inf = torch.tensor(-math.inf, device=dev, dtype=dtype)
+        self.tdt = table is not None
         n = b * k
-        # encoder frames as rows [B * T, H]; row of (utterance, frame) = utterance * T + frame
+        # encoder frames as rows [B * T, H]: (utterance u, frame t) is row u * T + t; an utterance
+        # without frames reads a real frame of another one (its rows are never used, only computed)
         self.enc_rows = enc.reshape(b * t_max, h)
-        self.utt = torch.arange(b, device=dev)[:, None].expand(b, k)
-        self.row_base = (self.utt * t_max).contiguous()
-        self.flat_base = (self.utt * k).contiguous()  # row of slot j of utterance u: u * K + j
-        self.slots = torch.arange(k, device=dev)[None, :].expand(b, k)
-        self.parent_of = torch.arange(k, device=dev).repeat_interleave(k)  # candidate c -> parent c // K
-        self.rows_n = torch.arange(n, device=dev)
+        utt = torch.arange(b, device=dev)[:, None].expand(b, k)
+        spare = int(torch.nonzero(lengths > 0)[0, 0]) if bool((lengths > 0).any()) else 0
+        self.row_base = torch.where(lengths[:, None] > 0, utt, spare) * t_max
         self.last = (lengths - 1)[:, None].expand(b, k)
         self.last_safe = self.last.clamp(min=0)
+        self.flat_base = (utt * k).contiguous()  # row of slot j of utterance u: u * K + j
+        self.slots = torch.arange(k, device=dev)[None, :].expand(b, k)
+        self.rows_n = torch.arange(n, device=dev)
+        self.rows_2n = self.rows_n + n
+        self.neg_inf = torch.tensor(-math.inf, device=dev, dtype=dtype)
+        self.neg_inf_rest = torch.full((b, k, k - 1), -math.inf, device=dev, dtype=dtype)
+        # candidate c of the flattened [K parents, K choices] grid -> its parent slot
+        self.parent_of = torch.arange(k, device=dev).repeat_interleave(k)
+        # TDT: index into the flattened [token, duration] grid -> label, duration
+        if self.tdt:
+            n_dur = len(table)
+            self.n_dur = n_dur
+            grid = torch.arange(self.n_tok * n_dur, device=dev)
+            self.grid_label = torch.div(grid, n_dur, rounding_mode="floor")
+            self.grid_dur = torch.tensor(table, device=dev)[grid % n_dur]
+            self.zero_dur = 0 in table
+            self.width = self.n_tok * n_dur
+        else:
+            self.width = self.n_tok
+            self.ones = torch.ones(b, k, dtype=torch.long, device=dev)
 
-        zeros = torch.zeros(b, k, dtype=torch.long, device=dev)
         self.score = torch.full((b, k), -math.inf, device=dev, dtype=dtype)
         self.score[:, 0] = 0.0
-        self.time = zeros.clone()          # the frame each hypothesis is at
-        self.lasts = zeros.clone()         # labels emitted on the current frame
-        self.n_labels = zeros.clone()      # non-blank labels so far
-        self.hash = zeros.clone()          # hash of the token sequence
-        self.last_label = torch.full((b, k), NO_LABEL, dtype=torch.long, device=dev)
+        self.info = torch.zeros(b, k, 5, dtype=torch.long, device=dev)
+        self.time = self.info[..., TIME]
+        self.lasts = self.info[..., LASTS]
         self.active = self.time <= self.last
-        self.finite = torch.ones((), dtype=torch.bool, device=dev)
-
-        self.hot = None
-        if hotwords is not None:
-            self.hot = _hotword_tables(hotwords, self.n_tok, dev, dtype)
-            self.trie = zeros.clone()
-
+        self.check = torch.zeros((), device=dev, dtype=torch.float32)
+        self.hot = _hotword_tables(hotwords, self.n_tok, dev, dtype) if hotwords is not None else None
         self.pred, self.state = steps.predict(torch.full((n,), self.blank, dtype=torch.long, device=dev),
                                               steps.init_state(n))
         self.records: list[torch.Tensor] = []
@@ -172,110 +185,90 @@ class _Search:
     def proposals(self, logits):
         """Each hypothesis' K best (log-prob, label, duration) and its forced-blank log-prob."""
         b, k, n_tok = self.b, self.k, self.n_tok
-        logp = torch.log_softmax(logits[:, :n_tok], dim=-1).view(b, k, n_tok)
+        logp = torch.log_softmax(logits[:, :n_tok] if self.tdt else logits, dim=-1).view(b, k, n_tok)
         if self.hot is not None:
-            logp = torch.cat([logp[..., :self.blank] + self.hot[1][self.trie], logp[..., self.blank:]], dim=-1)
-        if self.dur_values is None:
-            self.finite &= torch.isfinite(logp).all()
-            width = n_tok
-            top_lp, top_idx = torch.topk(self._pad(logp, width), k, dim=-1)
-            labels = top_idx
-            durs = None
-            blank_lp = logp[..., self.blank]
-        else:
-            dlogp = torch.log_softmax(logits[:, n_tok:], dim=-1).view(b, k, self.n_dur)
-            self.finite &= torch.isfinite(logp).all() & torch.isfinite(dlogp).all()
-            width = n_tok * self.n_dur
-            grid = (logp[..., :, None] + dlogp[..., None, :]).view(b, k, width)
-            top_lp, top_idx = torch.topk(self._pad(grid, width), k, dim=-1)
-            labels = torch.div(top_idx, self.n_dur, rounding_mode="floor")
-            durs = self.dur_values[top_idx % self.n_dur]
-            durs = torch.where((labels == self.blank) & (durs == 0), 1, durs)
-            blank_lp = logp[..., self.blank] + dlogp.max(dim=-1).values
-        if width < k:  # padded candidates: impossible, labelled blank so they stay well-formed
-            labels = torch.where(top_idx >= width, self.blank, labels)
-            if durs is not None:
-                durs = torch.where(top_idx >= width, 1, durs)
-        return top_lp, labels, durs, blank_lp
+            logp[..., :self.blank] += self.hot[1][self.info[..., TRIE]]
+        if not self.tdt:
+            top_lp, labels = torch.topk(self._pad(logp), k, dim=-1)
+            if self.width < k:  # padded candidates (-inf) get a well-formed label
+                labels = labels.clamp(max=self.blank)
+            return top_lp, labels, None, logp[..., self.blank]
+        dlogp = torch.log_softmax(logits[:, n_tok:], dim=-1).view(b, k, self.n_dur)
+        grid = (logp[..., :, None] + dlogp[..., None, :]).view(b, k, self.width)
+        top_lp, idx = torch.topk(self._pad(grid), k, dim=-1)
+        if self.width < k:
+            idx = idx.clamp(max=self.width - 1)
+        return top_lp, self.grid_label[idx], self.grid_dur[idx], logp[..., self.blank] + dlogp.amax(dim=-1)
 
-    def _pad(self, x, width):
-        if width >= self.k:
+    def _pad(self, x):
+        if self.width >= self.k:
             return x
-        return torch.cat([x, x.new_full(x.shape[:-1] + (self.k - width,), -math.inf)], dim=-1)
+        return torch.cat([x, x.new_full(x.shape[:-1] + (self.k - self.width,), -math.inf)], dim=-1)
 
     def step(self):
-        b, k = self.b, self.k
-        safe = torch.minimum(self.time, self.last_safe)
-        frames = self.enc_rows.index_select(0, (self.row_base + safe).view(-1))
-        top_lp, labels, durs, blank_lp = self.proposals(self.steps.joint(frames, self.pred))
+        b, k, blank = self.b, self.k, self.blank
+        rows = torch.minimum(self.time, self.last_safe).add_(self.row_base).view(-1)
+        logits = self.steps.joint(self.enc_rows.index_select(0, rows), self.pred)
+        self.check += logits.sum()
+        top_lp, top_label, top_dur, blank_lp = self.proposals(logits)
 
-        # candidates [B, K parents, K choices]
+        # candidates [B, K parents, K choices]: a free hypothesis proposes its top K; one that
+        # reached max_symbols proposes only blank; a final one proposes itself, unchanged
         active = self.active
-        cand = self.score[..., None] + top_lp
-        cand = torch.where(active[..., None], cand, self.neg_inf)
-        cand[..., 0] = torch.where(active, cand[..., 0], self.score)
-        labels = torch.where(active[..., None], labels, NO_LABEL)
-        if self.max_symbols is not None:
-            forced = (self.lasts >= self.max_symbols) & active
-            cand = torch.where(forced[..., None], self.neg_inf, cand)
-            cand[..., 0] = torch.where(forced, self.score + blank_lp, cand[..., 0])
-            labels = torch.where(forced[..., None], self.blank, labels)
-            if durs is not None:
-                durs = torch.where(forced[..., None] & (durs == 0), 1, durs)
+        free = active if self.max_symbols is None else active & (self.lasts < self.max_symbols)
+        alone = torch.cat([torch.where(active, blank_lp, 0.0)[..., None], self.neg_inf_rest], dim=-1)
+        cand = (self.score[..., None] + torch.where(free[..., None], top_lp, alone)).view(b, k * k)
+        labels = torch.where(free[..., None], top_label, torch.where(active, blank, NO_LABEL)[..., None])
 
-        new_score, pick = torch.topk(cand.view(b, k * k), k, dim=-1)
+        new_score, pick = torch.topk(cand, k, dim=-1)
         parent = self.parent_of[pick]
         label = labels.view(b, k * k).gather(1, pick)
-        # an utterance whose hypotheses are all final is frozen (NeMo's loop would have ended)
-        done = ~active.any(dim=-1, keepdim=True)
-        parent = torch.where(done, self.slots, parent)
-        label = torch.where(done, NO_LABEL, label)
-        new_score = torch.where(done, self.score, new_score)
+        if b > 1:  # an utterance whose hypotheses are all final is frozen (NeMo's loop would end)
+            live = active.any(dim=-1, keepdim=True)
+            parent = torch.where(live, parent, self.slots)
+            new_score = torch.where(live, new_score, self.score)
 
-        is_blank = label == self.blank
-        is_token = (label >= 0) & ~is_blank
-        time = self.time.gather(1, parent)
-        lasts = self.lasts.gather(1, parent)
-        if durs is None:
-            dur = torch.ones_like(label)
-            self.time = time + is_blank
-            self.lasts = torch.where(is_blank, 0, lasts + is_token)
+        emits = label >= 0
+        is_blank = label == blank
+        is_token = emits ^ is_blank
+        trie, lasts, time, n_labels, hash_ = self.info.gather(1, parent[..., None].expand(b, k, 5)).unbind(-1)
+        frame = time
+        if self.tdt:
+            dur = top_dur.view(b, k * k).gather(1, pick)
+            if self.zero_dur:  # a blank moves time by at least one frame
+                dur = torch.where(is_blank & (dur == 0), 1, dur)
+            dur = dur * emits
+            time = time + dur
+            lasts = torch.where(dur > 0, 0, lasts + is_token)
         else:
-            dur = torch.where(label >= 0, durs.view(b, k * k).gather(1, pick), 0)
-            self.time = time + dur
-            self.lasts = torch.where(dur > 0, 0, lasts + is_token)
-        self.records.append(torch.stack([parent, label, time, dur]))
-
-        prev_hash = self.hash.gather(1, parent)
-        self.hash = torch.where(is_token, prev_hash * HASH_MUL + HASH_ADD + label, prev_hash)
-        self.last_label = torch.where(is_token, label, self.last_label.gather(1, parent))
-        self.n_labels = self.n_labels.gather(1, parent) + is_token
+            dur = self.ones
+            time = time + is_blank
+            lasts = torch.where(is_blank, 0, lasts + is_token)
         if self.hot is not None:
-            trie = self.trie.gather(1, parent)
-            self.trie = torch.where(is_token, self.hot[0][trie, label.clamp(0, self.blank - 1)], trie)
+            trie = torch.where(is_token, self.hot[0][trie, label.clamp(0, blank - 1)], trie)
+        hash_ = torch.where(is_token, torch.add(label + HASH_ADD, hash_, alpha=HASH_MUL), hash_)
+        self.info = torch.stack([trie, lasts, time, n_labels + is_token, hash_], dim=-1)
+        self.time, self.lasts = time, lasts
+        self.records.append(torch.stack([parent, label, frame, dur]))
         self.score = self.merge(new_score)
 
-        # predictor: advance the rows that took a token, the others keep their parent's output
+        # predictor: rows that took a token advance, the others keep their parent's output and state
         rows = (self.flat_base + parent).view(-1)
-        keep = ~is_token.view(-1)
-        prev_pred = self.pred.index_select(0, rows)
+        took = is_token.view(-1)
         prev_state = self.steps.select_state(self.state, rows)
-        pred, state = self.steps.predict(torch.where(is_token, label, self.blank).view(-1), prev_state)
-        self.pred = torch.where(keep[:, None], prev_pred, pred)
+        pred, state = self.steps.predict(torch.where(is_token, label, blank).view(-1), prev_state)
+        self.pred = torch.where(took[:, None], pred, self.pred.index_select(0, rows))
         both = self.steps.cat_states([prev_state, state])
-        self.state = self.steps.select_state(both, torch.where(keep, self.rows_n, self.rows_n + keep.numel()))
-        self.active = self.time <= self.last
+        self.state = self.steps.select_state(both, torch.where(took, self.rows_2n, self.rows_n))
+        self.active = time <= self.last
 
     def merge(self, score):
-        """Hypotheses equal in tokens (hash, last token, count) and, for TDT, next frame merge:
-        the first best copy keeps the log-sum-exp of the group's scores, the others are emptied."""
+        """Hypotheses with the same tokens (hash and count) and, for TDT, the same frame merge: the
+        first best of them keeps the log-sum-exp of their scores, the others are emptied."""
         if self.k == 1:
             return score
-        same = ((self.hash[:, :, None] == self.hash[:, None, :])
-                & (self.last_label[:, :, None] == self.last_label[:, None, :])
-                & (self.n_labels[:, :, None] == self.n_labels[:, None, :]))
-        if self.dur_values is not None:
-            same &= self.time[:, :, None] == self.time[:, None, :]
+        key = self.info[..., TIME:] if self.tdt else self.info[..., N_LABELS:]
+        same = (key[:, :, None] == key[:, None]).all(dim=-1)
         group = torch.where(same, score[:, None, :], self.neg_inf)
         keeper = group.argmax(dim=-1) == self.slots
         return torch.where(keeper, torch.logsumexp(group, dim=-1), self.neg_inf)
@@ -284,35 +277,31 @@ class _Search:
     def run(self, score_norm: bool) -> list[list[Decoded]]:
         while bool(self.active.any()):
             self.step()
-        if not bool(self.finite):
-            raise ValueError("the joint produced non-finite log-probabilities")
+        if not bool(torch.isfinite(self.check)):
+            raise ValueError("the joint produced non-finite logits (log-probabilities would not be finite)")
         score = self.score
+        n_labels = self.info[..., N_LABELS]
         if self.hot is not None:
-            score = score + self.hot[2][self.trie]
-        norm = score / (self.n_labels.to(score.dtype) + 1)
+            score = score + self.hot[2][self.info[..., TRIE]]
+        norm = score / (n_labels.to(score.dtype) + 1)
         order = torch.sort(norm if score_norm else score, dim=-1, descending=True, stable=True).indices
         ids, frames, durs = self.trace(order)
         scores = score.gather(1, order).tolist()
         norms = norm.gather(1, order).tolist()
         out = []
         for u in range(self.b):
-            nbest = []
-            for j in range(self.k):
-                if scores[u][j] == -math.inf:
-                    continue
-                nbest.append(Decoded(ids=ids[u][j], frames=frames[u][j], durations=durs[u][j],
-                                     score=scores[u][j], normalized_score=norms[u][j]))
-            out.append(nbest)
+            out.append([Decoded(ids=ids[u][j], frames=frames[u][j], durations=durs[u][j],
+                                score=scores[u][j], normalized_score=norms[u][j])
+                        for j in range(self.k) if scores[u][j] != -math.inf])
         return out
 
     def trace(self, order: torch.Tensor):
         """Follow each slot of `order` [B, K] back through the step records -> per utterance and
         slot: token ids, frames, durations."""
         b, k = self.b, self.k
-        empty = [[[] for _ in range(k)] for _ in range(b)]
         if not self.records:
-            return empty, [[[] for _ in range(k)] for _ in range(b)], [[[] for _ in range(k)] for _ in range(b)]
-        rec = torch.stack(self.records).cpu().numpy()  # [S, 4, B, K]
+            return ([[[] for _ in range(k)] for _ in range(b)] for _ in range(3))
+        rec = torch.stack(self.records).cpu().numpy()  # [S, (parent, label, frame, dur), B, K]
         n_steps = rec.shape[0]
         path = np.empty((n_steps, 3, b, k), dtype=np.int64)
         ptr = order.cpu().numpy()
@@ -323,14 +312,8 @@ class _Search:
             ptr = r[0]
         ids, frames, durs = [], [], []
         for u in range(b):
-            iu, fu, du = [], [], []
-            for j in range(k):
-                lab = path[:, 0, u, j]
-                sel = (lab >= 0) & (lab != self.blank)
-                iu.append(lab[sel].tolist())
-                fu.append(path[:, 1, u, j][sel].tolist())
-                du.append(path[:, 2, u, j][sel].tolist())
-            ids.append(iu)
-            frames.append(fu)
-            durs.append(du)
+            sel = [(path[:, 0, u, j] >= 0) & (path[:, 0, u, j] != self.blank) for j in range(k)]
+            ids.append([path[:, 0, u, j][sel[j]].tolist() for j in range(k)])
+            frames.append([path[:, 1, u, j][sel[j]].tolist() for j in range(k)])
+            durs.append([path[:, 2, u, j][sel[j]].tolist() for j in range(k)])
         return ids, frames, durs
