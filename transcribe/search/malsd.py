@@ -124,10 +124,52 @@ def malsd_batch(
         return _Search(enc, lengths, steps, k, max_symbols, table, hotwords).run(score_norm)
 
 
-# Per-hypothesis integer fields, packed in one [B, K, 5] tensor so a beam reordering is one gather.
-# The fields a merge compares are the trailing ones: (n_labels, hash) for RNN-T, and the time too
-# for TDT.
-TRIE, LASTS, TIME, N_LABELS, HASH = range(5)
+# Per-hypothesis integers, packed in one [B, K, 6] tensor so that a beam reordering is one gather:
+# the code of the step's choice (below), the hotword trie state, labels emitted on the current
+# frame, the frame, the number of tokens and the token sequence's hash. The fields a merge compares
+# are the trailing ones: (n_labels, hash) for RNN-T, with the frame for TDT.
+CODE, TRIE, LASTS, TIME, N_LABELS, HASH = range(6)
+N_FIELDS = 6
+
+
+class _Codes:
+    """A step's choice as one integer, code = (label + 1) * W + duration (label -1: nothing, a final
+    hypothesis; W = 1 for RNN-T, max duration + 1 for TDT), with tables of what each code does:
+    new fields = old fields * mul[code] + add[code] (int64 arithmetic wraps, as the hash needs)."""
+
+    def __init__(self, blank: int, table, device):
+        w = max(table) + 1 if table is not None else 1
+        code = torch.arange((blank + 2) * w, device=device)
+        label, dur = torch.div(code, w, rounding_mode="floor") - 1, code % w
+        is_blank = label == blank
+        token = (label >= 0) & ~is_blank
+        self.w, self.label, self.dur, self.token = w, label, dur, token
+        self.label_wb = torch.where(token, label, blank)  # what the predictor is fed
+        one, zero = torch.ones_like(code), torch.zeros_like(code)
+        if table is None:
+            lasts = (one * ~is_blank, zero + token)   # blank: 0 on the new frame; token: + 1
+            time = (one, zero + is_blank)             # blank: next frame
+        else:
+            stay = dur == 0
+            lasts = (one * stay, zero + (token & stay))  # moving resets the count
+            time = (one, dur)
+        mul = [zero, one, lasts[0], time[0], one, torch.where(token, HASH_MUL, one)]
+        add = [code, zero, lasts[1], time[1], zero + token, torch.where(token, label + HASH_ADD, zero)]
+        self.mul = torch.stack(mul, dim=-1)
+        self.add = torch.stack(add, dim=-1)
+        if table is None:
+            self.grid = torch.arange(blank + 1, device=device) + 1  # topk index (label) -> code
+            self.forced = torch.full((blank + 1,), blank + 1, device=device)
+        else:
+            n_dur = len(table)
+            g = torch.arange((blank + 1) * n_dur, device=device)
+            g_label = torch.div(g, n_dur, rounding_mode="floor")
+            g_dur = torch.tensor(table, device=device)[g % n_dur]
+            # a blank moves time by at least one frame; a hypothesis forced to blank keeps the
+            # duration of its best (label, duration) pair, at least one (NeMo)
+            g_dur_blank = torch.where((g_label == blank) & (g_dur == 0), 1, g_dur)
+            self.grid = (g_label + 1) * w + g_dur_blank
+            self.forced = (blank + 1) * w + g_dur.clamp(min=1)
 
 
 class _Search:
@@ -139,128 +181,102 @@ class _Search:
         self.steps, self.k, self.b, self.max_symbols = steps, k, b, max_symbols
         self.blank, self.n_tok = steps.blank, steps.n_tokens
         self.tdt = table is not None
+        self.n_dur = len(table) if self.tdt else 0
+        self.width = self.n_tok * self.n_dur if self.tdt else self.n_tok  # candidates per hypothesis
+        self.codes = _Codes(self.blank, table, dev)
         n = b * k
         # encoder frames as rows [B * T, H]: (utterance u, frame t) is row u * T + t; an utterance
-        # without frames reads a real frame of another one (its rows are never used, only computed)
+        # without frames reads a real frame of another one (computed, never used)
         self.enc_rows = enc.reshape(b * t_max, h)
         utt = torch.arange(b, device=dev)[:, None].expand(b, k)
-        spare = int(torch.nonzero(lengths > 0)[0, 0]) if bool((lengths > 0).any()) else 0
-        self.row_base = torch.where(lengths[:, None] > 0, utt, spare) * t_max
+        has = lengths > 0
+        spare = int(torch.nonzero(has)[0, 0]) if bool(has.any()) else 0
+        self.row_base = torch.where(has[:, None], utt, spare) * t_max
         self.last = (lengths - 1)[:, None].expand(b, k)
         self.last_safe = self.last.clamp(min=0)
         self.flat_base = (utt * k).contiguous()  # row of slot j of utterance u: u * K + j
         self.slots = torch.arange(k, device=dev)[None, :].expand(b, k)
+        self.diag = self.slots * k  # candidate (j, 0): slot j itself
         self.rows_n = torch.arange(n, device=dev)
         self.rows_2n = self.rows_n + n
         self.neg_inf = torch.tensor(-math.inf, device=dev, dtype=dtype)
         self.neg_inf_rest = torch.full((b, k, k - 1), -math.inf, device=dev, dtype=dtype)
-        # candidate c of the flattened [K parents, K choices] grid -> its parent slot
-        self.parent_of = torch.arange(k, device=dev).repeat_interleave(k)
-        # TDT: index into the flattened [token, duration] grid -> label, duration
-        if self.tdt:
-            n_dur = len(table)
-            self.n_dur = n_dur
-            grid = torch.arange(self.n_tok * n_dur, device=dev)
-            self.grid_label = torch.div(grid, n_dur, rounding_mode="floor")
-            self.grid_dur = torch.tensor(table, device=dev)[grid % n_dur]
-            self.zero_dur = 0 in table
-            self.width = self.n_tok * n_dur
-        else:
-            self.width = self.n_tok
-            self.ones = torch.ones(b, k, dtype=torch.long, device=dev)
-
+        self.parent_of = torch.arange(k, device=dev).repeat_interleave(k)  # candidate -> parent slot
         self.score = torch.full((b, k), -math.inf, device=dev, dtype=dtype)
         self.score[:, 0] = 0.0
-        self.info = torch.zeros(b, k, 5, dtype=torch.long, device=dev)
-        self.time = self.info[..., TIME]
-        self.lasts = self.info[..., LASTS]
-        self.active = self.time <= self.last
+        self.info = torch.zeros(b, k, N_FIELDS, dtype=torch.long, device=dev)
+        self.active = self.info[..., TIME] <= self.last
         self.check = torch.zeros((), device=dev, dtype=torch.float32)
         self.hot = _hotword_tables(hotwords, self.n_tok, dev, dtype) if hotwords is not None else None
         self.pred, self.state = steps.predict(torch.full((n,), self.blank, dtype=torch.long, device=dev),
                                               steps.init_state(n))
-        self.records: list[torch.Tensor] = []
+        self.picks: list[torch.Tensor] = []
+        self.infos: list[torch.Tensor] = []
 
     # -- one step -------------------------------------------------------------------------------
     def proposals(self, logits):
-        """Each hypothesis' K best (log-prob, label, duration) and its forced-blank log-prob."""
+        """Each hypothesis' K best (log-prob, code), the code of its forced blank and its log-prob."""
         b, k, n_tok = self.b, self.k, self.n_tok
         logp = torch.log_softmax(logits[:, :n_tok] if self.tdt else logits, dim=-1).view(b, k, n_tok)
         if self.hot is not None:
             logp[..., :self.blank] += self.hot[1][self.info[..., TRIE]]
-        if not self.tdt:
-            top_lp, labels = torch.topk(self._pad(logp), k, dim=-1)
-            if self.width < k:  # padded candidates (-inf) get a well-formed label
-                labels = labels.clamp(max=self.blank)
-            return top_lp, labels, None, logp[..., self.blank]
-        dlogp = torch.log_softmax(logits[:, n_tok:], dim=-1).view(b, k, self.n_dur)
-        grid = (logp[..., :, None] + dlogp[..., None, :]).view(b, k, self.width)
-        top_lp, idx = torch.topk(self._pad(grid), k, dim=-1)
+        if self.tdt:
+            dlogp = torch.log_softmax(logits[:, n_tok:], dim=-1).view(b, k, self.n_dur)
+            scores = (logp.unsqueeze(-1) + dlogp.unsqueeze(-2)).view(b, k, self.width)
+            blank_lp = logp[..., self.blank] + dlogp.amax(dim=-1)
+        else:
+            scores, blank_lp = logp, logp[..., self.blank]
+        if self.width < k:  # fewer candidates than slots: pad with impossible ones
+            scores = torch.cat([scores, scores.new_full((b, k, k - self.width), -math.inf)], dim=-1)
+        top_lp, idx = torch.topk(scores, k, dim=-1)
         if self.width < k:
             idx = idx.clamp(max=self.width - 1)
-        return top_lp, self.grid_label[idx], self.grid_dur[idx], logp[..., self.blank] + dlogp.amax(dim=-1)
-
-    def _pad(self, x):
-        if self.width >= self.k:
-            return x
-        return torch.cat([x, x.new_full(x.shape[:-1] + (self.k - self.width,), -math.inf)], dim=-1)
+        return top_lp, self.codes.grid[idx], self.codes.forced[idx[..., 0]], blank_lp
 
     def step(self):
-        b, k, blank = self.b, self.k, self.blank
-        rows = torch.minimum(self.time, self.last_safe).add_(self.row_base).view(-1)
+        b, k, info = self.b, self.k, self.info
+        rows = torch.minimum(info[..., TIME], self.last_safe).add_(self.row_base).view(-1)
         logits = self.steps.joint(self.enc_rows.index_select(0, rows), self.pred)
         self.check += logits.sum()
-        top_lp, top_label, top_dur, blank_lp = self.proposals(logits)
+        top_lp, top_code, forced_code, blank_lp = self.proposals(logits)
 
         # candidates [B, K parents, K choices]: a free hypothesis proposes its top K; one that
         # reached max_symbols proposes only blank; a final one proposes itself, unchanged
         active = self.active
-        free = active if self.max_symbols is None else active & (self.lasts < self.max_symbols)
-        alone = torch.cat([torch.where(active, blank_lp, 0.0)[..., None], self.neg_inf_rest], dim=-1)
-        cand = (self.score[..., None] + torch.where(free[..., None], top_lp, alone)).view(b, k * k)
-        labels = torch.where(free[..., None], top_label, torch.where(active, blank, NO_LABEL)[..., None])
+        free = active if self.max_symbols is None else active & (info[..., LASTS] < self.max_symbols)
+        free3 = free.unsqueeze(-1)
+        alone = torch.cat([torch.where(active, blank_lp, 0.0).unsqueeze(-1), self.neg_inf_rest], dim=-1)
+        cand = (self.score.unsqueeze(-1) + torch.where(free3, top_lp, alone)).view(b, k * k)
+        codes = torch.where(free3, top_code, torch.where(active, forced_code, 0).unsqueeze(-1)).view(b, k * k)
 
         new_score, pick = torch.topk(cand, k, dim=-1)
-        parent = self.parent_of[pick]
-        label = labels.view(b, k * k).gather(1, pick)
         if b > 1:  # an utterance whose hypotheses are all final is frozen (NeMo's loop would end)
             live = active.any(dim=-1, keepdim=True)
-            parent = torch.where(live, parent, self.slots)
+            pick = torch.where(live, pick, self.diag)
             new_score = torch.where(live, new_score, self.score)
-
-        emits = label >= 0
-        is_blank = label == blank
-        is_token = emits ^ is_blank
-        trie, lasts, time, n_labels, hash_ = self.info.gather(1, parent[..., None].expand(b, k, 5)).unbind(-1)
-        frame = time
-        if self.tdt:
-            dur = top_dur.view(b, k * k).gather(1, pick)
-            if self.zero_dur:  # a blank moves time by at least one frame
-                dur = torch.where(is_blank & (dur == 0), 1, dur)
-            dur = dur * emits
-            time = time + dur
-            lasts = torch.where(dur > 0, 0, lasts + is_token)
-        else:
-            dur = self.ones
-            time = time + is_blank
-            lasts = torch.where(is_blank, 0, lasts + is_token)
+        parent = self.parent_of[pick]
+        code = codes.gather(1, pick)
+        old = info.gather(1, parent.unsqueeze(-1).expand(b, k, N_FIELDS))
+        info = torch.addcmul(self.codes.add[code], old, self.codes.mul[code])
+        took = self.codes.token[code]
         if self.hot is not None:
-            trie = torch.where(is_token, self.hot[0][trie, label.clamp(0, blank - 1)], trie)
-        hash_ = torch.where(is_token, torch.add(label + HASH_ADD, hash_, alpha=HASH_MUL), hash_)
-        self.info = torch.stack([trie, lasts, time, n_labels + is_token, hash_], dim=-1)
-        self.time, self.lasts = time, lasts
-        self.records.append(torch.stack([parent, label, frame, dur]))
+            trie = old[..., TRIE]
+            info[..., TRIE] = torch.where(took, self.hot[0][trie, self.codes.label_wb[code].clamp(max=self.blank - 1)],
+                                          trie)
+        self.info = info
+        self.picks.append(pick)
+        self.infos.append(info)
         self.score = self.merge(new_score)
 
         # predictor: rows that took a token advance, the others keep their parent's output and state
         rows = (self.flat_base + parent).view(-1)
-        took = is_token.view(-1)
+        took = took.view(-1)
         prev_state = self.steps.select_state(self.state, rows)
-        pred, state = self.steps.predict(torch.where(is_token, label, blank).view(-1), prev_state)
-        self.pred = torch.where(took[:, None], pred, self.pred.index_select(0, rows))
+        pred, state = self.steps.predict(self.codes.label_wb[code].view(-1), prev_state)
+        self.pred = torch.where(took.unsqueeze(-1), pred, self.pred.index_select(0, rows))
         both = self.steps.cat_states([prev_state, state])
         self.state = self.steps.select_state(both, torch.where(took, self.rows_2n, self.rows_n))
-        self.active = time <= self.last
+        self.active = info[..., TIME] <= self.last
 
     def merge(self, score):
         """Hypotheses with the same tokens (hash and count) and, for TDT, the same frame merge: the
@@ -268,8 +284,8 @@ class _Search:
         if self.k == 1:
             return score
         key = self.info[..., TIME:] if self.tdt else self.info[..., N_LABELS:]
-        same = (key[:, :, None] == key[:, None]).all(dim=-1)
-        group = torch.where(same, score[:, None, :], self.neg_inf)
+        same = (key.unsqueeze(2) == key.unsqueeze(1)).all(dim=-1)
+        group = torch.where(same, score.unsqueeze(1), self.neg_inf)
         keeper = group.argmax(dim=-1) == self.slots
         return torch.where(keeper, torch.logsumexp(group, dim=-1), self.neg_inf)
 
@@ -296,24 +312,37 @@ class _Search:
         return out
 
     def trace(self, order: torch.Tensor):
-        """Follow each slot of `order` [B, K] back through the step records -> per utterance and
-        slot: token ids, frames, durations."""
+        """Follow each slot of `order` [B, K] back through the steps -> per utterance and slot:
+        token ids, frames, durations."""
         b, k = self.b, self.k
-        if not self.records:
+        if not self.picks:
             return ([[[] for _ in range(k)] for _ in range(b)] for _ in range(3))
-        rec = torch.stack(self.records).cpu().numpy()  # [S, (parent, label, frame, dur), B, K]
-        n_steps = rec.shape[0]
-        path = np.empty((n_steps, 3, b, k), dtype=np.int64)
+        parents = torch.div(torch.stack(self.picks), k, rounding_mode="floor")
+        infos = torch.stack(self.infos)
+        rec = torch.stack([parents, infos[..., CODE], infos[..., TIME]], dim=1).cpu().numpy()  # [S, 3, B, K]
+        path = np.empty((rec.shape[0], 2, b, k), dtype=np.int64)
         ptr = order.cpu().numpy()
         utt = np.arange(b)[:, None]
-        for s in range(n_steps - 1, -1, -1):
+        for s in range(rec.shape[0] - 1, -1, -1):
             r = rec[s][:, utt, ptr]
             path[s] = r[1:]
             ptr = r[0]
+        c = self.codes
+        label, dur, token = (x.cpu().numpy() for x in (c.label, c.dur, c.token))
         ids, frames, durs = [], [], []
         for u in range(b):
-            sel = [(path[:, 0, u, j] >= 0) & (path[:, 0, u, j] != self.blank) for j in range(k)]
-            ids.append([path[:, 0, u, j][sel[j]].tolist() for j in range(k)])
-            frames.append([path[:, 1, u, j][sel[j]].tolist() for j in range(k)])
-            durs.append([path[:, 2, u, j][sel[j]].tolist() for j in range(k)])
+            iu, fu, du = [], [], []
+            for j in range(k):
+                code, time = path[:, 0, u, j], path[:, 1, u, j]
+                sel = token[code]
+                iu.append(label[code[sel]].tolist())
+                if self.tdt:  # a token moves time by its duration; its frame is where it started
+                    fu.append((time[sel] - dur[code[sel]]).tolist())
+                    du.append(dur[code[sel]].tolist())
+                else:  # an RNN-T token does not move time
+                    fu.append(time[sel].tolist())
+                    du.append([1] * len(fu[-1]))
+            ids.append(iu)
+            frames.append(fu)
+            durs.append(du)
         return ids, frames, durs
