@@ -101,8 +101,23 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
                    help="compute precision (default: the model's choice for the device)")
+    b = p.add_argument_group("Beam search")
+    b.add_argument("--beam-size", type=_positive_int, metavar="N", help="beam search with N beams (default: greedy)")
+    b.add_argument("--nbest", type=_positive_int, metavar="N",
+                   help="Parakeet: return the N best hypotheses, ranked, in the json output (N <= --beam-size)")
+    b.add_argument("--beam", choices=("malsd", "default", "maes"),
+                   help="Parakeet transducer search: malsd (batched, fast; the default), default or maes "
+                        "(NeMo's algorithms); the CTC head has one beam search")
+    b.add_argument("--no-score-norm", dest="score_norm", action="store_false", default=None,
+                   help="Parakeet: rank hypotheses by total score, not score per token")
+    b.add_argument("--hotwords", metavar="A,B,...",
+                   help="Parakeet: comma-separated words or phrases to boost in the beam search")
+    b.add_argument("--hotword-weight", type=float, metavar="W",
+                   help="Parakeet: log-probability bonus per matched hotword token (default: 1.5)")
+    b.add_argument("--lm", metavar="FILE.arpa",
+                   help="Parakeet CTC: word n-gram language model (ARPA) for the beam search")
+    b.add_argument("--lm-weight", type=float, metavar="W", help="weight of --lm (default: 0.5)")
     w = p.add_argument_group("Whisper decoding")
-    w.add_argument("--beam-size", type=_positive_int, metavar="N", help="beam search with N beams (default: greedy)")
     w.add_argument("--patience", type=float, metavar="P", help="beam search patience (default: 1.0)")
     w.add_argument("--language", metavar="LANG", help="language code of multilingual models (e.g. en, de)")
     w.add_argument("--task", choices=("transcribe", "translate"), help="default: transcribe")
@@ -163,6 +178,14 @@ def _check(args) -> None:
         raise _UsageError("'-' (standard input) can be given only once")
     if args.temperature_increment is not None and args.temperature_increment < 0:
         raise _UsageError("--temperature-increment must not be negative")
+    if args.nbest is not None and args.nbest > (args.beam_size or 1):
+        raise _UsageError(f"--nbest {args.nbest} needs --beam-size of at least {args.nbest}")
+    if args.hotword_weight is not None and not args.hotwords:
+        raise _UsageError("--hotword-weight needs --hotwords")
+    if args.lm_weight is not None and not args.lm:
+        raise _UsageError("--lm-weight needs --lm")
+    if args.lm and not Path(args.lm).is_file():
+        raise _UsageError(f"--lm {args.lm}: no such file")
 
 
 # ---------------------------------------------------------------------------------------------
@@ -200,6 +223,12 @@ def _run(args, progress: "_Progress") -> int:
     if misplaced:
         _say(f"error: {misplaced}")
         return 2
+    if getattr(model, "family", "") == "parakeet":
+        try:  # the decoding options, checked once (an empty list transcribes nothing)
+            model.transcribe([], **_decoding_options(args))
+        except TranscribeError as e:
+            _say(f"error: {_one_line(str(e))}")
+            return 2
     rate = int(model.sample_rate)
     timestamps = formats != ["txt"]
 
@@ -302,7 +331,10 @@ def _check_output_dir(out_dir: Path, stems: list[str], formats: list[str], overw
 
 # Options that apply to one family only: option attribute -> (flag, family).
 _FAMILY_OPTIONS = {
-    "beam_size": ("--beam-size", "whisper"), "patience": ("--patience", "whisper"),
+    "patience": ("--patience", "whisper"),
+    "nbest": ("--nbest", "parakeet"), "beam": ("--beam", "parakeet"), "score_norm": ("--no-score-norm", "parakeet"),
+    "hotwords": ("--hotwords", "parakeet"), "hotword_weight": ("--hotword-weight", "parakeet"),
+    "lm": ("--lm", "parakeet"), "lm_weight": ("--lm-weight", "parakeet"),
     "language": ("--language", "whisper"), "task": ("--task", "whisper"),
     "initial_prompt": ("--initial-prompt", "whisper"), "temperature": ("--temperature", "whisper"),
     "temperature_increment": ("--temperature-increment", "whisper"), "head": ("--head", "parakeet"),
@@ -365,7 +397,8 @@ def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
 
 def _decoding_options(args) -> dict:
     """The family-specific options the user gave (only those, so other families are not bothered)."""
-    names = ("beam_size", "patience", "language", "task", "initial_prompt", "head")
+    names = ("beam_size", "patience", "language", "task", "initial_prompt", "head", "nbest", "beam", "score_norm",
+             "hotwords", "hotword_weight", "lm", "lm_weight")
     out = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if args.temperature is not None:
         increment = 0.2 if args.temperature_increment is None else args.temperature_increment

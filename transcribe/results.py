@@ -69,10 +69,74 @@ class Segment:
 
 
 @dataclass
+class HypothesisToken:
+    """One token of an N-best hypothesis: its id, the encoder frame it was emitted at, its
+    duration in frames (TDT: predicted; RNN-T: 1; CTC: its run), and its times in seconds."""
+
+    id: int
+    frame: int
+    duration_frames: Optional[int]
+    start: float
+    end: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "HypothesisToken":
+        return cls(**_known(cls, d))
+
+
+@dataclass
+class Hypothesis:
+    """One entry of an N-best list: its text, its score (the search's total log-probability, with
+    any hotword or language-model terms), its score per token, score / (tokens + 1) (NeMo's length
+    normalization, its start symbol counted: the list's ranking when `NBest.score_norm` is true),
+    and its tokens."""
+
+    text: str
+    score: float
+    normalized_score: float
+    tokens: list[HypothesisToken] = field(default_factory=list)
+
+    def to_dict(self) -> dict:
+        return {"text": self.text, "score": self.score, "normalized_score": self.normalized_score,
+                "tokens": [t.to_dict() for t in self.tokens]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Hypothesis":
+        d = _known(cls, d)
+        d["tokens"] = [HypothesisToken.from_dict(t) for t in d.get("tokens", [])]
+        return cls(**d)
+
+
+@dataclass
+class NBest:
+    """The ranked alternatives of a beam search, best first (the transcript is the first).
+    `beam` names the search (Parakeet: "malsd", "default", "maes" or "ctc")."""
+
+    beam_size: int
+    score_norm: bool
+    hypotheses: list[Hypothesis] = field(default_factory=list)
+    beam: Optional[str] = None
+
+    def to_dict(self) -> dict:
+        return {"beam": self.beam, "beam_size": self.beam_size, "score_norm": self.score_norm,
+                "hypotheses": [h.to_dict() for h in self.hypotheses]}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "NBest":
+        d = _known(cls, d)
+        d["hypotheses"] = [Hypothesis.from_dict(h) for h in d.get("hypotheses", [])]
+        return cls(**d)
+
+
+@dataclass
 class Transcript:
     """What every model family returns, serialized with the same keys whatever the family:
     text (no leading or trailing space), language (None when the model does not say), duration
-    (seconds of audio), model (the name it was loaded by), segments, words, tokens."""
+    (seconds of audio), model (the name it was loaded by), segments, words, tokens, nbest (the
+    ranked alternatives of a Parakeet beam search; None otherwise)."""
 
     text: str
     duration: float
@@ -83,6 +147,7 @@ class Transcript:
     # The spoken language: given, or detected by a multilingual model; None when the model
     # does not say (Parakeet).
     language: Optional[str] = None
+    nbest: Optional[NBest] = None
 
     def __post_init__(self) -> None:
         self.text = self.text.strip()
@@ -96,6 +161,7 @@ class Transcript:
             "segments": [s.to_dict() for s in self.segments],
             "words": [w.to_dict() for w in self.words],
             "tokens": [t.to_dict() for t in self.tokens],
+            "nbest": self.nbest.to_dict() if self.nbest is not None else None,
         }
 
     @classmethod
@@ -108,6 +174,7 @@ class Transcript:
             tokens=[Token.from_dict(t) for t in d.get("tokens", [])],
             model=d.get("model", ""),
             language=d.get("language"),
+            nbest=NBest.from_dict(d["nbest"]) if d.get("nbest") else None,
         )
 
 

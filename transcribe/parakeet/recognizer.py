@@ -12,8 +12,9 @@ from ..audio import load_groups, model_input
 from ..runtime import scoped
 from ..errors import ModelError, TranscribeError
 from .checkpoint import read_nemo
+from . import beams
 from .model import ParakeetModel
-from ..results import Segment, Token, Transcript, Word
+from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript, Word
 from ..search import ctc as ctc_search
 from ..search.decoded import Decoded
 from ..search.steps import TransducerSteps, lstm_steps
@@ -96,6 +97,14 @@ class ParakeetASR:
         confidence: str = "entropy",
         attention: str = "auto",
         sample_rate: Optional[int] = None,
+        beam_size: Optional[int] = None,
+        nbest: Optional[int] = None,
+        beam: Optional[str] = None,
+        score_norm: bool = True,
+        hotwords: Optional[Sequence[str]] = None,
+        hotword_weight: Optional[float] = None,
+        lm=None,
+        lm_weight: Optional[float] = None,
         **options,
     ) -> Union[Transcript, list[Transcript]]:
         """Transcribe one input (a path, bytes, file object or array) or a list of them.
@@ -107,6 +116,14 @@ class ParakeetASR:
         sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own.
         word_timestamps (Whisper's option) is accepted: words and their times are part of the
         timestamps here.
+
+        Beam search (default: greedy): beam_size N keeps N hypotheses; nbest (<= beam_size) of them
+        come back, ranked, in `Transcript.nbest`, and the best one gives the text, words and times.
+        beam: the transducer search, "malsd" (batched, the fast one; default), "default" or "maes"
+        (NeMo's semantics); the CTC head has one (prefix) beam search. score_norm ranks by score per
+        token (NeMo's default). hotwords: phrases (a list, or one comma-separated string) boosted by
+        hotword_weight (default 1.5) per matched token, in every beam. lm: a word n-gram ARPA file
+        for the CTC beam, weighted by lm_weight (default 0.5).
         """
         options.pop("word_timestamps", None)  # words always come with Parakeet's timestamps
         if options:
@@ -120,12 +137,13 @@ class ParakeetASR:
             raise TranscribeError(f"attention must be auto, full or local, got {attention!r}")
         if batch_size < 1:
             raise TranscribeError("batch_size must be at least 1")
+        search = beams.options(self, head, beam_size, nbest, beam, score_norm, hotwords, hotword_weight, lm, lm_weight)
         out: list[Optional[Transcript]] = [None] * len(items)
         for group in load_groups(items, lambda a: model_input(a, self.sample_rate, sample_rate), self.sample_rate):
             for batch in self._batches(group, batch_size, attention):
                 local = batch[0][2]
                 pcm = [p for _, p, _ in batch]
-                for (i, _, _), t in zip(batch, self._transcribe_batch(pcm, head, confidence, local, timestamps)):
+                for (i, _, _), t in zip(batch, self._transcribe_batch(pcm, head, confidence, local, timestamps, search)):
                     out[i] = t
         return out[0] if single else out  # type: ignore[return-value]
 
@@ -165,7 +183,7 @@ class ParakeetASR:
     # ------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def _transcribe_batch(self, pcm: Sequence[np.ndarray], head: str, confidence: str,
-                          local: Optional[tuple[int, int]], timestamps: bool):
+                          local: Optional[tuple[int, int]], timestamps: bool, search: Optional[beams.BeamOptions] = None):
         m = self.model
         n = max(1, max(len(p) for p in pcm))
         audio = torch.zeros(len(pcm), n)
@@ -175,12 +193,45 @@ class ParakeetASR:
         audio, lengths = audio.to(self.device), lengths.to(self.device)
         enc, enc_len = m.encode(audio, lengths, local)
         enc = enc.float()
+        if search is not None:
+            if head == "ctc":
+                logp = m.ctc_decoder(enc.to(next(m.ctc_decoder.parameters()).dtype))
+                lists = beams.search_ctc(self, logp, enc_len, search, confidence)
+            else:
+                lists = beams.search_transducer(self, self.project_encoder(enc), enc_len, search, confidence)
+            out = []
+            for nb, p in zip(lists, pcm):
+                t = self._to_transcript(nb[0] if nb else Decoded([], []), len(p) / self.sample_rate, head, timestamps)
+                t.nbest = self._nbest(nb, head, search)
+                out.append(t)
+            return out
         if head == "ctc":
             logp = m.ctc_decoder(enc.to(next(m.ctc_decoder.parameters()).dtype))
             hyps = [ctc_search.greedy(logp[i], int(enc_len[i]), m.blank, confidence) for i in range(len(pcm))]
         else:
             hyps = self._greedy_transducer(enc, enc_len, confidence)
         return [self._to_transcript(h, len(p) / self.sample_rate, head, timestamps) for h, p in zip(hyps, pcm)]
+
+    def _nbest(self, nb: list[Decoded], head: str, search: "beams.BeamOptions") -> NBest:
+        """The user's N-best list: at most `nbest` hypotheses, best first; a token sequence that a
+        search returns more than once (different alignments of the same tokens) is listed once,
+        at its best rank."""
+        sec = self.model.frame_seconds
+        hyps: list[Hypothesis] = []
+        seen = set()
+        for d in nb:
+            key = tuple(d.ids)
+            if key in seen:
+                continue
+            seen.add(key)
+            text = join_punctuation(self.tokenizer.decode(d.ids), self.punctuation)
+            offsets = token_offsets(head, d.frames, d.durations)
+            tokens = [HypothesisToken(tid, f, (d.durations[i] if d.durations else None), sec(a), sec(b))
+                      for i, (tid, f, (a, b)) in enumerate(zip(d.ids, d.frames, offsets))]
+            hyps.append(Hypothesis(text.strip(), d.score, d.score / (len(d.ids) + 1), tokens))
+            if len(hyps) == search.nbest:
+                break
+        return NBest(search.beam_size, search.score_norm if head != "ctc" else False, hyps, search.beam or "ctc")
 
     def transducer_steps(self) -> TransducerSteps:
         """The predictor and joint as the transducer searches see them (search.steps); the encoder
