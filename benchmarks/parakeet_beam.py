@@ -1,0 +1,132 @@
+#!/usr/bin/env python
+"""Parakeet beam search speed: decode time of each beam against greedy, on the full-size TDT 0.6B.
+
+Run from the repository root with the project's Python:
+
+    python3 benchmarks/parakeet_beam.py --json bench-out/parakeet_beam.json
+
+    options: --model PATH    the .nemo (default local-models/parakeet-tdt-0.6b-v2-random.nemo, made
+                             by benchmarks/make_parakeet_model.py: the published architecture with
+                             random weights and a joint tuned to emit tokens at a speech-like rate)
+             --threads N     torch threads (default 2)
+             --rounds N      timed rounds; the best counts (default 3)
+             --seconds S     clip length (default 60)
+             --beam-size K   (default 4)
+
+What it measures: decode time only. The clip (S seconds of real speech, benchmarks/speech_clip.py)
+is encoded once; every search then runs on the same encoder output, projected for the joint:
+  greedy    search.transducer.greedy_batch (label looping, what transcribe() runs by default)
+  malsd     search.malsd.malsd_batch, beam K (batched over hypotheses; the recommended beam)
+  default   search.transducer_beam.tdt_beam, beam K (NeMo's default TDT beam, one hypothesis at a time)
+  maes      search.maes.maes, beam K (NeMo's mAES defaults: 2 steps, alpha 1, beta 2, gamma 2.3)
+Each round runs every search once, in that order; a search's time is its best round. Ratios are to
+greedy's best. Then N-best over 8 utterances (the clip cut in 8 equal parts, encoded as one batch):
+malsd on the batch of 8 at once against malsd on each utterance alone, one after the other.
+
+Timing on a shared machine is noisy: check `uptime` first and run when the load average is low.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+sys.path.insert(0, str(HERE))
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--model", default=str(REPO / "local-models" / "parakeet-tdt-0.6b-v2-random.nemo"))
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--seconds", type=float, default=60.0)
+    ap.add_argument("--beam-size", type=int, default=4)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
+
+    import torch
+
+    import transcribe
+    from speech_clip import speech_clip
+    from transcribe.runtime import model_call, tune_malloc
+    from transcribe.search import maes, malsd, transducer, transducer_beam
+
+    tune_malloc()
+    if not Path(args.model).is_file():
+        print(f"no model at {args.model}: make it with benchmarks/make_parakeet_model.py", file=sys.stderr)
+        return 2
+    model = transcribe.load_model(args.model, threads=args.threads)
+    pcm, used = speech_clip(args.seconds)
+    k = args.beam_size
+    m = model.model
+
+    with model_call(args.threads), torch.inference_mode():
+        audio = torch.from_numpy(pcm)[None]
+        enc, enc_len = m.encode(audio, torch.tensor([audio.shape[1]]))
+        enc_proj = model.project_encoder(enc.float())
+        steps = model.transducer_steps()
+        T = int(enc_len[0])
+
+        def merge(mask, new, old):
+            return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
+
+        searches = {
+            "greedy": lambda: transducer.greedy_batch(enc_proj, enc_len, steps.predict, steps.joint, merge,
+                                                      steps.init_state(1), steps.blank, steps.durations, 10, None)[0].ids,
+            "malsd": lambda: malsd.malsd_batch(enc_proj, enc_len, steps, beam_size=k)[0][0].ids,
+            "default": lambda: transducer_beam.tdt_beam(enc_proj[0], T, steps, beam_size=k)[0].ids,
+            "maes": lambda: maes.maes(enc_proj[0], T, steps, beam_size=k)[0].ids,
+        }
+        best = {name: float("inf") for name in searches}
+        tokens = {}
+        for _ in range(args.rounds):
+            for name, fn in searches.items():
+                t0 = time.perf_counter()
+                tokens[name] = fn()
+                best[name] = min(best[name], time.perf_counter() - t0)
+
+        # N-best over 8 utterances: the clip in 8 parts, encoded together.
+        n = 8
+        part = pcm.shape[0] // n
+        batch = torch.from_numpy(pcm[: part * n].reshape(n, part).copy())
+        enc8, len8 = m.encode(batch, torch.full((n,), part))
+        proj8 = model.project_encoder(enc8.float())
+        batched = alone = float("inf")
+        for _ in range(args.rounds):
+            t0 = time.perf_counter()
+            together = malsd.malsd_batch(proj8, len8, steps, beam_size=k)
+            batched = min(batched, time.perf_counter() - t0)
+            t0 = time.perf_counter()
+            single = [malsd.malsd_batch(proj8[i : i + 1, : int(len8[i])], len8[i : i + 1], steps, beam_size=k)[0]
+                      for i in range(n)]
+            alone = min(alone, time.perf_counter() - t0)
+        same = all([d.ids for d in a] == [d.ids for d in b] for a, b in zip(together, single))
+
+    g = best["greedy"]
+    print(f"model {Path(args.model).name}, {args.seconds:.0f} s of speech ({T} encoder frames), "
+          f"{args.threads} threads, best of {args.rounds} rounds, beam {k}")
+    print(f"{'search':10s} {'seconds':>8s} {'x greedy':>9s} {'tokens':>7s}")
+    for name in searches:
+        print(f"{name:10s} {best[name]:8.3f} {best[name] / g:9.2f} {len(tokens[name]):7d}")
+    print(f"N-best over {n} utterances of {part / 16000:.1f} s: batched {batched:.3f} s, one at a time {alone:.3f} s, "
+          f"ratio {alone / batched:.2f}x; same lists: {same}")
+    if args.json:
+        out = Path(args.json)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(dict(
+            model=Path(args.model).name, seconds=args.seconds, frames=T, threads=args.threads, rounds=args.rounds,
+            beam_size=k, decode_s=best, over_greedy={n_: best[n_] / g for n_ in best},
+            tokens={n_: len(t) for n_, t in tokens.items()}, clip=used,
+            nbest8=dict(batched_s=batched, one_at_a_time_s=alone, same_lists=same),
+            load=os.getloadavg()), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
