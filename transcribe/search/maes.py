@@ -34,13 +34,14 @@ class _Node:
     """A token sequence: its last token, parent and depth; the predictor output and state after it
     (computed on demand: `pred` is None until then)."""
 
-    __slots__ = ("uid", "parent", "token", "depth", "pred", "state", "row", "__weakref__")
+    __slots__ = ("uid", "parent", "token", "depth", "key", "pred", "state", "row", "__weakref__")
 
     def __init__(self, uid: int, parent: Optional["_Node"], token: int):
         self.uid = uid
         self.parent = parent
         self.token = token
         self.depth = 0 if parent is None else parent.depth + 1
+        self.key = (-1, -1) if parent is None else (parent.uid, token)  # the sequence, as _Hyp.key
         self.pred = None
         self.state = None
         self.row = 0
@@ -50,6 +51,15 @@ class _Node:
         for _ in range(up):
             node = node.parent
         return node
+
+    def path_from(self, ancestor: "_Node") -> list["_Node"]:
+        """The nodes after `ancestor` down to this one."""
+        out = []
+        node = self
+        while node is not ancestor:
+            out.append(node)
+            node = node.parent
+        return out[::-1]
 
     def chain(self) -> list["_Node"]:
         """The nodes from the first token to this one (the root excluded)."""
@@ -62,21 +72,27 @@ class _Node:
 
 
 class _Hyp:
-    """A hypothesis: sequence node, score, the frame it is next expanded at (TDT), its emissions as a
-    linked list (frame, duration, previous) and its hotword trie state."""
+    """A hypothesis: its sequence (`node`, then `token` when >= 0: a label not yet given a node, as
+    most expansions are pruned before they need the predictor), score, the frame it is next expanded
+    at (TDT), its emissions as a linked list (frame, duration, previous) and its hotword state."""
 
-    __slots__ = ("node", "score", "last", "emits", "hw")
+    __slots__ = ("node", "token", "score", "last", "emits", "hw")
 
-    def __init__(self, node, score, last, emits, hw):
+    def __init__(self, node, token, score, last, emits, hw):
         self.node = node
+        self.token = token
         self.score = score
         self.last = last
         self.emits = emits
         self.hw = hw
 
+    def key(self) -> tuple[int, int]:
+        """Equal exactly when the token sequences are equal (among live hypotheses)."""
+        return (self.node.uid, self.token) if self.token >= 0 else self.node.key
+
     def length(self) -> int:
         """NeMo's len(y_sequence): the tokens plus its leading blank sentinel."""
-        return self.node.depth + 1
+        return self.node.depth + 1 + (self.token >= 0)
 
 
 def _logaddexp(a: float, b: float) -> float:
@@ -126,6 +142,13 @@ class _Search:
             self.children[key] = c
         return c
 
+    def nodes_of(self, hyps: list[_Hyp]) -> list[_Node]:
+        """The hypotheses' nodes, made for those that have a pending label."""
+        for h in hyps:
+            if h.token >= 0:
+                h.node, h.token = self.child(h.node, h.token), -1
+        return [h.node for h in hyps]
+
     def ensure_preds(self, nodes) -> None:
         """Run the predictor once, batched, for the nodes (distinct sequences) that lack an output."""
         todo, seen = [], set()
@@ -164,12 +187,12 @@ class _Search:
         if out.shape[-1] != width:
             raise ValueError(f"the joint gives {out.shape[-1]} logits, expected {width} "
                              f"({self.n_tok} tokens{f' + {len(self.durations)} durations' if tdt else ''})")
+        if not bool(torch.isfinite(out).all()):
+            raise ValueError(f"non-finite log-probabilities: the joint gave a NaN or infinite logit at frame {t}")
         # NeMo: RNN-T log-softmaxes the whole output; TDT the tokens and the durations separately
         # (softmax temperature 1: its division is exact and left out).
         logp = torch.log_softmax(out[:, :self.n_tok], dim=-1)
         dlogp = torch.log_softmax(out[:, self.n_tok:], dim=-1) if tdt else None
-        if not bool(torch.isfinite(logp).all()) or (tdt and not bool(torch.isfinite(dlogp).all())):
-            raise ValueError(f"non-finite log-probabilities from the joint at frame {t}")
         return logp, dlogp
 
     # -- hotwords ----------------------------------------------------------------------------
@@ -213,7 +236,7 @@ class _Search:
             picked = picked + dlogp[:, zero_idx]  # float32 sum, as NeMo's float(logp[k] + dur_logp[0])
         terms = picked.tolist()
         for cur, pref in pairs:
-            path = cur.node.chain()[pref.node.depth:]
+            path = cur.node.path_from(pref.node)
             hw = pref.hw
             score = pref.score
             for node in path:
@@ -231,6 +254,7 @@ class _Search:
         # NeMo's sort_nbest (a stable sort): by score, or by score / len(y_sequence).
         key = (lambda h: h.score / h.length()) if score_norm else (lambda h: h.score)
         out = []
+        self.nodes_of(kept)
         for h in sorted(kept, key=key, reverse=True):
             ids = [n.token for n in h.node.chain()]
             frames, durs = [], []
@@ -254,7 +278,7 @@ def _merge(hyps: list[_Hyp]) -> list[_Hyp]:
     become one, the best-scored (its frames kept), with the log-sum-exp of the scores."""
     kept: dict[tuple[int, int], _Hyp] = {}
     for h in _sort(hyps):
-        key = (h.node.uid, h.last)
+        key = (h.key(), h.last)
         k = kept.get(key)
         if k is None:
             kept[key] = h
@@ -269,12 +293,13 @@ def _tdt(s: _Search, length: int) -> list[_Hyp]:
     zero_idx = durations.index(0) if 0 in durations else None
     # NeMo: the smallest positive duration, which a blank predicted with duration 0 takes instead.
     min_pos_idx = min((i for i, d in enumerate(durations) if d > 0), key=lambda i: durations[i])
-    kept = [_Hyp(s.root, 0.0, 0, None, 0 if s.hotwords is None else s.hotwords.root)]
+    kept = [_Hyp(s.root, -1, 0.0, 0, None, 0 if s.hotwords is None else s.hotwords.root)]
     for t in range(length):
         hyps = [h for h in kept if h.last == t]
         kept = [h for h in kept if h.last > t]
         if not hyps:
             continue
+        s.nodes_of(hyps)  # the prefix search walks their nodes
         # NeMo: the prefix search needs a zero duration (a label that stays on the frame); a TDT
         # without one skips it, and then no expansion stays on the frame either.
         if zero_idx is not None:
@@ -283,7 +308,7 @@ def _tdt(s: _Search, length: int) -> list[_Hyp]:
         list_b: list[_Hyp] = []
         list_nb: list[_Hyp] = []
         for n in range(s.num_steps):
-            logp, dlogp = s.token_logp(t, [h.node for h in hyps])
+            logp, dlogp = s.token_logp(t, s.nodes_of(hyps))
             top_lp, top_tok = logp.topk(mc, dim=-1)
             # NeMo: the top `mc` (duration, token) pairs out of durations x the top `mc` tokens, indices
             # flattened duration-major; pruned by value against the hypothesis' best pair (in float32).
@@ -304,11 +329,11 @@ def _tdt(s: _Search, length: int) -> list[_Hyp]:
                             # its score still that of duration 0 (the pair may duplicate another
                             # blank's and is then merged).
                             d = durations[min_pos_idx]
-                        list_b.append(_Hyp(hyp.node, hyp.score + lp, hyp.last + d, hyp.emits, hyp.hw))
+                        list_b.append(_Hyp(hyp.node, -1, hyp.score + lp, hyp.last + d, hyp.emits, hyp.hw))
                         continue
                     hw, bonus = s.boost(hyp.hw, k)
                     # NeMo's TDT timestamp of a label is time_idx + duration: frame t, duration d.
-                    new = _Hyp(s.child(hyp.node, k), hyp.score + lp + bonus, hyp.last + d, (t, d, hyp.emits), hw)
+                    new = _Hyp(hyp.node, k, hyp.score + lp + bonus, hyp.last + d, (t, d, hyp.emits), hw)
                     (list_exp if d == 0 else list_nb).append(new)
             if not list_exp:
                 kept = _sort(_merge(kept + list_b + list_nb), s.beam)
@@ -321,7 +346,7 @@ def _tdt(s: _Search, length: int) -> list[_Hyp]:
             # Last round: close the labels still on the frame with a blank of the most probable
             # duration -- NeMo: duration 0 replaced by the smallest positive one, and here (unlike
             # the expansions above) scored with that replacement's log-prob.
-            logp, dlogp = s.token_logp(t, [h.node for h in list_exp])
+            logp, dlogp = s.token_logp(t, s.nodes_of(list_exp))
             best_d = torch.max(dlogp, dim=-1).indices.tolist()
             for i, h in enumerate(list_exp):
                 di = min_pos_idx if best_d[i] == zero_idx else best_d[i]
@@ -333,7 +358,7 @@ def _tdt(s: _Search, length: int) -> list[_Hyp]:
 
 def _rnnt(s: _Search, length: int) -> list[_Hyp]:
     mc = s.max_candidates
-    kept = [_Hyp(s.root, 0.0, 0, None, 0 if s.hotwords is None else s.hotwords.root)]
+    kept = [_Hyp(s.root, -1, 0.0, 0, None, 0 if s.hotwords is None else s.hotwords.root)]
     for t in range(length):
         # NeMo: every hypothesis is expanded at every frame, after a prefix search over all of them.
         hyps = sorted(kept, key=lambda h: h.node.depth, reverse=True)
@@ -341,10 +366,10 @@ def _rnnt(s: _Search, length: int) -> list[_Hyp]:
         # NeMo: no merging in RNN-T mAES; instead a label expansion that rebuilds the sequence of a
         # hypothesis present at the start of the frame is dropped (the check is not updated in later
         # rounds, so equal sequences can still meet in the beam, and stay apart).
-        present = {(h.node.parent.uid, h.node.token) for h in hyps if h.node.parent is not None}
+        present = {h.key() for h in hyps}
         list_b: list[_Hyp] = []
         for n in range(s.num_steps):
-            logp, _ = s.token_logp(t, [h.node for h in hyps])
+            logp, _ = s.token_logp(t, s.nodes_of(hyps))
             top_lp, top_tok = logp.topk(mc, dim=-1)
             top_lp, top_tok = top_lp.tolist(), top_tok.tolist()
             list_exp: list[_Hyp] = []
@@ -355,15 +380,15 @@ def _rnnt(s: _Search, length: int) -> list[_Hyp]:
                 best = max(c[1] for c in cands)
                 for k, score in sorted((c for c in cands if best - s.gamma <= c[1]), key=lambda c: c[1]):
                     if k == s.blank:
-                        list_b.append(_Hyp(hyp.node, score, t, hyp.emits, hyp.hw))
+                        list_b.append(_Hyp(hyp.node, -1, score, t, hyp.emits, hyp.hw))
                     elif (hyp.node.uid, k) not in present:
                         hw, bonus = s.boost(hyp.hw, k)
                         # NeMo's RNN-T timestamp of a label is its frame; the duration is 1.
-                        list_exp.append(_Hyp(s.child(hyp.node, k), score + bonus, t, (t, 1, hyp.emits), hw))
+                        list_exp.append(_Hyp(hyp.node, k, score + bonus, t, (t, 1, hyp.emits), hw))
             if not list_exp:
                 kept = _sort(list_b, s.beam)
                 break
-            s.ensure_preds([h.node for h in list_exp])
+            s.ensure_preds(s.nodes_of(list_exp))
             if n < s.num_steps - 1:
                 hyps = list_exp
                 continue
