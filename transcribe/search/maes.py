@@ -13,9 +13,11 @@ or by score / (tokens + 1) with `score_norm` (NeMo counts its leading blank sent
 
 NeMo's behaviour is kept where it matters to the result; each point is marked "NeMo:" below.
 
-Predictor outputs live in a tree of token-sequence nodes: one node per distinct sequence still
-referenced by a live hypothesis, so the predictor runs once per sequence (NeMo's decoder cache) and
-memory stays bounded on long inputs (nodes no hypothesis reaches are freed).
+Predictor outputs live in a tree of token-sequence nodes, one per distinct sequence that a live
+hypothesis reaches, made when a hypothesis first needs it and computed batched over a step's new
+sequences: the predictor runs once per sequence, as with NeMo's decoder cache, while memory stays
+bounded on long inputs (a node no hypothesis reaches is freed; should a later expansion rebuild its
+sequence, the predictor runs again, on the same inputs).
 """
 from __future__ import annotations
 
@@ -347,10 +349,12 @@ def _tdt(s: _Search, length: int) -> list[_Hyp]:
             # duration -- NeMo: duration 0 replaced by the smallest positive one, and here (unlike
             # the expansions above) scored with that replacement's log-prob.
             logp, dlogp = s.token_logp(t, s.nodes_of(list_exp))
-            best_d = torch.max(dlogp, dim=-1).indices.tolist()
-            for i, h in enumerate(list_exp):
-                di = min_pos_idx if best_d[i] == zero_idx else best_d[i]
-                h.score += float(logp[i, s.blank] + dlogp[i, di])
+            best_d = torch.max(dlogp, dim=-1).indices
+            if zero_idx is not None:
+                best_d = torch.where(best_d == zero_idx, torch.full_like(best_d, min_pos_idx), best_d)
+            close = (logp[:, s.blank] + dlogp.gather(1, best_d[:, None])[:, 0]).tolist()  # float32 sums
+            for h, c, di in zip(list_exp, close, best_d.tolist()):
+                h.score += c
                 h.last += durations[di]
             kept = _sort(_merge(kept + list_b + list_exp + list_nb), s.beam)
     return kept
