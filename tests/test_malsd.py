@@ -21,6 +21,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 
+from transcribe.search.hotwords import HotwordTrie
 from transcribe.search.malsd import malsd_batch
 from transcribe.search.steps import TransducerSteps
 
@@ -233,48 +234,53 @@ def test_one_frame_enumeration(norm):
 
 
 # -- hotwords -------------------------------------------------------------------------------------
-def hotword_table(weight: float, final: float = 0.0):
-    """Boost "b" (a = 0, b = 1): root -b-> state 1; any other token returns to the root."""
-    nxt = torch.zeros(2, 2, dtype=torch.long)
-    nxt[:, 1] = 1
-    bonus = torch.zeros(2, 2)
-    bonus[:, 1] = weight
-    return SimpleNamespace(next_state=nxt, bonus=bonus, final=torch.tensor([0.0, final]))
-
-
 HOT = torch.tensor([[logp_row(a=.1, b=.1, blank=.8), logp_row(a=.1, b=.1, blank=.8),
                      logp_row(a=.5, b=.3, blank=.2)]])
-GAP = math.log(.5 / .3)
+GAP = math.log(.5 / .3)  # a over b on the first token; either is then followed by blank (0.8)
 
 
 @pytest.mark.parametrize("delta,winner", [(-1e-3, 0), (1e-3, 1)])
 def test_hotword_boost_changes_the_winner_when_it_crosses_the_gap(delta, winner):
     w = GAP + delta
-    got = decode_tables([HOT], 2, beam_size=1, max_symbols=1, hotwords=hotword_table(w))[0]
-    assert [h.ids for h in got] == [[winner]]
-    want = math.log(.5 * .8) if winner == 0 else math.log(.3 * .8) + w
-    assert got[0].score == pytest.approx(want, abs=1e-6)
+    trie = HotwordTrie([[1]], weight=w, n_tokens=3)  # boost "b"
+    got = decode_tables([HOT], 2, beam_size=2, max_symbols=1, hotwords=trie)[0]
+    assert [h.ids for h in got] == [[winner], [1 - winner]]
+    scores = {tuple(h.ids): h.score for h in got}
+    assert scores[(0,)] == pytest.approx(math.log(.5 * .8), abs=1e-6)
+    assert scores[(1,)] == pytest.approx(math.log(.3 * .8) + w, abs=1e-6)
 
 
 def test_hotword_state_follows_the_hypotheses_and_final_is_added():
-    hot = hotword_table(0.4, final=-0.25)
-    hot.bonus[1, 0] = 0.3  # "ba": the trie state after b matters
-    hot.next_state[1, 0] = 0
-    want = one_frame_scores(HOT, 2, 2, hot)
-    got = decode_tables([HOT], 2, beam_size=len(want), max_symbols=2, hotwords=hot)[0]
+    """Phrase "b a": the bonus of a depends on the trie state left by b, an unfinished "b" is taken
+    back by `final`; every sequence of a one-frame utterance is kept and scored exactly."""
+    trie = HotwordTrie([[1, 0]], weight=0.7, n_tokens=3)
+    want = one_frame_scores(HOT, 2, 2, trie)
+    got = decode_tables([HOT], 2, beam_size=len(want), max_symbols=2, hotwords=trie)[0]
     assert len(got) == len(want)
     for h in got:
         assert h.score == pytest.approx(want[tuple(h.ids)], abs=1e-5)
-    assert [h.score for h in decode_tables([HOT], 2, beam_size=7, max_symbols=2, hotwords=hotword_table(0.0))[0]] \
-        == pytest.approx([h.score for h in decode_tables([HOT], 2, beam_size=7, max_symbols=2)[0]])
+    plain = one_frame_scores(HOT, 2, 2)
+    assert want[(1, 0)] == pytest.approx(plain[(1, 0)] + 2 * 0.7)
+    assert want[(1,)] == pytest.approx(plain[(1,)])
+    zero = decode_tables([HOT], 2, beam_size=7, max_symbols=2, hotwords=HotwordTrie([[1, 0]], 0.0, 3))[0]
+    assert [h.score for h in zero] == pytest.approx([h.score for h in decode_tables([HOT], 2, beam_size=7,
+                                                                                   max_symbols=2)[0]])
+
+
+def hotword_tables(weight: float):
+    nxt = torch.zeros(2, 2, dtype=torch.long)
+    nxt[:, 1] = 1
+    bonus = torch.zeros(2, 2)
+    bonus[:, 1] = weight
+    return SimpleNamespace(next_state=nxt, bonus=bonus, final=torch.zeros(2))
 
 
 def test_hotword_tables_are_checked():
-    bad = hotword_table(1.0)
+    bad = hotword_tables(1.0)
     bad.bonus = torch.zeros(2, 1)
     with pytest.raises(ValueError, match="hotword"):
         decode_tables([HOT], 2, hotwords=bad)
-    bad = hotword_table(1.0)
+    bad = hotword_tables(1.0)
     bad.next_state[0, 0] = 5
     with pytest.raises(ValueError, match="outside"):
         decode_tables([HOT], 2, hotwords=bad)
@@ -286,14 +292,16 @@ def random_tables(lengths, n_tok, width, seed, scale=3.0):
     return [torch.randn(t, n_tok, width, generator=g) * scale for t in lengths]
 
 
-@pytest.mark.parametrize("durations", [None, (0, 1, 2, 3), (1, 2, 4)])
-def test_batch_results_do_not_depend_on_the_batch(durations):
+@pytest.mark.parametrize("durations,hot", [(None, False), ((0, 1, 2, 3), False), ((1, 2, 4), False),
+                                          (None, True), ((0, 1, 2, 3), True)])
+def test_batch_results_do_not_depend_on_the_batch(durations, hot):
     blank = 3
     width = blank + 1 + (len(durations) if durations else 0)
     tables = random_tables([6, 0, 11, 1, 9], blank + 1, width, seed=7)
-    together = decode_tables(tables, blank, durations, beam_size=3, max_symbols=2)
+    kw = dict(beam_size=3, max_symbols=2, hotwords=HotwordTrie([[0, 1], [2]], 0.5, blank + 1) if hot else None)
+    together = decode_tables(tables, blank, durations, **kw)
     for table, nbest in zip(tables, together):
-        alone = decode_tables([table], blank, durations, beam_size=3, max_symbols=2)[0]
+        alone = decode_tables([table], blank, durations, **kw)[0]
         assert summary(nbest) == summary(alone)
         assert [h.score for h in nbest] == pytest.approx([h.score for h in alone], abs=1e-6)
         if table.shape[0] == 0:
