@@ -7,14 +7,17 @@ extends every hypothesis once, with the predictor and the joint called once for 
 
 1. Each active hypothesis proposes its `beam` best (label, duration) pairs by log-probability
    (TDT: token and duration log-probabilities summed, the pair's index into the flattened
-   [token, duration] grid ranking ties as torch.topk does; a blank with duration 0 takes 1).
+   [token, duration] grid ranking ties as torch.topk does; a blank with duration 0 takes 1, so
+   (blank, 0) and (blank, 1) are two candidates for the same hypothesis and merge in step 4).
 2. A hypothesis that has emitted `max_symbols` labels on its current frame may only take blank
    (scored with the blank's log-prob plus the best duration log-prob; TDT keeps the duration of
    its best pair, at least 1). A hypothesis past its last frame is final: it proposes itself,
    unchanged, in its first candidate slot.
 3. The `beam` best of the beam x beam candidates survive (one topk per utterance).
-4. Survivors with the same token sequence, the same last token and (TDT) the same next frame are
-   merged: the highest-scoring copy keeps its slot with the log-sum-exp of their scores.
+4. Survivors with the same token sequence (NeMo's 64-bit rolling hash of it and its length; NeMo
+   also compares the last token, which the hash fixes but for a collision) and, TDT only, the same
+   frame are merged: the first highest-scoring copy keeps its slot, its token frames and its
+   count of labels on the current frame, with the log-sum-exp of their scores; the others empty.
 5. The predictor advances for survivors that took a token; blank and final survivors keep their
    parent's predictor output and state.
 
@@ -26,8 +29,13 @@ result does not depend on the other utterances in the batch.
 The N-best list is ranked by score / (tokens + 1) when `score_norm` is on (NeMo's normalization,
 the +1 standing for the start-of-sequence token), by the raw score otherwise; empty slots (score
 -inf) are dropped. A token's frame is the frame its hypothesis was at when it took the token; its
-duration is the predicted one (TDT) or 1 (RNN-T). The token trail is kept as one small integer
-record per step (parent slot, label, frame, duration) and traced back once at the end.
+duration is the predicted one (TDT) or 1 (RNN-T). The token trail is kept as each step's picks
+and packed fields (a few integers per hypothesis) and traced back once at the end.
+
+TDT durations are taken from the table (`steps.durations`); NeMo's malsd uses the duration's index
+in the table as the duration, which is the same for the usual tables 0, 1, ..., D-1.
+`max_symbols=None` (no bound, as NeMo allows) can loop forever on an RNN-T model whose blank never
+reaches a beam's top candidates.
 
 Hotword boosting: with `hotwords` (an object with dense tensors `next_state [S, V']`, `bonus
 [S, V']` and `final [S]`, V' >= the number of non-blank tokens, root state 0) each hypothesis
@@ -78,6 +86,8 @@ def _hotword_tables(hotwords, n_tok: int, device, dtype):
     bonus = torch.as_tensor(hotwords.bonus).to(device=device, dtype=dtype)
     final = torch.as_tensor(hotwords.final).to(device=device, dtype=dtype)
     vocab = n_tok - 1
+    if vocab < 1:
+        raise ValueError("hotwords need a model with at least one non-blank token")
     if nxt.dim() != 2 or bonus.shape != nxt.shape or final.shape != nxt.shape[:1]:
         raise ValueError(f"hotword tables disagree: next_state {tuple(nxt.shape)}, bonus {tuple(bonus.shape)}, "
                          f"final {tuple(final.shape)}")
@@ -258,11 +268,10 @@ class _Search:
         code = codes.gather(1, pick)
         old = info.gather(1, parent.unsqueeze(-1).expand(b, k, N_FIELDS))
         info = torch.addcmul(self.codes.add[code], old, self.codes.mul[code])
-        took = self.codes.token[code]
+        took, feed = self.codes.token[code], self.codes.label_wb[code]
         if self.hot is not None:
             trie = old[..., TRIE]
-            info[..., TRIE] = torch.where(took, self.hot[0][trie, self.codes.label_wb[code].clamp(max=self.blank - 1)],
-                                          trie)
+            info[..., TRIE] = torch.where(took, self.hot[0][trie, feed.clamp(max=self.blank - 1)], trie)
         self.info = info
         self.picks.append(pick)
         self.infos.append(info)
@@ -272,7 +281,7 @@ class _Search:
         rows = (self.flat_base + parent).view(-1)
         took = took.view(-1)
         prev_state = self.steps.select_state(self.state, rows)
-        pred, state = self.steps.predict(self.codes.label_wb[code].view(-1), prev_state)
+        pred, state = self.steps.predict(feed.view(-1), prev_state)
         self.pred = torch.where(took.unsqueeze(-1), pred, self.pred.index_select(0, rows))
         both = self.steps.cat_states([prev_state, state])
         self.state = self.steps.select_state(both, torch.where(took, self.rows_2n, self.rows_n))
