@@ -208,7 +208,6 @@ class _Search:
         self.slots = torch.arange(k, device=dev)[None, :].expand(b, k)
         self.diag = self.slots * k  # candidate (j, 0): slot j itself
         self.rows_n = torch.arange(n, device=dev)
-        self.rows_2n = self.rows_n + n
         self.neg_inf = torch.tensor(-math.inf, device=dev, dtype=dtype)
         self.neg_inf_rest = torch.full((b, k, k - 1), -math.inf, device=dev, dtype=dtype)
         self.parent_of = torch.arange(k, device=dev).repeat_interleave(k)  # candidate -> parent slot
@@ -278,13 +277,23 @@ class _Search:
         self.score = self.merge(new_score)
 
         # predictor: rows that took a token advance, the others keep their parent's output and state
+        # (the predictor reads all its weights whatever the rows: it runs only when a row took a
+        # token, on those rows alone; on about half the steps none did)
         rows = (self.flat_base + parent).view(-1)
         took = took.view(-1)
         prev_state = self.steps.select_state(self.state, rows)
-        pred, state = self.steps.predict(feed.view(-1), prev_state)
-        self.pred = torch.where(took.unsqueeze(-1), pred, self.pred.index_select(0, rows))
-        both = self.steps.cat_states([prev_state, state])
-        self.state = self.steps.select_state(both, torch.where(took, self.rows_2n, self.rows_n))
+        prev_pred = self.pred.index_select(0, rows)
+        n_took = int(took.sum())
+        if n_took == 0:
+            self.pred, self.state = prev_pred, prev_state
+        elif n_took == rows.numel():
+            self.pred, self.state = self.steps.predict(feed.view(-1), prev_state)
+        else:
+            idx = took.nonzero().view(-1)
+            pred, state = self.steps.predict(feed.view(-1).index_select(0, idx), self.steps.select_state(prev_state, idx))
+            self.pred = prev_pred.index_copy(0, idx, pred)
+            order = self.rows_n.index_copy(0, idx, torch.arange(n_took, device=idx.device) + rows.numel())
+            self.state = self.steps.select_state(self.steps.cat_states([prev_state, state]), order)
         self.active = info[..., TIME] <= self.last
 
     def merge(self, score):
