@@ -167,3 +167,25 @@ def test_cli_refuses_bad_beam_options_with_exit_2(args, msg):
     out = _cli(JFK, *args)
     assert out.returncode == 2 and msg in out.stderr, out.stderr
     assert out.stdout == ""
+
+
+@pytest.mark.parametrize("stem", ["tiny-tdt-fit", "tiny-rnnt-fit"])
+def test_malsd_records_each_tokens_logprob_and_confidence_as_the_path_gives_them(stem):
+    """malsd keeps each survivor's token log-prob and confidence as it goes; they equal what the
+    predictor and joint give along the finished path (beams.path_details, which the other beams
+    use), within float32 noise of batched against one-row products."""
+    import copy
+
+    from transcribe.parakeet import beams
+    from transcribe.search import malsd
+
+    model = beam_refs.recognizer(stem)
+    enc = beam_refs.projected(stem, "jfk")
+    steps = model.transducer_steps()
+    nb = malsd.malsd_batch(enc[None], [enc.shape[0]], steps, beam_size=4, confidence="entropy")[0]
+    for h in nb:
+        ref = copy.deepcopy(h)
+        beams.path_details(enc, steps, ref, "entropy")
+        assert len(h.logprobs) == len(h.confidences) == len(h.ids)
+        assert h.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
+        assert h.confidences == pytest.approx(ref.confidences, abs=1e-5)

@@ -127,7 +127,7 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
         if opts.beam == "malsd":
             hot = opts.hotwords.to(enc_proj.device) if opts.hotwords is not None else None
             lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size, max_symbols=MAX_SYMBOLS,
-                                      score_norm=opts.score_norm, hotwords=hot)
+                                      score_norm=opts.score_norm, hotwords=hot, confidence=confidence)
         elif opts.beam == "maes":
             lists = [maes_search.maes(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size,
                                       score_norm=opts.score_norm, hotwords=opts.hotwords)
@@ -139,9 +139,10 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
                      for i in range(enc_proj.shape[0])]
     except ValueError as e:
         raise TranscribeError(f"{recognizer.name}: {e}") from None
-    for i, nb in enumerate(lists):
-        if nb:
-            path_details(enc_proj[i], steps, nb[0], confidence)
+    if opts.beam != "malsd":  # malsd records them as it goes
+        for i, nb in enumerate(lists):
+            if nb:
+                path_details(enc_proj[i], steps, nb[0], confidence)
     return lists
 
 

@@ -51,6 +51,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
+from .confidence import confidence as confidence_measure
 from .decoded import Decoded
 from .steps import TransducerSteps
 
@@ -110,6 +111,8 @@ def malsd_batch(
     max_symbols: Optional[int] = 10,
     score_norm: bool = True,
     hotwords=None,
+    confidence: Optional[str] = None,
+    alpha: float = 0.33,
 ) -> list[list[Decoded]]:
     """enc [B, T, H] (projected for the joint), lengths [B] -> per utterance, its N-best list
     (at most `beam_size` hypotheses, best first). See the module docstring for the semantics."""
@@ -131,7 +134,7 @@ def malsd_batch(
     if b == 0:
         return []
     with torch.inference_mode():
-        return _Search(enc, lengths, steps, k, max_symbols, table, hotwords).run(score_norm)
+        return _Search(enc, lengths, steps, k, max_symbols, table, hotwords, confidence, alpha).run(score_norm)
 
 
 # Per-hypothesis integers, packed in one [B, K, 6] tensor so that a beam reordering is one gather:
@@ -185,7 +188,8 @@ class _Codes:
 class _Search:
     """The loop's state and step; per-hypothesis tensors are [B, K] (K = beam size)."""
 
-    def __init__(self, enc, lengths, steps: TransducerSteps, k: int, max_symbols, table, hotwords):
+    def __init__(self, enc, lengths, steps: TransducerSteps, k: int, max_symbols, table, hotwords,
+                 confidence: Optional[str] = None, alpha: float = 0.33):
         b, t_max, h = enc.shape
         dev, dtype = enc.device, enc.dtype
         self.steps, self.k, self.b, self.max_symbols = steps, k, b, max_symbols
@@ -221,14 +225,22 @@ class _Search:
                                               steps.init_state(n))
         self.picks: list[torch.Tensor] = []
         self.infos: list[torch.Tensor] = []
+        # each step's token log-prob (token distribution only, as greedy records it) and, when asked,
+        # confidence of every survivor's last choice, traced back with the tokens
+        self.confidence, self.alpha = confidence, alpha
+        self.lps: list[torch.Tensor] = []
+        self.confs: list[torch.Tensor] = []
 
     # -- one step -------------------------------------------------------------------------------
     def proposals(self, logits):
         """Each hypothesis' K best (log-prob, code), the code of its forced blank and its log-prob."""
         b, k, n_tok = self.b, self.k, self.n_tok
         logp = torch.log_softmax(logits[:, :n_tok] if self.tdt else logits, dim=-1).view(b, k, n_tok)
+        self.tok_logp = logp
+        if self.confidence is not None:
+            self.tok_conf = confidence_measure(logp, self.confidence, self.alpha)
         if self.hot is not None:
-            logp[..., :self.blank] += self.hot[1][self.info[..., TRIE]]
+            logp = torch.cat([logp[..., :self.blank] + self.hot[1][self.info[..., TRIE]], logp[..., self.blank:]], dim=-1)
         if self.tdt:
             dlogp = torch.log_softmax(logits[:, n_tok:], dim=-1).view(b, k, self.n_dur)
             scores = (logp.unsqueeze(-1) + dlogp.unsqueeze(-2)).view(b, k, self.width)
@@ -274,6 +286,10 @@ class _Search:
         self.info = info
         self.picks.append(pick)
         self.infos.append(info)
+        label = self.codes.label[code].clamp(min=0, max=self.n_tok - 1)
+        self.lps.append(self.tok_logp.view(b, k * self.n_tok).gather(1, parent * self.n_tok + label))
+        if self.confidence is not None:
+            self.confs.append(self.tok_conf.gather(1, parent))
         self.score = self.merge(new_score)
 
         # predictor: rows that took a token advance, the others keep their parent's output and state
@@ -319,12 +335,13 @@ class _Search:
             score = score + self.hot[2][self.info[..., TRIE]]
         norm = score / (n_labels.to(score.dtype) + 1)
         order = torch.sort(norm if score_norm else score, dim=-1, descending=True, stable=True).indices
-        ids, frames, durs = self.trace(order)
+        ids, frames, durs, lps, confs = self.trace(order)
         scores = score.gather(1, order).tolist()
         norms = norm.gather(1, order).tolist()
         out = []
         for u in range(self.b):
             out.append([Decoded(ids=ids[u][j], frames=frames[u][j], durations=durs[u][j],
+                                confidences=confs[u][j], logprobs=lps[u][j],
                                 score=scores[u][j], normalized_score=norms[u][j])
                         for j in range(self.k) if scores[u][j] != -math.inf])
         return out
@@ -334,26 +351,32 @@ class _Search:
         token ids, frames, durations."""
         b, k = self.b, self.k
         if not self.picks:
-            return ([[[] for _ in range(k)] for _ in range(b)] for _ in range(3))
+            return ([[[] for _ in range(k)] for _ in range(b)] for _ in range(5))
         parents = torch.div(torch.stack(self.picks), k, rounding_mode="floor")
         infos = torch.stack(self.infos)
         rec = torch.stack([parents, infos[..., CODE], infos[..., TIME]], dim=1).cpu().numpy()  # [S, 3, B, K]
         path = np.empty((rec.shape[0], 2, b, k), dtype=np.int64)
+        floats = [torch.stack(self.lps)] + ([torch.stack(self.confs)] if self.confs else [])
+        flt = torch.stack(floats, dim=1).double().cpu().numpy()  # [S, 1 or 2, B, K]
+        fpath = np.empty((rec.shape[0], flt.shape[1], b, k), dtype=np.float64)
         ptr = order.cpu().numpy()
         utt = np.arange(b)[:, None]
         for s in range(rec.shape[0] - 1, -1, -1):
             r = rec[s][:, utt, ptr]
             path[s] = r[1:]
+            fpath[s] = flt[s][:, utt, ptr]
             ptr = r[0]
         c = self.codes
         label, dur, token = (x.cpu().numpy() for x in (c.label, c.dur, c.token))
-        ids, frames, durs = [], [], []
+        ids, frames, durs, lps, confs = [], [], [], [], []
         for u in range(b):
-            iu, fu, du = [], [], []
+            iu, fu, du, lu, cu = [], [], [], [], []
             for j in range(k):
                 code, time = path[:, 0, u, j], path[:, 1, u, j]
                 sel = token[code]
                 iu.append(label[code[sel]].tolist())
+                lu.append(fpath[sel, 0, u, j].tolist())
+                cu.append(fpath[sel, 1, u, j].tolist() if fpath.shape[1] > 1 else [])
                 if self.tdt:  # a token moves time by its duration; its frame is where it started
                     fu.append((time[sel] - dur[code[sel]]).tolist())
                     du.append(dur[code[sel]].tolist())
@@ -363,4 +386,6 @@ class _Search:
             ids.append(iu)
             frames.append(fu)
             durs.append(du)
-        return ids, frames, durs
+            lps.append(lu)
+            confs.append(cu)
+        return ids, frames, durs, lps, confs
