@@ -20,7 +20,9 @@ is encoded once; every search then runs on the same encoder output, projected fo
   default   search.transducer_beam.tdt_beam, beam K (NeMo's default TDT beam, one hypothesis at a time)
   maes      search.maes.maes, beam K (NeMo's mAES defaults: 2 steps, alpha 1, beta 2, gamma 2.3)
 Each round runs every search once, in that order; a search's time is its best round. Ratios are to
-greedy's best. Then N-best over 8 utterances (the clip cut in 8 equal parts, encoded as one batch):
+greedy's best. The "+conf" rows do what transcribe() does: they also give the result's token
+log-probs and entropy confidences (greedy and malsd record them as they go, default and maes
+recompute them along the best path); their ratios are to "greedy+conf". Then N-best over 8 utterances (the clip cut in 8 equal parts, encoded as one batch):
 malsd on the batch of 8 at once against malsd on each utterance alone, one after the other.
 
 Timing on a shared machine is noisy: check `uptime` first and run when the load average is low.
@@ -55,6 +57,7 @@ def main(argv=None) -> int:
     import transcribe
     from speech_clip import speech_clip
     from transcribe.runtime import model_call, tune_malloc
+    from transcribe.parakeet import beams
     from transcribe.search import maes, malsd, transducer, transducer_beam
 
     tune_malloc()
@@ -76,12 +79,23 @@ def main(argv=None) -> int:
         def merge(mask, new, old):
             return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
 
+        def with_details(nb):
+            beams.path_details(enc_proj[0], steps, nb[0], "entropy")
+            return nb[0].ids
+
         searches = {
             "greedy": lambda: transducer.greedy_batch(enc_proj, enc_len, steps.predict, steps.joint, merge,
                                                       steps.init_state(1), steps.blank, steps.durations, 10, None)[0].ids,
             "malsd": lambda: malsd.malsd_batch(enc_proj, enc_len, steps, beam_size=k)[0][0].ids,
             "default": lambda: transducer_beam.tdt_beam(enc_proj[0], T, steps, beam_size=k)[0].ids,
             "maes": lambda: maes.maes(enc_proj[0], T, steps, beam_size=k)[0].ids,
+            # as transcribe() runs them: token log-probs and entropy confidences of the result
+            "greedy+conf": lambda: transducer.greedy_batch(enc_proj, enc_len, steps.predict, steps.joint, merge,
+                                                           steps.init_state(1), steps.blank, steps.durations, 10,
+                                                           "entropy")[0].ids,
+            "malsd+conf": lambda: malsd.malsd_batch(enc_proj, enc_len, steps, beam_size=k, confidence="entropy")[0][0].ids,
+            "default+conf": lambda: with_details(transducer_beam.tdt_beam(enc_proj[0], T, steps, beam_size=k)),
+            "maes+conf": lambda: with_details(maes.maes(enc_proj[0], T, steps, beam_size=k)),
         }
         best = {name: float("inf") for name in searches}
         tokens = {}
@@ -108,12 +122,13 @@ def main(argv=None) -> int:
             alone = min(alone, time.perf_counter() - t0)
         same = all([d.ids for d in a] == [d.ids for d in b] for a, b in zip(together, single))
 
-    g = best["greedy"]
+    g, gc = best["greedy"], best["greedy+conf"]
     print(f"model {Path(args.model).name}, {args.seconds:.0f} s of speech ({T} encoder frames), "
           f"{args.threads} threads, best of {args.rounds} rounds, beam {k}")
-    print(f"{'search':10s} {'seconds':>8s} {'x greedy':>9s} {'tokens':>7s}")
+    print(f"{'search':13s} {'seconds':>8s} {'x greedy':>9s} {'tokens':>7s}")
     for name in searches:
-        print(f"{name:10s} {best[name]:8.3f} {best[name] / g:9.2f} {len(tokens[name]):7d}")
+        base = gc if name.endswith("+conf") else g
+        print(f"{name:13s} {best[name]:8.3f} {best[name] / base:9.2f} {len(tokens[name]):7d}")
     print(f"N-best over {n} utterances of {part / 16000:.1f} s: batched {batched:.3f} s, one at a time {alone:.3f} s, "
           f"ratio {alone / batched:.2f}x; same lists: {same}")
     if args.json:
@@ -121,7 +136,8 @@ def main(argv=None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(dict(
             model=Path(args.model).name, seconds=args.seconds, frames=T, threads=args.threads, rounds=args.rounds,
-            beam_size=k, decode_s=best, over_greedy={n_: best[n_] / g for n_ in best},
+            beam_size=k, decode_s=best,
+            over_greedy={n_: best[n_] / (gc if n_.endswith("+conf") else g) for n_ in best},
             tokens={n_: len(t) for n_, t in tokens.items()}, clip=used,
             nbest8=dict(batched_s=batched, one_at_a_time_s=alone, same_lists=same),
             load=os.getloadavg()), indent=1) + "\n")

@@ -147,23 +147,40 @@ class Predictor(nn.Module):
     def forward(self, labels: torch.Tensor, state) -> tuple[torch.Tensor, tuple]:
         """labels [B] -> output [B, H], new state. The blank label embeds to zeros (start of sequence).
 
-        One step of the LSTM stack, written out: each layer's input and hidden products are one
-        matrix product with the two weight matrices side by side (much cheaper per step than a
-        call of nn.LSTM on a sequence of length one).
+        One step of the LSTM stack, written out. The first layer's input product depends on the
+        label alone, so it is a table, [vocabulary + blank, 4H], made once (embedding times input
+        weights, plus both biases): a step reads a row of it instead of half the layer's weights.
+        Each later layer's input and hidden products are one matrix product with the two weight
+        matrices side by side (much cheaper per step than a call of nn.LSTM on a sequence of one).
         """
-        x = self.prediction.embed(labels)
-        x = x.masked_fill((labels == self.blank)[:, None], 0.0)
         h0, c0 = state
         hs, cs = [], []
+        x = None
         for layer in range(self.layers):
-            w, b = self._step_weights(layer)
-            gates = F.linear(torch.cat([x, h0[layer]], dim=1), w, b)
+            if layer == 0:
+                table, w_hh = self._first_layer()
+                gates = torch.addmm(table.index_select(0, labels), h0[0], w_hh.t())
+            else:
+                w, b = self._step_weights(layer)
+                gates = F.linear(torch.cat([x, h0[layer]], dim=1), w, b)
             i, f, g, o = gates.chunk(4, dim=1)
             c = torch.sigmoid(f) * c0[layer] + torch.sigmoid(i) * torch.tanh(g)
             x = torch.sigmoid(o) * torch.tanh(c)
             hs.append(x)
             cs.append(c)
         return x, (torch.stack(hs), torch.stack(cs))
+
+    def _first_layer(self):
+        cache = self.__dict__.setdefault("_fused", {})
+        lstm = self.prediction.dec_rnn.lstm
+        w_ih = lstm.weight_ih_l0
+        key = ("table", w_ih.data_ptr(), w_ih.dtype, w_ih.device)
+        if key not in cache:
+            emb = self.prediction.embed.weight.detach().clone()
+            emb[self.blank] = 0.0
+            table = torch.addmm(lstm.bias_ih_l0 + lstm.bias_hh_l0, emb.to(w_ih.dtype), w_ih.t()).detach()
+            cache[key] = (table, lstm.weight_hh_l0.detach())
+        return cache[key]
 
     def _step_weights(self, layer: int):
         cache = self.__dict__.setdefault("_fused", {})
