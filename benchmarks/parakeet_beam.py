@@ -12,6 +12,8 @@ Run from the repository root with the project's Python:
              --rounds N      timed rounds; the best counts (default 3)
              --seconds S     clip length (default 60)
              --beam-size K   (default 4)
+             --nemo-python P Python of a NeMo virtual environment (default .venv-nemo/bin/python;
+                             "none" or a missing file skips the peer)
 
 What it measures: decode time only. The clip (S seconds of real speech, benchmarks/speech_clip.py)
 is encoded once; every search then runs on the same encoder output, projected for the joint:
@@ -24,6 +26,10 @@ greedy's best. The "+conf" rows do what transcribe() does: they also give the re
 log-probs and entropy confidences (greedy and malsd record them as they go, default and maes
 recompute them along the best path); their ratios are to "greedy+conf". Then N-best over 8 utterances (the clip cut in 8 equal parts, encoded as one batch):
 malsd on the batch of 8 at once against malsd on each utterance alone, one after the other.
+
+The peer, in the same run (after ours, never at the same time): NeMo's own greedy_batch and
+malsd_batch (beam K) decode times on the same model and clip (benchmarks/nemo_beam_child.py, in
+NeMo's virtual environment, same thread count), with the ratio of ours to NeMo's.
 
 Timing on a shared machine is noisy: check `uptime` first and run when the load average is low.
 """
@@ -49,6 +55,7 @@ def main(argv=None) -> int:
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--beam-size", type=int, default=4)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--nemo-python", default=str(REPO / ".venv-nemo" / "bin" / "python"))
     args = ap.parse_args(argv)
     os.environ.setdefault("OMP_NUM_THREADS", str(args.threads))
 
@@ -123,6 +130,7 @@ def main(argv=None) -> int:
         same = all([d.ids for d in a] == [d.ids for d in b] for a, b in zip(together, single))
 
     g, gc = best["greedy"], best["greedy+conf"]
+    nemo = _nemo(args, pcm)
     print(f"model {Path(args.model).name}, {args.seconds:.0f} s of speech ({T} encoder frames), "
           f"{args.threads} threads, best of {args.rounds} rounds, beam {k}")
     print(f"{'search':13s} {'seconds':>8s} {'x greedy':>9s} {'tokens':>7s}")
@@ -131,6 +139,11 @@ def main(argv=None) -> int:
         print(f"{name:13s} {best[name]:8.3f} {best[name] / base:9.2f} {len(tokens[name]):7d}")
     print(f"N-best over {n} utterances of {part / 16000:.1f} s: batched {batched:.3f} s, one at a time {alone:.3f} s, "
           f"ratio {alone / batched:.2f}x; same lists: {same}")
+    if nemo:
+        print(f"NeMo on the same encoder output: greedy_batch {nemo['greedy']:.3f} s, malsd_batch {nemo['malsd']:.3f} s "
+              f"({nemo['malsd'] / nemo['greedy']:.2f}x its greedy); ours/NeMo: greedy {g / nemo['greedy']:.2f}, "
+              f"malsd {best['malsd'] / nemo['malsd']:.2f}; tokens NeMo {nemo['tokens']}, ours "
+              f"{ {'greedy': len(tokens['greedy']), 'malsd': len(tokens['malsd'])} }")
     if args.json:
         out = Path(args.json)
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -140,8 +153,32 @@ def main(argv=None) -> int:
             over_greedy={n_: best[n_] / (gc if n_.endswith("+conf") else g) for n_ in best},
             tokens={n_: len(t) for n_, t in tokens.items()}, clip=used,
             nbest8=dict(batched_s=batched, one_at_a_time_s=alone, same_lists=same),
-            load=os.getloadavg()), indent=1) + "\n")
+            nemo=nemo, load=os.getloadavg()), indent=1) + "\n")
     return 0
+
+
+def _nemo(args, pcm):
+    """NeMo's decode times in a child process of its own virtual environment, or None."""
+    import subprocess
+    import tempfile
+
+    import soundfile as sf
+
+    py = args.nemo_python
+    if py == "none" or not Path(py).is_file():
+        print(f"(no NeMo at {py}: the peer is skipped)")
+        return None
+    with tempfile.TemporaryDirectory() as tmp:
+        clip = Path(tmp) / "clip.wav"
+        sf.write(str(clip), pcm, 16000, subtype="FLOAT")
+        out = subprocess.run([py, str(HERE / "nemo_beam_child.py"), args.model, str(clip), str(args.threads),
+                              str(args.rounds), str(args.beam_size)], capture_output=True, text=True,
+                             env=dict(os.environ, OMP_NUM_THREADS=str(args.threads)))
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        print(f"NeMo child failed ({out.returncode}): {out.stderr[-500:]}")
+        return None
+    return json.loads(lines[-1])
 
 
 if __name__ == "__main__":
