@@ -237,3 +237,16 @@ def test_batch_independence_with_lm_and_hotwords():
             acoustic = sum(h.logprobs) + sum(float(lp[t, 5]) for t in _blank_frames(h, len(lp)))
             want = acoustic + 1.0 * len(h.ids) + 0.7 * lm.sentence_logprob(words) + 0.5 * len(words) + boost
             assert h.score == pytest.approx(want, abs=1e-4)
+
+
+def test_thirty_minutes_of_frames_decode_without_error():
+    """22,500 frames (30 min at 80 ms) of a peaked random table, beam 4: the search ends with four
+    hypotheses whose tokens lie inside the input, frames in order."""
+    g = torch.Generator().manual_seed(0)
+    n, vocab = 22500, 32
+    logp = torch.log_softmax(torch.randn(n, vocab + 1, generator=g) * 3, dim=-1)
+    got = beam_search(logp, n, vocab, beam_size=4)
+    assert len(got) == 4
+    best = got[0]
+    assert best.ids and all(0 <= f < n for f in best.frames) and best.frames == sorted(best.frames)
+    assert [h.score for h in got] == sorted((h.score for h in got), reverse=True)
