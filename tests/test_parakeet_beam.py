@@ -189,3 +189,11 @@ def test_malsd_records_each_tokens_logprob_and_confidence_as_the_path_gives_them
         assert len(h.logprobs) == len(h.confidences) == len(h.ids)
         assert h.logprobs == pytest.approx(ref.logprobs, abs=1e-5)
         assert h.confidences == pytest.approx(ref.confidences, abs=1e-5)
+
+
+def test_whisper_refuses_parakeets_beam_options(default_whisper_dir):
+    model = transcribe.load_model(str(default_whisper_dir))
+    with pytest.raises(TranscribeError, match="hotwords, nbest apply to Parakeet models"):
+        model.transcribe(JFK, beam_size=2, nbest=2, hotwords=["a"])
+    with pytest.raises(TranscribeError, match="unknown option nbset"):
+        model.transcribe(JFK, nbset=2)

@@ -29,6 +29,10 @@ from . import transcribe as longform
 log = logging.getLogger("transcribe")
 
 
+# Options of Parakeet's transcribe() that Whisper does not take (named in the error).
+PARAKEET_OPTIONS = {"nbest", "beam", "score_norm", "hotwords", "hotword_weight", "lm", "lm_weight", "confidence", "attention"}
+
+
 class WhisperASR:
     family = "whisper"
     sample_rate = 16000
@@ -270,6 +274,7 @@ class WhisperASR:
         prepend_punctuations: str = PREPEND_PUNCTUATION,
         append_punctuations: str = APPEND_PUNCTUATION,
         sample_rate: Optional[int] = None,
+        **options,
     ):
         """Transcribe audio of any length in 30 s windows, seeking by the predicted timestamps
         (openai-whisper's `transcribe`). A window whose text is too repetitive (compression ratio
@@ -285,6 +290,12 @@ class WhisperASR:
         window starts after the last word, as in openai-whisper.
 
         sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own."""
+        if options:
+            theirs = sorted(set(options) & PARAKEET_OPTIONS)
+            unknown = sorted(set(options) - PARAKEET_OPTIONS)
+            if unknown:
+                raise TranscribeError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+            raise TranscribeError(f"{self.name} is a Whisper model: {', '.join(theirs)} apply to Parakeet models")
         if head is not None:
             raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
         if language is not None:
