@@ -97,10 +97,10 @@ def test_beam_size_option_reaches_whisper():
 
 def test_whisper_options_refused_by_parakeet():
     """One usage error, before any audio is read, naming the options and not the audio file."""
-    out = run(str(AUDIO / "no-such-file.wav"), "--model", MODEL, "--beam-size", "2", "--language", "de")
+    out = run(str(AUDIO / "no-such-file.wav"), "--model", MODEL, "--patience", "2", "--language", "de")
     assert out.returncode == 2 and out.stdout == ""
     assert out.stderr.strip().splitlines() == [
-        "transcribe: error: --beam-size, --language apply to Whisper models only; "
+        "transcribe: error: --patience, --language apply to Whisper models only; "
         "tiny-tdt-fit.nemo is a Parakeet model"]
 
 

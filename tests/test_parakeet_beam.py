@@ -197,3 +197,11 @@ def test_whisper_refuses_parakeets_beam_options(default_whisper_dir):
         model.transcribe(JFK, beam_size=2, nbest=2, hotwords=["a"])
     with pytest.raises(TranscribeError, match="unknown option nbset"):
         model.transcribe(JFK, nbset=2)
+
+
+def test_parakeet_names_whisper_options_and_unknown_ones():
+    model = beam_refs.recognizer("tiny-tdt-fit")
+    with pytest.raises(TranscribeError, match="Parakeet model: patience apply to Whisper models"):
+        model.transcribe(JFK, patience=2.0)
+    with pytest.raises(TranscribeError, match="unknown option nbset"):
+        model.transcribe(JFK, nbset=2)
