@@ -345,7 +345,7 @@ def test_unwritable_output_dir_is_refused_before_any_work(fake, wavs, tmp_path, 
 
 
 @pytest.mark.parametrize("argv, named", [
-    (["--beam-size", "2"], "--beam-size applies"),
+    (["--patience", "2"], "--patience applies"),
     (["--language", "de", "--temperature", "0.2"], "--language, --temperature apply"),
     (["--temperature-increment", "0.1"], "--temperature-increment applies"),
 ])
@@ -398,9 +398,11 @@ def test_help_imports_neither_torch_nor_numpy():
 
     code = ("import sys\nfrom transcribe.cli import main\nrc = main(['--help'])\n"
             "rc2 = main(['x.wav', '--beam-size', '0'])\n"
-            f"rc3 = main(['x.wav', '--model', {str(TINY / 'tiny-tdt-fit.nemo')!r}, '--beam-size', '2'])\n"
+            f"rc3 = main(['x.wav', '--model', {str(TINY / 'tiny-tdt-fit.nemo')!r}, '--patience', '2'])\n"
             "rc4 = main(['x.wav', '--head', 'ctc'])\n"
-            "assert (rc, rc2, rc3, rc4) == (0, 2, 2, 2), (rc, rc2, rc3, rc4)\n"
+            "rc5 = main(['x.wav', '--beam-size', '2', '--hotwords', 'a'])\n"
+            "rc6 = main(['x.wav', '--nbest', '3'])\n"
+            "assert (rc, rc2, rc3, rc4, rc5, rc6) == (0, 2, 2, 2, 2, 2), (rc, rc2, rc3, rc4, rc5, rc6)\n"
             "heavy = sorted(m for m in ('torch', 'numpy', 'soundfile', 'av') if m in sys.modules)\n"
             "assert not heavy, heavy\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)

@@ -223,9 +223,10 @@ def _run(args, progress: "_Progress") -> int:
     if misplaced:
         _say(f"error: {misplaced}")
         return 2
-    if getattr(model, "family", "") == "parakeet":
-        try:  # the decoding options, checked once (an empty list transcribes nothing)
-            model.transcribe([], **_decoding_options(args))
+    check = getattr(model, "check_options", None)
+    if check is not None:
+        try:  # the decoding options, checked once before any input
+            check(**_decoding_options(args))
         except TranscribeError as e:
             _say(f"error: {_one_line(str(e))}")
             return 2

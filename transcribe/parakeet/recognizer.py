@@ -156,6 +156,10 @@ class ParakeetASR:
                     out[i] = t
         return out[0] if single else out  # type: ignore[return-value]
 
+    def check_options(self, **options) -> None:
+        """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing)."""
+        self.transcribe([], **options)
+
     def _resolve_head(self, head: Optional[str]) -> str:
         heads = self.heads
         if head is None:
