@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from .decoded import Decoded
-from .steps import TransducerSteps
+from .steps import TransducerSteps, check_durations
 
 
 class _Node:
@@ -443,15 +443,7 @@ def maes(
     if beam_size + expansion_beta > vocab:
         raise ValueError(f"beam_size ({beam_size}) + maes_expansion_beta ({expansion_beta}) must be at most "
                          f"the vocabulary size ({vocab})")
-    durations = steps.durations
-    if durations is not None:
-        durations = tuple(int(d) for d in durations)
-        if any(d < 0 for d in durations):
-            raise ValueError(f"TDT durations must not be negative: {list(durations)}")
-        if len(set(durations)) != len(durations):
-            raise ValueError(f"TDT durations must be distinct: {list(durations)}")
-        if not any(d > 0 for d in durations):
-            raise ValueError(f"TDT durations need a positive duration: {list(durations)}")
+    durations = check_durations(steps.durations)
     if hotwords is not None and not (hasattr(hotwords, "step") and hasattr(hotwords, "final")):
         raise ValueError("hotwords must be a HotwordTrie (with step() and final)")
     with torch.inference_mode():

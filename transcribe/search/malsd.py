@@ -46,39 +46,19 @@ reordering and merge, and `final[state]` is added to each surviving score at the
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence
+from typing import Optional
 
 import numpy as np
 import torch
 
 from .confidence import confidence as confidence_measure
 from .decoded import Decoded
-from .steps import TransducerSteps
+from .steps import TransducerSteps, check_durations
 
 # NeMo's 64-bit polynomial hash of token sequences (the hypothesis identity used for merging).
 HASH_MUL = 6364136223846793005
 HASH_ADD = 1
 NO_LABEL = -1  # what a final hypothesis "emits": nothing
-
-
-def check_durations(durations: Optional[Sequence[int]]) -> Optional[tuple[int, ...]]:
-    """A TDT duration table, validated: integers >= 0, no repeats, at least one positive."""
-    if durations is None:
-        return None
-    table = tuple(durations)
-    if not table:
-        raise ValueError("TDT duration table is empty")
-    for d in table:
-        if isinstance(d, bool) or int(d) != d:
-            raise ValueError(f"TDT durations must be integers, got {table!r}")
-    table = tuple(int(d) for d in table)
-    if any(d < 0 for d in table):
-        raise ValueError(f"TDT durations must not be negative, got {table!r}")
-    if len(set(table)) != len(table):
-        raise ValueError(f"TDT durations must not repeat, got {table!r}")
-    if max(table) <= 0:
-        raise ValueError(f"TDT duration table {table!r} has no positive duration: decoding could not advance")
-    return table
 
 
 def _hotword_tables(hotwords, n_tok: int, device, dtype):

@@ -41,6 +41,28 @@ class TransducerSteps:
         return self.blank + 1
 
 
+def check_durations(durations: Optional[Sequence[int]]) -> Optional[tuple[int, ...]]:
+    """A TDT duration table, validated (None for RNN-T): integers, none negative, no duplicate, at
+    least one positive (else decoding could not advance). Every transducer search checks it."""
+    if durations is None:
+        return None
+    table = tuple(durations)
+    if not table:
+        raise ValueError("the TDT duration table is empty")
+    for d in table:
+        if isinstance(d, bool) or int(d) != d:
+            raise ValueError(f"TDT durations must be integers, got {list(table)}")
+    table = tuple(int(d) for d in table)
+    if any(d < 0 for d in table):
+        raise ValueError(f"the TDT duration table has a negative duration: {list(table)}")
+    if len(set(table)) != len(table):
+        raise ValueError(f"the TDT duration table has a duplicate duration (durations must be distinct, "
+                         f"none may repeat): {list(table)}")
+    if max(table) <= 0:
+        raise ValueError(f"the TDT duration table has no positive duration, so decoding could not advance: {list(table)}")
+    return table
+
+
 def lstm_steps(predict, joint, init_state, blank: int, durations=None) -> TransducerSteps:
     """Steps for a predictor whose state is a tuple of tensors [layers, N, H] (NeMo's LSTM)."""
 

@@ -26,13 +26,13 @@ RNN-T ones double, so the N-best lists agree with NeMo's within float32 noise.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import torch
 
 from .decoded import Decoded
-from .steps import TransducerSteps
+from .steps import TransducerSteps, check_durations
 
 # A frame stops expanding after this many expansions per beam slot (see the module docstring).
 MAX_POPS_PER_BEAM = 64
@@ -49,20 +49,6 @@ class _Hyp:
     run: int = 0  # tokens emitted on the current frame
     hot: int = 0  # hotword automaton state
     extra: list = field(default_factory=list)
-
-
-def check_durations(durations: Sequence[int]) -> list[int]:
-    """A TDT duration table: integers, none negative, no duplicate, at least one positive."""
-    durs = [int(d) for d in durations]
-    if not durs:
-        raise ValueError("the TDT duration table is empty")
-    if any(d < 0 for d in durs):
-        raise ValueError(f"the TDT duration table has a negative duration: {durs}")
-    if len(set(durs)) != len(durs):
-        raise ValueError(f"the TDT duration table has a duplicate duration: {durs}")
-    if not any(d > 0 for d in durs):
-        raise ValueError(f"the TDT duration table has no positive duration: {durs}")
-    return durs
 
 
 def _finite(logits: torch.Tensor, frame: int) -> None:
