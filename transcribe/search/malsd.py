@@ -6,9 +6,12 @@ ModifiedALSDBatchedRNNTComputer, pure PyTorch path, no language model), written 
 extends every hypothesis once, with the predictor and the joint called once for all B * beam rows:
 
 1. Each active hypothesis proposes its `beam` best (label, duration) pairs by log-probability
-   (TDT: token and duration log-probabilities summed, the pair's index into the flattened
-   [token, duration] grid ranking ties as torch.topk does; a blank with duration 0 takes 1, so
+   (TDT: token and duration log-probabilities summed; a blank with duration 0 takes 1, so
    (blank, 0) and (blank, 1) are two candidates for the same hypothesis and merge in step 4).
+   TDT pairs are ranked among the `beam` best tokens only, each paired with every duration: a
+   pair whose token is not among them is matched, duration for duration, by `beam` pairs at
+   least as good (float addition is monotone), so the `beam` best pairs are the same as over
+   the whole grid up to exact ties, which torch.topk orders in no documented way either way.
 2. A hypothesis that has emitted `max_symbols` labels on its current frame may only take blank
    (scored with the blank's log-prob plus the best duration log-prob; TDT keeps the duration of
    its best pair, at least 1). A hypothesis past its last frame is final: it proposes itself,
@@ -148,21 +151,21 @@ class _Codes:
             time = (one, dur)
         mul = [zero, one, lasts[0], time[0], one, torch.where(token, HASH_MUL, one)]
         add = [code, zero, lasts[1], time[1], zero + token, torch.where(token, label + HASH_ADD, zero)]
-        self.mul = torch.stack(mul, dim=-1)
-        self.add = torch.stack(add, dim=-1)
+        # one row per code: mul (N_FIELDS), add (N_FIELDS), took a token, predictor input, label
+        # (clamped to a token index: where the step's token log-prob is read)
+        self.fused = torch.stack(mul + add + [zero + token, self.label_wb, label.clamp(min=0, max=blank)], dim=-1)
+        tokens = torch.arange(blank + 1, device=device)
         if table is None:
-            self.grid = torch.arange(blank + 1, device=device) + 1  # topk index (label) -> code
-            self.forced = torch.full((blank + 1,), blank + 1, device=device)
+            self.grid = tokens + 1  # a proposal's token -> its code
+            self.forced = torch.full_like(tokens, blank + 1)
         else:
-            n_dur = len(table)
-            g = torch.arange((blank + 1) * n_dur, device=device)
-            g_label = torch.div(g, n_dur, rounding_mode="floor")
-            g_dur = torch.tensor(table, device=device)[g % n_dur]
-            # a blank moves time by at least one frame; a hypothesis forced to blank keeps the
-            # duration of its best (label, duration) pair, at least one (NeMo)
-            g_dur_blank = torch.where((g_label == blank) & (g_dur == 0), 1, g_dur)
-            self.grid = (g_label + 1) * w + g_dur_blank
-            self.forced = (blank + 1) * w + g_dur.clamp(min=1)
+            dur_of = torch.tensor(table, device=device)
+            # [token, duration] -> code; a blank moves time by at least one frame
+            self.grid = (tokens + 1)[:, None] * w + torch.where((tokens == blank)[:, None] & (dur_of == 0), 1, dur_of)
+            # candidate j of a hypothesis' [best tokens, durations] sub-grid has the duration
+            # dur_of[j % n_dur]; a hypothesis forced to blank keeps the duration of its best
+            # candidate, at least one (NeMo)
+            self.forced = (blank + 1) * w + dur_of.clamp(min=1).repeat(blank + 1)
 
 
 class _Search:
@@ -176,7 +179,6 @@ class _Search:
         self.blank, self.n_tok = steps.blank, steps.n_tokens
         self.tdt = table is not None
         self.n_dur = len(table) if self.tdt else 0
-        self.width = self.n_tok * self.n_dur if self.tdt else self.n_tok  # candidates per hypothesis
         self.codes = _Codes(self.blank, table, dev)
         n = b * k
         # encoder frames as rows [B * T, H]: (utterance u, frame t) is row u * T + t; an utterance
@@ -189,17 +191,22 @@ class _Search:
         self.last = (lengths - 1)[:, None].expand(b, k)
         self.last_safe = self.last.clamp(min=0)
         self.flat_base = (utt * k).contiguous()  # row of slot j of utterance u: u * K + j
-        self.slots = torch.arange(k, device=dev)[None, :].expand(b, k)
-        self.diag = self.slots * k  # candidate (j, 0): slot j itself
-        self.rows_n = torch.arange(n, device=dev)
+        self.diag = torch.arange(k, device=dev)[None, :].expand(b, k) * k  # candidate (j, 0): slot j itself
+        self.new_rows = torch.arange(n, 2 * n, device=dev)
         self.neg_inf = torch.tensor(-math.inf, device=dev, dtype=dtype)
+        self.zero, self.zero_code = torch.zeros((), device=dev, dtype=dtype), torch.zeros((), device=dev, dtype=torch.long)
         self.neg_inf_rest = torch.full((b, k, k - 1), -math.inf, device=dev, dtype=dtype)
-        self.parent_of = torch.arange(k, device=dev).repeat_interleave(k)  # candidate -> parent slot
+        # candidate c of utterance u (parent slot c // K) -> the parent's row u * K + c // K
+        self.rows_of = self.flat_base[:, :1] + torch.arange(k, device=dev).repeat_interleave(k)
+        self.earlier = torch.ones(k, k, dtype=torch.bool, device=dev).tril(-1)  # [j, i]: i < j
+        self.cpu = dev.type == "cpu"
+        self.n_best_tok = min(k, self.n_tok)  # TDT: tokens each hypothesis pairs with the durations
+        self.sub_width = self.n_best_tok * self.n_dur if self.tdt else self.n_tok
         self.score = torch.full((b, k), -math.inf, device=dev, dtype=dtype)
         self.score[:, 0] = 0.0
         self.info = torch.zeros(b, k, N_FIELDS, dtype=torch.long, device=dev)
         self.active = self.info[..., TIME] <= self.last
-        self.check = torch.zeros((), device=dev, dtype=torch.float32)
+        self.sums: list[torch.Tensor] = []  # each step's sum of logits (finite unless a logit is not)
         self.hot = _hotword_tables(hotwords, self.n_tok, dev, dtype) if hotwords is not None else None
         self.pred, self.state = steps.predict(torch.full((n,), self.blank, dtype=torch.long, device=dev),
                                               steps.init_state(n))
@@ -214,7 +221,7 @@ class _Search:
     # -- one step -------------------------------------------------------------------------------
     def proposals(self, logits):
         """Each hypothesis' K best (log-prob, code), the code of its forced blank and its log-prob."""
-        b, k, n_tok = self.b, self.k, self.n_tok
+        b, k, n_tok, codes = self.b, self.k, self.n_tok, self.codes
         logp = torch.log_softmax(logits[:, :n_tok] if self.tdt else logits, dim=-1).view(b, k, n_tok)
         self.tok_logp = logp
         if self.confidence is not None:
@@ -222,23 +229,28 @@ class _Search:
         if self.hot is not None:
             logp = torch.cat([logp[..., :self.blank] + self.hot[1][self.info[..., TRIE]], logp[..., self.blank:]], dim=-1)
         if self.tdt:
+            # the K best pairs of the [token, duration] grid have their tokens among the K best
+            # tokens (see the module docstring): only those are paired with every duration
             dlogp = torch.log_softmax(logits[:, n_tok:], dim=-1).view(b, k, self.n_dur)
-            scores = (logp.unsqueeze(-1) + dlogp.unsqueeze(-2)).view(b, k, self.width)
             blank_lp = logp[..., self.blank] + dlogp.amax(dim=-1)
+            tok_lp, tok = torch.topk(logp, self.n_best_tok, dim=-1)
+            scores = (tok_lp.unsqueeze(-1) + dlogp.unsqueeze(-2)).view(b, k, self.sub_width)
+            grid = codes.grid[tok].view(b, k, self.sub_width)
         else:
-            scores, blank_lp = logp, logp[..., self.blank]
-        if self.width < k:  # fewer candidates than slots: pad with impossible ones
-            scores = torch.cat([scores, scores.new_full((b, k, k - self.width), -math.inf)], dim=-1)
+            scores, blank_lp, grid = logp, logp[..., self.blank], codes.grid
+        if self.sub_width < k:  # fewer candidates than slots: pad with impossible ones
+            scores = torch.cat([scores, scores.new_full((b, k, k - self.sub_width), -math.inf)], dim=-1)
         top_lp, idx = torch.topk(scores, k, dim=-1)
-        if self.width < k:
-            idx = idx.clamp(max=self.width - 1)
-        return top_lp, self.codes.grid[idx], self.codes.forced[idx[..., 0]], blank_lp
+        if self.sub_width < k:
+            idx = idx.clamp(max=self.sub_width - 1)
+        top_code = grid.gather(-1, idx) if self.tdt else grid[idx]
+        return top_lp, top_code, codes.forced[idx[..., 0]], blank_lp
 
     def step(self):
         b, k, info = self.b, self.k, self.info
         rows = torch.minimum(info[..., TIME], self.last_safe).add_(self.row_base).view(-1)
         logits = self.steps.joint(self.enc_rows.index_select(0, rows), self.pred)
-        self.check += logits.sum()
+        self.sums.append(logits.sum())
         top_lp, top_code, forced_code, blank_lp = self.proposals(logits)
 
         # candidates [B, K parents, K choices]: a free hypothesis proposes its top K; one that
@@ -246,68 +258,74 @@ class _Search:
         active = self.active
         free = active if self.max_symbols is None else active & (info[..., LASTS] < self.max_symbols)
         free3 = free.unsqueeze(-1)
-        alone = torch.cat([torch.where(active, blank_lp, 0.0).unsqueeze(-1), self.neg_inf_rest], dim=-1)
+        alone = torch.cat([torch.where(active, blank_lp, self.zero).unsqueeze(-1), self.neg_inf_rest], dim=-1)
         cand = (self.score.unsqueeze(-1) + torch.where(free3, top_lp, alone)).view(b, k * k)
-        codes = torch.where(free3, top_code, torch.where(active, forced_code, 0).unsqueeze(-1)).view(b, k * k)
+        codes = torch.where(free3, top_code, torch.where(active, forced_code, self.zero_code).unsqueeze(-1)).view(b, k * k)
 
-        new_score, pick = torch.topk(cand, k, dim=-1)
+        new_score, pick = torch.topk(cand, k, dim=-1)  # sorted: merge relies on it
+        live = None
         if b > 1:  # an utterance whose hypotheses are all final is frozen (NeMo's loop would end)
             live = active.any(dim=-1, keepdim=True)
             pick = torch.where(live, pick, self.diag)
-            new_score = torch.where(live, new_score, self.score)
-        parent = self.parent_of[pick]
-        code = codes.gather(1, pick)
-        old = info.gather(1, parent.unsqueeze(-1).expand(b, k, N_FIELDS))
-        info = torch.addcmul(self.codes.add[code], old, self.codes.mul[code])
-        took, feed = self.codes.token[code], self.codes.label_wb[code]
+        parent = self.rows_of.gather(1, pick)  # [B, K] rows u * K + parent slot
+        rows = parent.view(-1)
+        # one lookup gives what the codes do: mul, add, took a token, predictor input, label
+        fused = self.codes.fused[codes.gather(1, pick)]
+        old = info.view(-1, N_FIELDS).index_select(0, rows).view(b, k, N_FIELDS)
+        info = torch.addcmul(fused[..., N_FIELDS:2 * N_FIELDS], old, fused[..., :N_FIELDS])
+        took, feed = fused[..., 2 * N_FIELDS], fused[..., 2 * N_FIELDS + 1]
         if self.hot is not None:
             trie = old[..., TRIE]
-            info[..., TRIE] = torch.where(took, self.hot[0][trie, feed.clamp(max=self.blank - 1)], trie)
+            info[..., TRIE] = torch.where(took.bool(), self.hot[0][trie, feed.clamp(max=self.blank - 1)], trie)
         self.info = info
-        self.picks.append(pick)
+        self.picks.append(parent)
         self.infos.append(info)
-        label = self.codes.label[code].clamp(min=0, max=self.n_tok - 1)
-        self.lps.append(self.tok_logp.view(b, k * self.n_tok).gather(1, parent * self.n_tok + label))
+        self.lps.append(torch.take(self.tok_logp, torch.add(fused[..., 2 * N_FIELDS + 2], parent, alpha=self.n_tok)))
         if self.confidence is not None:
-            self.confs.append(self.tok_conf.gather(1, parent))
-        self.score = self.merge(new_score)
+            self.confs.append(torch.take(self.tok_conf, parent))
+        score = self.merge(new_score, info)
+        self.score = score if live is None else torch.where(live, score, self.score)
 
         # predictor: rows that took a token advance, the others keep their parent's output and state
         # (the predictor reads all its weights whatever the rows: it runs only when a row took a
         # token, on those rows alone; on about half the steps none did)
-        rows = (self.flat_base + parent).view(-1)
-        took = took.view(-1)
-        prev_state = self.steps.select_state(self.state, rows)
-        prev_pred = self.pred.index_select(0, rows)
+        took, feed = took.view(-1), feed.view(-1)
         n_took = int(took.sum())
         if n_took == 0:
-            self.pred, self.state = prev_pred, prev_state
+            self.pred, self.state = self.pred.index_select(0, rows), self.steps.select_state(self.state, rows)
         elif n_took == rows.numel():
-            self.pred, self.state = self.steps.predict(feed.view(-1), prev_state)
+            self.pred, self.state = self.steps.predict(feed.contiguous(), self.steps.select_state(self.state, rows))
         else:
             idx = took.nonzero().view(-1)
-            pred, state = self.steps.predict(feed.view(-1).index_select(0, idx), self.steps.select_state(prev_state, idx))
-            self.pred = prev_pred.index_copy(0, idx, pred)
-            order = self.rows_n.index_copy(0, idx, torch.arange(n_took, device=idx.device) + rows.numel())
-            self.state = self.steps.select_state(self.steps.cat_states([prev_state, state]), order)
+            sel = rows.index_select(0, idx)
+            pred, state = self.steps.predict(feed.index_select(0, idx), self.steps.select_state(self.state, sel))
+            # rows of [old, new] each slot takes: its parent's, or its new one
+            order = rows.index_copy(0, idx, self.new_rows[:n_took])
+            self.pred = torch.cat([self.pred, pred]).index_select(0, order)
+            self.state = self.steps.select_state(self.steps.cat_states([self.state, state]), order)
         self.active = info[..., TIME] <= self.last
 
-    def merge(self, score):
+    def merge(self, score, info):
         """Hypotheses with the same tokens (hash and count) and, for TDT, the same frame merge: the
-        first best of them keeps the log-sum-exp of their scores, the others are emptied."""
+        first best of them keeps the log-sum-exp of their scores, the others are emptied. `score`
+        is sorted (best first), so the first best is the first slot of its group."""
         if self.k == 1:
             return score
-        key = self.info[..., TIME:] if self.tdt else self.info[..., N_LABELS:]
+        key = info[..., TIME:] if self.tdt else info[..., N_LABELS:]
         same = (key.unsqueeze(2) == key.unsqueeze(1)).all(dim=-1)
+        if self.cpu and int(same.sum()) == same.shape[0] * self.k:  # each slot only matches itself
+            return score  # (most steps): a keeper's log-sum-exp would be its own score, exactly
+        dup = (same & self.earlier).any(dim=-1)  # an earlier slot has the same key
+        # torch.logsumexp's arithmetic, the group's max being the keeper's own score
         group = torch.where(same, score.unsqueeze(1), self.neg_inf)
-        keeper = group.argmax(dim=-1) == self.slots
-        return torch.where(keeper, torch.logsumexp(group, dim=-1), self.neg_inf)
+        top = torch.where(torch.isinf(score), 0.0, score)
+        return (group - top.unsqueeze(-1)).exp_().sum(dim=-1).log_().add_(top).masked_fill_(dup, -math.inf)
 
     # -- the whole search -----------------------------------------------------------------------
     def run(self, score_norm: bool) -> list[list[Decoded]]:
         while bool(self.active.any()):
             self.step()
-        if not bool(torch.isfinite(self.check)):
+        if self.sums and not bool(torch.isfinite(torch.stack(self.sums)).all()):
             raise ValueError("the joint produced non-finite logits (log-probabilities would not be finite)")
         score = self.score
         n_labels = self.info[..., N_LABELS]
@@ -332,7 +350,7 @@ class _Search:
         b, k = self.b, self.k
         if not self.picks:
             return ([[[] for _ in range(k)] for _ in range(b)] for _ in range(5))
-        parents = torch.div(torch.stack(self.picks), k, rounding_mode="floor")
+        parents = torch.stack(self.picks) % k
         infos = torch.stack(self.infos)
         rec = torch.stack([parents, infos[..., CODE], infos[..., TIME]], dim=1).cpu().numpy()  # [S, 3, B, K]
         path = np.empty((rec.shape[0], 2, b, k), dtype=np.int64)
