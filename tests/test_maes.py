@@ -16,7 +16,6 @@ down from the table.
 from __future__ import annotations
 
 import math
-import time
 from collections import Counter
 
 import pytest
@@ -344,16 +343,13 @@ def test_thirty_minutes_tdt_terminates():
     tab[:20, :, V] -= 10.0
     tab[:20, :, V + 1] += 12.0
     enc = (torch.arange(T) % P).float()[:, None]
-    start = time.perf_counter()
     out = maes(enc, T, table_steps(tab, (0, 1, 2, 3, 4)), beam_size=4, num_steps=2)
-    elapsed = time.perf_counter() - start
     assert 1 <= len(out) <= 4
     for h in out:
         per_frame = Counter(h.frames)
         assert max(per_frame.values()) == 2
         assert sum(1 for f, n in per_frame.items() if n == 2 and f % P < 20) > 3000
         assert all(0 <= f < T for f in h.frames)
-    assert elapsed < 120, elapsed
 
 
 def test_long_rnnt_bounds_labels_per_frame():

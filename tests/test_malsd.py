@@ -15,7 +15,6 @@ written down by hand.
 from __future__ import annotations
 
 import math
-import time
 from types import SimpleNamespace
 
 import pytest
@@ -349,20 +348,17 @@ def test_cuda_equals_cpu():
 
 def test_thirty_minutes_of_frames():
     """30 minutes at 12.5 frames/s, TDT durations (0..4), beam 4: one pass, token rate like speech
-    (blank favoured). About 3-5 s on a shared 2-core machine."""
+    (blank favoured). It ends (about 3-5 s on a quiet 2-core machine; no timing is asserted)."""
     t_max, blank = 30 * 60 * 25 // 2, 8
     g = torch.Generator().manual_seed(0)
     table = torch.randn(t_max, blank + 1, blank + 1 + 5, generator=g) * 2
     table[..., blank] += 5.0
     enc = torch.arange(t_max, dtype=torch.float32)[None, :, None]
-    start = time.perf_counter()
     got = malsd_batch(enc, torch.tensor([t_max]), table_steps(table, blank, (0, 1, 2, 3, 4)), beam_size=4)[0]
-    took = time.perf_counter() - start
     best = got[0]
     assert 0 < len(best.ids) < t_max and best.frames[-1] < t_max
     assert all(f + d <= nf for f, d, nf in zip(best.frames, best.durations, best.frames[1:]))
     assert math.isfinite(best.score)
-    assert took < 120, f"{took:.1f} s"
 
 
 # -- errors ---------------------------------------------------------------------------------------
