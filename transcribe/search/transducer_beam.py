@@ -138,7 +138,7 @@ def tdt_beam(
     dur_k = min(beam, n_dur)
     zero_idx = durations.index(0) if 0 in durations else None
     smallest_positive = min((i for i, d in enumerate(durations) if d > 0), key=lambda i: durations[i])
-    positive = torch.tensor([d > 0 for d in durations])
+    not_positive = torch.tensor([d <= 0 for d in durations], device=enc.device)
     predictor = _Predictor(steps)
     f32 = np.float32
 
@@ -181,7 +181,7 @@ def tdt_beam(
                     if blank_fallback == "smallest":
                         di = smallest_positive
                     else:
-                        di = int(torch.where(positive, dlogp, torch.tensor(-float("inf"))).argmax())
+                        di = int(dlogp.masked_fill(not_positive, -float("inf")).argmax())
                 score = f32(f32(best.score + blank_lp) + f32(dlogp[di].item()))
                 kept.append(_Hyp(ids=best.ids, frames=best.frames, durations=best.durations, score=score,
                                  last_frame=best.last_frame + durations[di], state=best.state, hot=best.hot))
