@@ -216,7 +216,26 @@ class Joint(nn.Module):
 
     def forward(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor:
         """Projected encoder frames and predictor outputs of the same leading shape -> logits."""
-        return self.joint_net(enc_proj + pred_proj)
+        x = enc_proj + pred_proj
+        if x.dim() == 2 and 1 < x.shape[0] <= 16 and not torch.is_grad_enabled():
+            # a few rows (a beam's hypotheses, a small batch): the output layer as one product with
+            # its weight stored transposed, which MKL ran ~1.5-2x faster than nn.Linear's layout at
+            # 2-16 rows here (TDT 0.6B malsd beam 4, 60 s: joint 77 -> 58 ms)
+            *hidden, out = self.joint_net
+            for layer in hidden:
+                x = layer(x)
+            return torch.addmm(out.bias, x, self._out_t(out))
+        return self.joint_net(x)
+
+    def _out_t(self, out: nn.Linear) -> torch.Tensor:
+        cache = self.__dict__.setdefault("_t", {})
+        key = (out.weight.data_ptr(), out.weight.dtype, out.weight.device)
+        got = cache.get(key)
+        if got is None:  # (threads may race here: each then makes its own copy, all equal)
+            got = out.weight.detach().t().contiguous()
+            cache.clear()
+            cache[key] = got
+        return got
 
 
 class CTCHead(nn.Module):
