@@ -128,3 +128,52 @@ def group_segments(words: Sequence[WordSpan], marks: Sequence[str] = SEGMENT_MAR
 
 def _segment(words: list[WordSpan]) -> SegmentSpan:
     return SegmentSpan(" ".join(w.word for w in words), words[0].start, words[-1].end, list(words))
+
+
+class IncrementalWords:
+    """Word grouping as tokens arrive (a stream): the words it finishes are exactly those that
+    `group_words` gives for all the tokens at once, at a constant cost per call.
+
+    Only the open word is regrouped. A word is finished once the word after it has started: no
+    later token can change it (the one rule that reaches back, punctuation after a lone word mark
+    joining the word before, reaches only the last word). So the tokens from the first token of
+    the last word on are kept and regrouped with the next ones; the earlier words are handed out.
+    `first`/`last` of the words handed out count tokens from the start of the stream.
+    """
+
+    def __init__(self, decode: Callable[[list[int]], str], punctuation: set[str]):
+        self._decode = decode
+        self._punctuation = punctuation
+        self._tokens: list[TokenSpan] = []  # from the first token of the open word on
+        self._offset = 0  # stream index of self._tokens[0]
+
+    def add(self, tokens: Sequence[TokenSpan]) -> list[WordSpan]:
+        """Takes the next tokens -> the words they finish (possibly none)."""
+        self._tokens.extend(tokens)
+        words = self._group()
+        if len(words) < 2:
+            return []
+        cut = words[-1].first - self._offset
+        done = words[:-1]
+        self._tokens = self._tokens[cut:]
+        self._offset += cut
+        return done
+
+    def open_words(self) -> list[WordSpan]:
+        """The words not finished yet (the open word, and one that punctuation may still join),
+        as they stand now."""
+        return self._group()
+
+    def finish(self) -> list[WordSpan]:
+        """The end of the stream: every word not handed out yet. The grouper starts over."""
+        words = self._group()
+        self._offset += len(self._tokens)
+        self._tokens = []
+        return words
+
+    def _group(self) -> list[WordSpan]:
+        words = group_words(self._tokens, self._decode, self._punctuation) if self._tokens else []
+        for w in words:
+            w.first += self._offset
+            w.last += self._offset
+        return words
