@@ -54,10 +54,10 @@ def options(recognizer, head: str, beam_size: Optional[int], nbest: Optional[int
         raise TranscribeError(f"nbest ({want}) cannot exceed beam_size ({size}): a beam of {size} keeps {size} hypotheses")
     if beam is not None and beam not in BEAMS:
         raise TranscribeError(f"unknown beam {beam!r} (one of {', '.join(BEAMS)})")
-    if head == "ctc" and beam not in (None,):
+    if head == "ctc" and beam is not None:
         raise TranscribeError(f"beam={beam!r} chooses a transducer search; the CTC head has one beam search (leave beam unset)")
     if hotwords is not None and isinstance(hotwords, str):
-        hotwords = [h for h in hotwords.split(",")]
+        hotwords = hotwords.split(",")
     if hotword_weight is not None and not hotwords:
         raise TranscribeError("hotword_weight needs hotwords")
     if lm is not None and head != "ctc":

@@ -206,9 +206,9 @@ class ParakeetASR:
         audio, lengths = audio.to(self.device), lengths.to(self.device)
         enc, enc_len = m.encode(audio, lengths, local)
         enc = enc.float()
+        logp = m.ctc_decoder(enc.to(next(m.ctc_decoder.parameters()).dtype)) if head == "ctc" else None
         if search is not None:
             if head == "ctc":
-                logp = m.ctc_decoder(enc.to(next(m.ctc_decoder.parameters()).dtype))
                 lists = beams.search_ctc(self, logp, enc_len, search, confidence)
             else:
                 lists = beams.search_transducer(self, self.project_encoder(enc), enc_len, search, confidence)
@@ -219,7 +219,6 @@ class ParakeetASR:
                 out.append(t)
             return out
         if head == "ctc":
-            logp = m.ctc_decoder(enc.to(next(m.ctc_decoder.parameters()).dtype))
             hyps = [ctc_search.greedy(logp[i], int(enc_len[i]), m.blank, confidence) for i in range(len(pcm))]
         else:
             hyps = self._greedy_transducer(enc, enc_len, confidence)
@@ -273,21 +272,14 @@ class ParakeetASR:
         return m.joint.project_encoder(enc.transpose(1, 2).to(next(m.joint.parameters()).dtype))
 
     def _greedy_transducer(self, enc: torch.Tensor, enc_len: torch.Tensor, confidence: str) -> list[Decoded]:
-        m = self.model
-        dtype = next(m.joint.parameters()).dtype
-        enc_proj = m.joint.project_encoder(enc.transpose(1, 2).to(dtype))
-
-        def predict(labels, state):
-            out, st = m.decoder(labels, state)
-            return m.joint.project_predictor(out), st
+        steps = self.transducer_steps()
 
         def merge(mask, new, old):
             return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
 
         return transducer_search.greedy_batch(
-            enc_proj, enc_len, predict, m.joint, merge,
-            m.decoder.initial_state(enc.shape[0], enc.device, dtype),
-            m.blank, m.durations if m.transducer == "tdt" else None, m.max_symbols, confidence,
+            self.project_encoder(enc), enc_len, steps.predict, steps.joint, merge, steps.init_state(enc.shape[0]),
+            steps.blank, steps.durations, self.model.max_symbols, confidence,
         )
 
     # ------------------------------------------------------------------------------------------

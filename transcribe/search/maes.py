@@ -29,7 +29,7 @@ from typing import Optional
 import torch
 
 from .decoded import Decoded
-from .steps import TransducerSteps, check_durations
+from .steps import TransducerSteps, check_durations, logaddexp32
 
 
 class _Node:
@@ -103,12 +103,6 @@ def _logaddexp(a: float, b: float) -> float:
         return a + math.log(2.0)
     m, d = (a, b - a) if a > b else (b, a - b)
     return m + math.log1p(math.exp(d))
-
-
-def _logaddexp32(a: float, b: float) -> float:
-    # NeMo's TDT merge: float(torch.logaddexp(torch.tensor(a), torch.tensor(b))) -- the Python floats
-    # become float32 tensors, so a merged score is rounded to float32 (not so an unmerged one).
-    return float(torch.logaddexp(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)))
 
 
 class _Search:
@@ -285,7 +279,7 @@ def _merge(hyps: list[_Hyp]) -> list[_Hyp]:
         if k is None:
             kept[key] = h
         else:
-            k.score = _logaddexp32(k.score, h.score)
+            k.score = logaddexp32(k.score, h.score)
     return list(kept.values())
 
 

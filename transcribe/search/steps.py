@@ -63,6 +63,12 @@ def check_durations(durations: Optional[Sequence[int]]) -> Optional[tuple[int, .
     return table
 
 
+def logaddexp32(a: float, b: float) -> float:
+    """NeMo's TDT merge of two hypothesis scores: torch.logaddexp on float32 tensors, so a merged
+    score is rounded to float32 (an unmerged one is not)."""
+    return float(torch.logaddexp(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)))
+
+
 def lstm_steps(predict, joint, init_state, blank: int, durations=None) -> TransducerSteps:
     """Steps for a predictor whose state is a tuple of tensors [layers, N, H] (NeMo's LSTM)."""
 

@@ -25,14 +25,14 @@ RNN-T ones double, so the N-best lists agree with NeMo's within float32 noise.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 import torch
 
 from .decoded import Decoded
-from .steps import TransducerSteps, check_durations
+from .steps import TransducerSteps, check_durations, logaddexp32
 
 # A frame stops expanding after this many expansions per beam slot (see the module docstring).
 MAX_POPS_PER_BEAM = 64
@@ -48,7 +48,6 @@ class _Hyp:
     state: Any  # the predictor state before the last token (NeMo's dec_state)
     run: int = 0  # tokens emitted on the current frame
     hot: int = 0  # hotword automaton state
-    extra: list = field(default_factory=list)
 
 
 def _finite(logits: torch.Tensor, frame: int) -> None:
@@ -63,6 +62,14 @@ class _Predictor:
         self.steps = steps
         self.cache: dict = {}
         self.zero = steps.init_state(1)
+
+    def logits(self, h: _Hyp, frame: torch.Tensor, t: int):
+        """The joint's logits [V+1(+D)] for hypothesis h at encoder frame t (float32, checked
+        finite), and the predictor state after its last token."""
+        pred, state = self(h)
+        logits = self.steps.joint(frame, pred)[0].float()
+        _finite(logits, t)
+        return logits, state
 
     def __call__(self, h: _Hyp):
         """-> (pred [1, H], state after the hypothesis's last token)."""
@@ -104,7 +111,7 @@ def _merge(hyps: list[_Hyp]) -> list[_Hyp]:
         key = (h.ids, h.last_frame)
         if key in kept:
             k = kept[key]
-            k.score = np.float32(torch.logaddexp(torch.tensor(float(k.score)), torch.tensor(float(h.score))).item())
+            k.score = np.float32(logaddexp32(float(k.score), float(h.score)))
         else:
             kept[key] = h
     return list(kept.values())
@@ -152,9 +159,7 @@ def tdt_beam(
             best = max(hyps, key=lambda x: x.score)
             hyps.remove(best)
             pops += 1
-            pred, state = predictor(best)
-            logits = steps.joint(frame, pred)[0].float()
-            _finite(logits, t)
+            logits, state = predictor.logits(best, frame, t)
             logp = torch.log_softmax(logits[: vocab + 1], dim=-1)
             dlogp = torch.log_softmax(logits[vocab + 1 : vocab + 1 + n_dur], dim=-1)
             tok_top, tok_idx = logp[:-1].topk(beam_k)
@@ -238,9 +243,7 @@ def rnnt_beam(
             best = max(hyps, key=lambda x: x.score)
             hyps.remove(best)
             pops += 1
-            pred, state = predictor(best)
-            logits = steps.joint(frame, pred)[0].float()
-            _finite(logits, t)
+            logits, state = predictor.logits(best, frame, t)
             logp = torch.log_softmax(logits[: vocab + 1], dim=-1)
             top, idx = logp[:-1].topk(beam_k)
             if best.run < max_symbols:
