@@ -1,0 +1,336 @@
+"""`StreamingSession`: live transcription, one interface for every model family.
+
+Audio goes in as it arrives (`feed`, any length), text comes out as it is decided:
+
+- committed text is append-only: once handed out it never changes (`take_new_text()` gives what
+  was added since the last call); tentative text is the model's current guess for the audio after
+  it and may still change (`text()` = committed + tentative);
+- finished words (a word is finished when the next one starts, or at `finalize()`) come out of
+  `drain_words()`, end-of-utterance / end-of-backchannel events out of `drain_events()`;
+- `latency` says how much audio came in and how much of it is committed.
+
+Memory stays bounded over hours: drained words and events are released; the text and tokens the
+session keeps (`text()`, `committed_text()`, `tokens()`) are those of the current utterance (since
+the last end-of-utterance event, or since the start for a model without such events), kept in
+compact arrays. A concrete session (cache-aware Parakeet, buffered windows for offline models)
+implements `_accept(samples)`, `_flush()` and `_restart()`, and reports its results through
+`_commit`, `_set_tentative`, `_add_event` and `_end_utterance`.
+"""
+from __future__ import annotations
+
+import threading
+from array import array
+from collections import deque
+from dataclasses import asdict, dataclass
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from .errors import TranscribeError
+from .results import Token, Word
+from .text.detok import IncrementalText
+from .text.words import IncrementalWords, TokenSpan, WordSpan, join_punctuation
+
+SAMPLE_RATE = 16000
+
+
+@dataclass
+class StreamEvent:
+    """A turn event: `type` "eou" (end of utterance) or "eob" (end of a backchannel such as
+    "uh-huh", not a turn end); the token that made it, the encoder frame it was emitted at (from
+    the start of the stream) and that frame's time in seconds."""
+
+    type: str
+    token: str
+    frame: int
+    time: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class Latency:
+    """chunk_ms: audio per model step; lookahead_ms: future audio a step waits for beyond its own
+    chunk; received_ms: audio fed so far; committed_ms: audio whose text is committed."""
+
+    chunk_ms: float
+    lookahead_ms: float
+    received_ms: float
+    committed_ms: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass
+class CommitToken:
+    """A token as a concrete session commits it: frames count from the start of the stream."""
+
+    id: int
+    start_frame: int
+    end_frame: int
+    frame: int
+    duration: Optional[int] = None
+    confidence: Optional[float] = None
+
+
+class StreamingSession:
+    """Base of every streaming session (see the module docstring). Not safe to feed from two
+    threads at once; the model behind it is shared safely between sessions."""
+
+    def __init__(
+        self,
+        *,
+        decode: Callable[[list[int]], str],
+        piece: Callable[[int], str],
+        punctuation: set[str],
+        frame_seconds: Callable[[float], float],
+        chunk_ms: float,
+        lookahead_ms: float,
+        special: Optional[dict[int, str]] = None,
+    ):
+        self._decode = decode
+        self._piece = piece
+        self._punctuation = punctuation
+        self._sec = frame_seconds
+        self._chunk_ms = float(chunk_ms)
+        self._lookahead_ms = float(lookahead_ms)
+        self._special = dict(special or {})  # token id -> event type ("eou"/"eob"): not text
+        self._lock = threading.Lock()
+        self._resampler = None
+        self._resample_rate: Optional[int] = None
+        self._clear()
+
+    # ------------------------------------------------------------------ state
+    def _clear(self) -> None:
+        self._finished = False
+        self._received = 0  # samples at 16 kHz
+        self._committed_seconds = 0.0
+        self._text = IncrementalText(self._decode)
+        self._words = IncrementalWords(self._decode, self._punctuation)
+        self._utt_text: list[str] = []  # committed text of the current utterance, in pieces
+        self._utt_ids = array("i")
+        self._utt_frames = array("i")
+        self._utt_starts = array("i")
+        self._utt_ends = array("i")
+        self._utt_durs = array("i")
+        self._utt_conf = array("f")
+        self._new_text: list[str] = []
+        self._new_tokens: list[Token] = []
+        self._tentative = ""
+        self._word_queue: deque[Word] = deque()
+        self._event_queue: deque[StreamEvent] = deque()
+        self._at_utterance_start = True
+
+    # ------------------------------------------------------------------ public API
+    def feed(self, pcm, sample_rate: int = SAMPLE_RATE) -> None:
+        """Takes the next audio: a 1-D array of float samples in [-1, 1] or int16 PCM (or raw s16le
+        `bytes`), of any length, at `sample_rate` (resampled to 16 kHz as it streams)."""
+        if self._finished:
+            raise TranscribeError("this stream is finalized: call reset() to start a new one")
+        samples = _as_float32(pcm)
+        if sample_rate != SAMPLE_RATE:
+            samples = self._resample(samples, int(sample_rate), last=False)
+        if samples.size:
+            with self._lock:
+                self._received += int(samples.size)
+                self._accept(samples)
+
+    def finalize(self) -> None:
+        """The end of the input: decodes the audio still held back and finishes the open word.
+        Never invents an end-of-utterance event."""
+        if self._finished:
+            return
+        with self._lock:
+            if self._resampler is not None:
+                tail = self._resample(np.zeros(0, np.float32), self._resample_rate, last=True)
+                if tail.size:
+                    self._received += int(tail.size)
+                    self._accept(tail)
+            self._flush()
+            self._set_tentative("")
+            rest = self._text.flush()
+            if rest:
+                self._utt_text.append(rest)
+                self._new_text.append(rest)
+            self._emit_words(self._words.finish())
+            self._committed_seconds = self._received / SAMPLE_RATE
+            self._finished = True
+
+    def reset(self) -> None:
+        """Forgets everything: a new stream starts (the model stays loaded)."""
+        with self._lock:
+            self._resampler = None
+            self._resample_rate = None
+            self._restart()
+            self._clear()
+
+    def __enter__(self) -> "StreamingSession":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        if exc_type is None:
+            self.finalize()
+
+    def text(self) -> str:
+        """Committed + tentative text of the current utterance."""
+        return join_punctuation("".join(self._utt_text) + self._tentative, self._punctuation)
+
+    def committed_text(self) -> str:
+        return join_punctuation("".join(self._utt_text), self._punctuation)
+
+    def tentative_text(self) -> str:
+        return self._tentative
+
+    def take_new_text(self) -> str:
+        """The committed text added since the last call (append-only, never rewritten)."""
+        out = "".join(self._new_text)
+        self._new_text = []
+        return out
+
+    def take_new_tokens(self) -> list[Token]:
+        """The committed tokens added since the last call."""
+        out = self._new_tokens
+        self._new_tokens = []
+        return out
+
+    def tokens(self) -> list[Token]:
+        """The committed tokens of the current utterance."""
+        return [self._token(i) for i in range(len(self._utt_ids))]
+
+    def drain_words(self) -> list[Word]:
+        out = list(self._word_queue)
+        self._word_queue.clear()
+        return out
+
+    def drain_events(self) -> list[StreamEvent]:
+        out = list(self._event_queue)
+        self._event_queue.clear()
+        return out
+
+    @property
+    def finished(self) -> bool:
+        return self._finished
+
+    @property
+    def latency(self) -> Latency:
+        return Latency(self._chunk_ms, self._lookahead_ms, 1000.0 * self._received / SAMPLE_RATE,
+                       1000.0 * self._committed_seconds)
+
+    # ------------------------------------------------------------------ for concrete sessions
+    def _accept(self, samples: np.ndarray) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _flush(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _restart(self) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+    def _commit(self, tokens: Sequence[CommitToken], committed_seconds: Optional[float] = None) -> None:
+        """Appends decided tokens (text tokens and event tokens, in order)."""
+        for t in tokens:
+            kind = self._special.get(t.id)
+            if kind is not None:
+                self._add_event(kind, t.id, t.frame)
+                continue
+            self._utt_ids.append(t.id)
+            self._utt_frames.append(t.frame)
+            self._utt_starts.append(t.start_frame)
+            self._utt_ends.append(t.end_frame)
+            self._utt_durs.append(-1 if t.duration is None else t.duration)
+            self._utt_conf.append(float("nan") if t.confidence is None else t.confidence)
+            delta = self._text.add([t.id])
+            if delta:
+                if self._at_utterance_start:
+                    delta = delta.lstrip(" ")
+                if delta:
+                    self._at_utterance_start = False
+                    self._utt_text.append(delta)
+                    self._new_text.append(delta)
+            tok = self._token(len(self._utt_ids) - 1)
+            self._new_tokens.append(tok)
+            piece = self._piece(t.id)
+            span = TokenSpan(t.id, piece, self._decode([t.id]), t.start_frame, t.end_frame, t.confidence)
+            self._emit_words(self._words.add([span]))
+        if committed_seconds is not None:
+            self._committed_seconds = max(self._committed_seconds, committed_seconds)
+
+    def _set_tentative(self, text: str) -> None:
+        self._tentative = text
+
+    def _add_event(self, kind: str, token_id: int, frame: int) -> None:
+        self._event_queue.append(StreamEvent(kind, self._piece(token_id), int(frame), self._sec(frame)))
+        if kind == "eou":
+            self._end_utterance()
+
+    def _end_utterance(self) -> None:
+        """The current utterance is over: its last word is finished, its text and tokens released
+        (they were handed out by take_new_text / take_new_tokens / drain_words)."""
+        rest = self._text.flush()
+        if rest:
+            self._new_text.append(rest)
+        self._emit_words(self._words.finish())
+        if self._utt_text or rest:
+            self._new_text.append("\n")
+        self._utt_text = []
+        for a in (self._utt_ids, self._utt_frames, self._utt_starts, self._utt_ends, self._utt_durs):
+            del a[:]
+        del self._utt_conf[:]
+        self._at_utterance_start = True
+
+    # ------------------------------------------------------------------ helpers
+    def _token(self, i: int) -> Token:
+        tid = self._utt_ids[i]
+        conf = self._utt_conf[i]
+        dur = self._utt_durs[i]
+        piece = self._piece(tid)
+        text = self._decode([tid])
+        if piece.startswith("\u2581"):
+            text = " " + text
+        return Token(tid, text, self._sec(self._utt_starts[i]), self._sec(self._utt_ends[i]),
+                     None if conf != conf else float(conf), self._utt_frames[i], None if dur < 0 else dur,
+                     None, piece)
+
+    def _emit_words(self, words: Sequence[WordSpan]) -> None:
+        for w in words:
+            if w.word:
+                self._word_queue.append(Word(w.word, self._sec(w.start), self._sec(w.end), w.confidence))
+
+    def _resample(self, samples: np.ndarray, rate: int, last: bool) -> np.ndarray:
+        import soxr
+
+        if self._resampler is None or self._resample_rate != rate:
+            if self._resampler is not None:
+                raise TranscribeError(f"the sample rate changed mid-stream ({self._resample_rate} -> {rate})")
+            self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
+            self._resample_rate = rate
+        return np.asarray(self._resampler.resample_chunk(samples, last=last), dtype=np.float32).reshape(-1)
+
+
+def _as_float32(pcm) -> np.ndarray:
+    if isinstance(pcm, (bytes, bytearray, memoryview)):
+        b = bytes(pcm)
+        if len(b) % 2:
+            raise TranscribeError("raw PCM must be whole 16-bit samples (s16le): got an odd number of bytes")
+        return np.frombuffer(b, dtype="<i2").astype(np.float32) / 32768.0
+    try:
+        import torch
+
+        if isinstance(pcm, torch.Tensor):
+            pcm = pcm.detach().cpu().numpy()
+    except ImportError:  # pragma: no cover
+        pass
+    a = np.asarray(pcm)
+    if a.ndim == 2 and 1 in a.shape:
+        a = a.reshape(-1)
+    if a.ndim != 1:
+        raise TranscribeError(f"feed() takes mono audio (a 1-D array), got shape {tuple(a.shape)}")
+    if a.dtype == np.int16:
+        return a.astype(np.float32) / 32768.0
+    if a.dtype.kind == "f":
+        return np.ascontiguousarray(a, dtype=np.float32)
+    if a.dtype.kind in "iu" and a.size == 0:
+        return np.zeros(0, np.float32)
+    raise TranscribeError(f"feed() takes float samples or int16 PCM, got dtype {a.dtype}")
