@@ -499,11 +499,15 @@ class ConformerEncoder(nn.Module):
             )
             for _ in range(n_layers)
         )
-        # Context: a list of [left, right] pairs (multi-lookahead streaming models) -> the first.
+        # Context: a list of [left, right] pairs (multi-lookahead streaming models): the first is the
+        # default, every one can be chosen per call (`att_context_size=` of forward, streaming).
         ctx = att_context_size if att_context_size is not None else [-1, -1]
-        if len(ctx) and isinstance(ctx[0], (list, tuple)):
-            ctx = ctx[0]
-        self.att_context_size = [int(ctx[0]), int(ctx[1])]
+        choices = [list(c) for c in ctx] if len(ctx) and isinstance(ctx[0], (list, tuple)) else [list(ctx)]
+        if any(len(c) != 2 for c in choices):
+            raise ValueError(f"encoder.att_context_size = {att_context_size!r} is not implemented ([left, right] pairs)")
+        self.att_context_sizes = [[int(a), int(b)] for a, b in choices]
+        self.att_context_size = list(self.att_context_sizes[0])
+        self.causal_downsampling = bool(causal_downsampling)
         if att_context_style not in ("regular", "chunked_limited"):
             raise ValueError(f"encoder.att_context_style = {att_context_style!r} is not implemented (regular, chunked_limited)")
         self.att_context_style = att_context_style
@@ -533,8 +537,8 @@ class ConformerEncoder(nn.Module):
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:
         return self.pre_encode.output_lengths(lengths)
 
-    def _att_mask(self, t: int, device) -> Optional[torch.Tensor]:
-        left, right = self.att_context_size
+    def _att_mask(self, t: int, device, context: Optional[Sequence[int]] = None) -> Optional[torch.Tensor]:
+        left, right = self.att_context_size if context is None else context
         if left < 0 and right < 0:
             return None
         i = torch.arange(t, device=device)
@@ -553,13 +557,14 @@ class ConformerEncoder(nn.Module):
             allowed = (d >= 0) & (d <= left_chunks)
         return ~allowed
 
-    def forward(self, feats: torch.Tensor, lengths: torch.Tensor, local_context=MODEL_DEFAULT
-                ) -> tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, feats: torch.Tensor, lengths: torch.Tensor, local_context=MODEL_DEFAULT,
+                att_context_size: Optional[Sequence[int]] = None) -> tuple[torch.Tensor, torch.Tensor]:
         """feats [B, n_mels, T], lengths [B] -> ([B, d_model, T'], lengths [B]).
 
         local_context: this call's attention: None (full), a (left, right) context (local), or the
         model's own setting (`self.local_context`) by default. A per-call argument, so calls with
-        different attention can share one model."""
+        different attention can share one model. att_context_size: one of `att_context_sizes` for
+        this call (a multi-lookahead model), the default (the first) when None."""
         x, lengths = self.pre_encode(feats.transpose(1, 2), lengths)
         b, t, _ = x.shape
         if self.xscale is not None:
@@ -568,7 +573,7 @@ class ConformerEncoder(nn.Module):
         local = self.local_context if local_context is MODEL_DEFAULT else local_context
         if local is None:
             pos = self.pos_enc(t, x.dtype)
-            att_mask = self._att_mask(t, x.device)
+            att_mask = self._att_mask(t, x.device, att_context_size)
         else:
             pos = self.pos_enc.local(local[0], local[1], x.dtype)
             att_mask = None
