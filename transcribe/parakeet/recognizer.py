@@ -10,6 +10,10 @@ import torch
 
 from ..audio import load_groups, model_input
 from ..runtime import scoped
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..streaming import StreamingSession
 from ..errors import ModelError, TranscribeError
 from .checkpoint import read_nemo
 from . import beams
@@ -155,6 +159,17 @@ class ParakeetASR:
                 for (i, _, _), t in zip(batch, self._transcribe_batch(pcm, head, confidence, local, timestamps, search)):
                     out[i] = t
         return out[0] if single else out  # type: ignore[return-value]
+
+    def stream(self, **options) -> "StreamingSession":
+        """A live session (`transcribe.streaming.StreamingSession`; a context manager).
+
+        A cache-aware streaming model streams chunk by chunk with its caches (options:
+        att_context_size = one of the model's [left, right] lookaheads, head, eou_reset=True,
+        confidence, drop_short_tail); any other model streams through buffered windows (options:
+        chunk_s, left_s, right_s, head)."""
+        from .streaming import open_session
+
+        return open_session(self, **options)
 
     def check_options(self, **options) -> None:
         """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing)."""

@@ -1,0 +1,146 @@
+"""Greedy decoding across chunks of a stream: transducers (RNN-T, TDT) and CTC.
+
+Each chunk is decoded once; what the next chunk needs of the past is carried, never re-decoded:
+- transducers carry the predictor's state and output for the last label and, for TDT, how far the
+  last duration jumped past the chunk's end (NeMo's label-looping `time_jumps`), so a stream
+  decodes as NeMo's `conformer_stream_step` with partial hypotheses does;
+- CTC carries the last frame's label (a repeat across the boundary collapses) and the token whose
+  run has not ended yet: a token is handed out when its run ends, so its confidence is its run's
+  minimum as offline.
+
+`reset_ids`: labels after which the predictor starts over (end-of-utterance tokens); decoding
+continues on the next frame with the initial state, as at the start of a stream.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Optional
+
+import torch
+
+from .confidence import confidence as confidence_measure
+from .steps import TransducerSteps
+
+
+@dataclass
+class Emitted:
+    """A token: id, frame (local to the chunk, or global once the caller offsets it), duration in
+    frames (TDT: predicted; RNN-T: None; CTC: its run), confidence and log-probability."""
+
+    id: int
+    frame: int
+    duration: Optional[int]
+    confidence: Optional[float]
+    logprob: float
+
+
+@dataclass
+class TransducerCarry:
+    label: int
+    pred: Any
+    state: Any
+    time_jump: int = 0
+
+
+def initial_carry(steps: TransducerSteps) -> TransducerCarry:
+    labels = torch.full((1,), steps.blank, dtype=torch.long)
+    state = steps.init_state(1)
+    pred, state = steps.predict(labels, state)
+    return TransducerCarry(steps.blank, pred, state, 0)
+
+
+@torch.inference_mode()
+def transducer_chunk(
+    enc: torch.Tensor,
+    steps: TransducerSteps,
+    carry: TransducerCarry,
+    *,
+    max_symbols: Optional[int] = 10,
+    confidence: Optional[str] = "entropy",
+    alpha: float = 0.33,
+    reset_ids: frozenset = frozenset(),
+) -> tuple[list[Emitted], TransducerCarry]:
+    """enc [T, H] (projected for the joint) -> the chunk's tokens (frames local to the chunk) and
+    the carry for the next chunk. NeMo's label-looping greedy for one stream."""
+    t_len = enc.shape[0]
+    blank = steps.blank
+    n_tok = blank + 1
+    durations = steps.durations
+    out: list[Emitted] = []
+    pred, state = carry.pred, carry.state
+    label = carry.label
+    time = carry.time_jump
+    run, run_frame = 0, -1
+    while time < t_len:
+        logits = steps.joint(enc[time:time + 1], pred)[0]
+        tok = logits[:n_tok]
+        lab = int(tok.argmax())
+        if durations is not None:
+            dur = int(durations[int(logits[n_tok:].argmax())])
+        else:
+            dur = 0 if lab != blank else 1
+        if lab == blank:
+            time += max(dur, 1)
+            continue
+        logp = torch.log_softmax(tok.float()[None], dim=-1)
+        conf = float(confidence_measure(logp, confidence, alpha)[0]) if confidence else None
+        out.append(Emitted(lab, time, dur if durations is not None else None, conf, float(logp[0, lab])))
+        run = run + 1 if run_frame == time else 1
+        run_frame = time
+        if lab in reset_ids:
+            fresh = initial_carry(steps)
+            pred, state, label = fresh.pred, fresh.state, blank
+        else:
+            pred, state = steps.predict(torch.tensor([lab]), state)
+            label = lab
+        time += dur
+        if max_symbols is not None and dur == 0 and run >= max_symbols:
+            time += 1
+    return out, TransducerCarry(label, pred, state, time - t_len)
+
+
+@dataclass
+class CTCCarry:
+    prev: int = -1  # the last frame's label
+    open: Optional[Emitted] = None  # the token whose run has not ended
+    frames: int = 0  # frames decoded so far (the chunk's offset)
+    conf: list = field(default_factory=list)
+
+
+@torch.inference_mode()
+def ctc_chunk(
+    logp: torch.Tensor,
+    blank: int,
+    carry: CTCCarry,
+    *,
+    confidence: Optional[str] = "entropy",
+    alpha: float = 0.33,
+    final: bool = False,
+) -> tuple[list[Emitted], CTCCarry]:
+    """logp [T, V+1] of the chunk -> the tokens whose runs ended (global frames), the carry. With
+    `final`, the open token is handed out too."""
+    logp = logp.float()
+    best = logp.argmax(dim=-1).tolist()
+    top = logp.gather(1, torch.tensor(best)[:, None])[:, 0].tolist() if best else []
+    conf = confidence_measure(logp, confidence, alpha).tolist() if confidence and best else [None] * len(best)
+    out: list[Emitted] = []
+    cur = carry.open
+    prev = carry.prev
+    for i, k in enumerate(best):
+        frame = carry.frames + i
+        if k != prev:
+            if cur is not None:
+                out.append(cur)
+                cur = None
+            if k != blank:
+                cur = Emitted(k, frame, 1, conf[i], top[i])
+        elif k != blank and cur is not None:
+            cur.duration += 1
+            cur.logprob += top[i]
+            if conf[i] is not None:
+                cur.confidence = min(cur.confidence, conf[i])
+        prev = k
+    if final and cur is not None:
+        out.append(cur)
+        cur = None
+    return out, CTCCarry(prev, cur, carry.frames + len(best))
