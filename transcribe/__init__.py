@@ -5,11 +5,16 @@
     result = model.transcribe("audio.wav")
     print(result.text, result.words[0].start)
 
+    with model.stream() as live:                         # live input: any model, any piece size
+        live.feed(pcm_piece)                             # float samples, int16 or s16le bytes
+        print(live.take_new_text(), end="", flush=True)  # committed text: append-only
+
 Importing the package is cheap: PyTorch is imported when a model is loaded, not before.
 """
 from .errors import AudioError, ModelError, TranscribeError
 from .loading import load_model
 from .results import Segment, Token, Transcript, Word
+from .streaming import Latency, StreamEvent, StreamingSession
 
 __version__ = "0.1.0"
 
@@ -23,5 +28,6 @@ def load_audio(source, sample_rate: int = 16000, **kw):
 
 __all__ = [
     "load_model", "load_audio", "Transcript", "Segment", "Word", "Token",
+    "StreamingSession", "StreamEvent", "Latency",
     "TranscribeError", "AudioError", "ModelError", "__version__",
 ]
