@@ -20,7 +20,7 @@ parakeet.cpp does); the encoder's caches are never reset by an event.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
@@ -32,10 +32,9 @@ from ..streaming import CommitToken, StreamingSession
 from . import cache_aware
 from .live_features import LiveMelFeatures
 
-if TYPE_CHECKING:  # pragma: no cover
-    from .recognizer import ParakeetASR
-
 EVENT_PIECES = {"<EOU>": "eou", "<EOB>": "eob"}
+
+# `asr` below is a ParakeetASR (parakeet.recognizer), which imports this module: named, not imported.
 
 
 def event_tokens(pieces: Sequence[str]) -> dict[int, str]:
@@ -43,7 +42,7 @@ def event_tokens(pieces: Sequence[str]) -> dict[int, str]:
     return {i: EVENT_PIECES[p] for i, p in enumerate(pieces) if p in EVENT_PIECES}
 
 
-def is_cache_aware(asr: "ParakeetASR") -> bool:
+def is_cache_aware(asr) -> bool:
     return cache_aware.check_streaming(asr.model.encoder) is None
 
 
@@ -57,7 +56,7 @@ class CacheAwareSession(StreamingSession):
 
     def __init__(
         self,
-        asr: "ParakeetASR",
+        asr,
         *,
         att_context_size: Optional[Sequence[int]] = None,
         head: Optional[str] = None,
@@ -202,7 +201,7 @@ def _stft_frames(frontend, samples: int) -> int:
     return samples // frontend.hop_length + 1
 
 
-def open_session(asr: "ParakeetASR", **options) -> StreamingSession:
+def open_session(asr, **options) -> StreamingSession:
     """`ParakeetASR.stream(...)`: a cache-aware session for a cache-aware model, else buffered
     windows (`parakeet.buffered`)."""
     if is_cache_aware(asr):
