@@ -9,7 +9,9 @@ tools/setup_nemo_venv.sh):
 Reads tests/configs/published/<name>.yaml (architecture sections reconstructed from model
 cards and NeMo's example configs; see the comment at the top of each file), instantiates the
 encoder, prediction network, joint and CTC decoder with NeMo's classes (on the `meta` device,
-so no memory is allocated) and writes tests/references/nemo/param_counts.json.  Our own
+so no memory is allocated, where the class allows it), plus the language-prompt projection
+(`prompt_kernel`) of NeMo's prompt-conditioned models, and writes
+tests/references/nemo/param_counts.json.  Our own
 package can then build the same architectures from the same yaml files and compare counts
 without NeMo or the multi-gigabyte checkpoints.
 """
@@ -40,7 +42,17 @@ PUBLISHED = {
     "parakeet-rnnt-0.6b": dict(hf="nvidia/parakeet-rnnt-0.6b", nominal=0.6e9, nominal_text="600M"),
     "parakeet-ctc-0.6b": dict(hf="nvidia/parakeet-ctc-0.6b", nominal=0.6e9, nominal_text="600M"),
     "parakeet-tdt-1.1b": dict(hf="nvidia/parakeet-tdt-1.1b", nominal=1.1e9, nominal_text="1.1B"),
+    # cache-aware streaming models
+    "parakeet_realtime_eou_120m-v1": dict(hf="nvidia/parakeet_realtime_eou_120m-v1", nominal=0.12e9,
+                                          nominal_text="120M"),
+    "nemotron-speech-streaming-en-0.6b": dict(hf="nvidia/nemotron-speech-streaming-en-0.6b", nominal=0.6e9,
+                                              nominal_text="600M"),
+    "nemotron-3.5-asr-streaming-0.6b": dict(hf="nvidia/nemotron-3.5-asr-streaming-0.6b", nominal=0.6e9,
+                                            nominal_text="600M"),
 }
+
+# Model classes that add NeMo's language-prompt projection (`prompt_kernel`) to the encoder output.
+PROMPT_MODELS = ("EncDecRNNTBPEModelWithPrompt", "EncDecHybridRNNTCTCBPEModelWithPrompt")
 
 
 def count(module) -> int:
@@ -60,6 +72,23 @@ def build(cfg_section, **overrides):
             return Serialization.from_config_dict(cfg), "meta"
     except Exception:  # a module that cannot be built on `meta`: build it for real
         return Serialization.from_config_dict(cfg), "cpu"
+
+
+def build_prompt_kernel(cfg):
+    """NeMo's `prompt_kernel`, built by NeMo's own `PromptStreamingMixin.initialize_prompt_feature` on a
+    bare host module that carries the config the mixin reads (the full model would need a tokenizer)."""
+    from nemo.collections.asr.parts.mixins import PromptStreamingMixin
+    from omegaconf import OmegaConf
+
+    class Host(PromptStreamingMixin, torch.nn.Module):
+        pass
+
+    model_cfg = OmegaConf.create(OmegaConf.to_container(cfg, resolve=True))
+    model_cfg.num_prompts = model_cfg.model_defaults.get("num_prompts", 128)  # as the model's __init__ does
+    host = Host()
+    host.cfg = host._cfg = model_cfg
+    host.initialize_prompt_feature()
+    return host.prompt_kernel
 
 
 def counts_for(name: str, path: Path) -> dict:
@@ -110,8 +139,30 @@ def counts_for(name: str, path: Path) -> dict:
         vocab = int(cfg.decoder.num_classes)
         del ctc
 
+    if target.rsplit(".", 1)[-1] in PROMPT_MODELS and cfg.model_defaults.get("initialize_prompt_feature", False):
+        kernel = build_prompt_kernel(cfg)
+        modules["prompt_kernel"] = count(kernel)
+        detail["prompt_kernel"] = {
+            "num_prompts": int(kernel[0].in_features - kernel[2].out_features),
+            "in_features": int(kernel[0].in_features),
+            "hidden": int(kernel[0].out_features),
+            "out_features": int(kernel[2].out_features),
+        }
+        del kernel
+
     total = sum(v for v in modules.values() if v is not None)
     info = PUBLISHED.get(name, {})
+    extra = {}
+    enc = cfg.encoder
+    if enc.get("att_context_style", "regular") != "regular" or enc.get("causal_downsampling", False):
+        ctx = OmegaConf.to_container(enc.att_context_size, resolve=True)
+        conv_ctx = enc.get("conv_context_size")
+        extra["streaming"] = {  # the lookahead choices, NeMo's default first
+            "att_context_size": ctx if isinstance(ctx[0], list) else [ctx],
+            "att_context_style": str(enc.att_context_style),
+            "conv_context_size": OmegaConf.to_container(conv_ctx) if OmegaConf.is_list(conv_ctx) else conv_ctx,
+            "causal_downsampling": bool(enc.get("causal_downsampling", False)),
+        }
     return {
         "config": os.path.relpath(path, REPO).replace(os.sep, "/"),
         "hf_model": info.get("hf"),
@@ -128,6 +179,7 @@ def counts_for(name: str, path: Path) -> dict:
         "nominal_text": info.get("nominal_text"),
         "ratio_to_nominal": round(total / info["nominal"], 4) if info.get("nominal") else None,
         "built_on": sorted(devices),
+        **extra,
     }
 
 
@@ -145,8 +197,9 @@ def main() -> int:
                       "torch_version": torch.__version__},
         "note": "Parameter counts (module.parameters(), buffers such as batch-norm statistics and the "
                 "mel filterbank excluded) of NeMo modules built from tests/configs/published/*.yaml; "
-                "'total' = encoder + decoder + joint + ctc_decoder (null modules are absent). The "
-                "preprocessor has no parameters.",
+                "'total' = encoder + decoder + joint + ctc_decoder (null modules are absent), plus "
+                "prompt_kernel where a model lists one (the language-prompt projection of NeMo's "
+                "*WithPrompt models). The preprocessor has no parameters.",
         "models": {},
     }
     for path in sorted(CONFIG_DIR.glob("*.yaml")):
