@@ -1,6 +1,7 @@
 """The `transcribe` command.
 
     transcribe AUDIO... [--model M] [--format txt|json|srt|vtt|all] [--output-dir DIR] ...
+    transcribe --stream FILE|- [--model M] [--format txt|jsonl] ...   (live: stream_cli.py)
 
 Exit codes: 0 when every input was transcribed; 2 for a usage error, a model that cannot be
 loaded, or any input that could not be read or transcribed (the others are still processed and
@@ -21,6 +22,7 @@ from typing import Optional, TextIO
 
 import transcribe
 
+from . import stream_cli
 from .errors import TranscribeError
 from .runtime import configure_process
 from .writers import WRITERS
@@ -40,7 +42,7 @@ def main(argv: Optional[list[str]] = None) -> int:
     parser = _parser()
     try:
         args = parser.parse_args(argv)
-        _check(args)
+        _check(args, parser)
     except SystemExit as e:  # argparse: --help, --version, usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except _UsageError as e:
@@ -50,7 +52,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     progress = _Progress(len(args.audio), enabled=not args.quiet and _isatty(sys.stderr))
     try:
-        return _run(args, progress)
+        return stream_cli.run(args) if args.stream is not None else _run(args, progress)
     except KeyboardInterrupt:
         progress.close()
         _say("interrupted")
@@ -82,12 +84,12 @@ def _parser() -> argparse.ArgumentParser:
                "(the good inputs are still transcribed), 1 internal error. "
                "TRANSCRIBE_DEBUG=1 shows tracebacks.",
     )
-    p.add_argument("audio", nargs="+", metavar="AUDIO",
+    p.add_argument("audio", nargs="*", metavar="AUDIO",
                    help="audio or video files (wav, flac, ogg, mp3, m4a, webm, ...); '-' reads stdin")
     p.add_argument("-m", "--model", default=None,
                    help="model file, directory or id (default: Whisper tiny.en, installed with the package)")
-    p.add_argument("-f", "--format", default="txt", choices=FORMATS + ("all",),
-                   help="output format (default: txt); 'all' needs --output-dir")
+    p.add_argument("-f", "--format", default="txt", choices=FORMATS + ("all", "jsonl"),
+                   help="output format (default: txt); 'all' needs --output-dir; --stream writes txt or jsonl")
     p.add_argument("-o", "--output-dir", metavar="DIR",
                    help="write <input stem>.<format> files here (created if needed) instead of stdout; "
                         "inputs with the same stem get -2, -3, ... and existing files are kept (see --overwrite)")
@@ -134,6 +136,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="characters a subtitle line holds at most (default: 42)")
     c.add_argument("--max-line-count", type=_positive_int, default=2, metavar="N",
                    help="lines a subtitle cue holds at most (default: 2)")
+    stream_cli.add_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.add_argument("--version", action="version", version=f"{PROG} {_version()}")
     return p
@@ -171,7 +174,10 @@ def _version() -> str:
         return "unknown"
 
 
-def _check(args) -> None:
+def _check(args, parser) -> None:
+    problem = stream_cli.usage_problem(args, parser)
+    if problem or (not args.audio and args.stream is None):
+        raise _UsageError(problem or "the following arguments are required: AUDIO (or --stream FILE|-)")
     if args.format == "all" and not args.output_dir:
         raise _UsageError("--format all needs --output-dir")
     if args.audio.count("-") > 1:

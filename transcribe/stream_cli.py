@@ -1,0 +1,348 @@
+"""`transcribe --stream FILE|-`: live transcription on the command line (`cli.py` dispatches here).
+
+    transcribe --stream FILE|- [--model M] [--att-context L,R] [--no-eou-reset] [--realtime]
+               [--format txt|jsonl] [--head H] [--threads N] [--device D] [--dtype T]
+
+The input goes through `model.stream(...)` (a `transcribe.streaming.StreamingSession`) piece by
+piece: a file is decoded (any format and rate -> 16 kHz mono) and fed 100 ms at a time, at the
+speed of its audio with `--realtime`; `-` reads raw s16le 16 kHz mono PCM from standard input as
+it arrives (`arecord -f S16_LE -r 16000 -c 1 -t raw | transcribe --stream -`); a WAV header at its
+start (arecord's default) is read and skipped, and its rate and channels are followed.
+
+Output, flushed as it is decided:
+
+- txt: the committed text as it grows, one line per utterance (a line ends at each end-of-utterance
+  event, and the output ends with a newline);
+- jsonl: one JSON object a line: {"type": "partial", "text"} when the current text (committed +
+  tentative) changes; {"type": "word", "word", "start", "end", "confidence"} for each finished
+  word; {"type": "eou"|"eob", "token", "frame", "time"} for each event; last, {"type": "final",
+  "text", "tokens", "words", "events"} over the whole stream ("text": its utterances joined by a
+  space).
+
+Ctrl-C ends the input: what was fed is finalized and written, and the exit status is 130.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from typing import Iterator, Optional
+
+from .errors import TranscribeError
+from .runtime import configure_process
+
+PROG = "transcribe"
+SAMPLE_RATE = 16000
+PIECE_S = 0.1  # audio fed at a time
+READ_BYTES = 3200  # at most this much of standard input per read (100 ms of 16 kHz s16le)
+STREAM_FORMATS = ("txt", "jsonl")
+
+# Options of the file mode that a stream does not take (argparse dest -> flag).
+_NOT_FOR_STREAM = {
+    "output_dir": "--output-dir", "overwrite": "--overwrite", "batch_size": "--batch-size",
+    "beam_size": "--beam-size", "nbest": "--nbest", "beam": "--beam", "score_norm": "--no-score-norm",
+    "hotwords": "--hotwords", "hotword_weight": "--hotword-weight", "lm": "--lm", "lm_weight": "--lm-weight",
+    "patience": "--patience", "temperature": "--temperature", "temperature_increment": "--temperature-increment",
+    "word_timestamps": "--word-timestamps", "max_line_width": "--max-line-width",
+    "max_line_count": "--max-line-count",
+}
+# Options of the stream only (dest -> flag).
+_STREAM_ONLY = {"att_context": "--att-context", "eou_reset": "--no-eou-reset", "realtime": "--realtime"}
+# Options a stream passes to model.stream(), by family (dest -> (flag, family, stream option)).
+_FAMILY = {
+    "att_context": ("--att-context", "parakeet", "att_context_size"),
+    "eou_reset": ("--no-eou-reset", "parakeet", "eou_reset"),
+    "head": ("--head", "parakeet", "head"),
+    "language": ("--language", "whisper", "language"),
+    "task": ("--task", "whisper", "task"),
+    "initial_prompt": ("--initial-prompt", "whisper", "initial_prompt"),
+}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    s = p.add_argument_group("Streaming (live text as the audio arrives)")
+    s.add_argument("--stream", metavar="FILE|-",
+                   help="transcribe one input live, printing text as it is decided (--format txt or jsonl); "
+                        "'-' reads raw s16le 16 kHz mono PCM from stdin as it arrives")
+    s.add_argument("--att-context", type=_att_context, metavar="L,R",
+                   help="cache-aware Parakeet: the attention context [left, right], one of the model's "
+                        "(e.g. 70,13: 1.12 s chunks; 70,1: 160 ms); default: the model's first")
+    s.add_argument("--no-eou-reset", dest="eou_reset", action="store_false", default=None,
+                   help="cache-aware Parakeet: keep the decoder state across end-of-utterance events")
+    s.add_argument("--realtime", action="store_true",
+                   help="feed a file at the speed of its audio (stdin arrives at its own pace)")
+
+
+def _att_context(s: str) -> list[int]:
+    parts = s.split(",")
+    try:
+        values = [int(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected two integers LEFT,RIGHT (e.g. 70,13), got {s!r}")
+    return values
+
+
+def usage_problem(args, parser: argparse.ArgumentParser) -> Optional[str]:
+    """The usage error of the streaming options (checked before anything is loaded), or None."""
+    if args.stream is None:
+        given = [flag for dest, flag in _STREAM_ONLY.items() if getattr(args, dest) != parser.get_default(dest)]
+        if given:
+            return f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --stream"
+        if args.format == "jsonl":
+            return "--format jsonl needs --stream (a file's transcript in JSON is --format json)"
+        return None
+    if args.audio:
+        return (f"--stream takes its one input itself (--stream FILE, or --stream - for stdin); "
+                f"remove the other input{'s' if len(args.audio) > 1 else ''} ({' '.join(args.audio)})")
+    if args.format not in STREAM_FORMATS:
+        return f"--stream writes txt or jsonl, not --format {args.format}"
+    given = [flag for dest, flag in _NOT_FOR_STREAM.items() if getattr(args, dest) != parser.get_default(dest)]
+    if given:
+        return f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --stream"
+    return None
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+def run(args) -> int:
+    """The stream mode of `transcribe` (usage already checked). Exit status as `cli.main`'s."""
+    source = args.stream
+    pcm = None
+    if source != "-":
+        from .audio import load_audio
+
+        try:  # the file first: a bad input is told before the model loads
+            pcm = load_audio(source, sample_rate=SAMPLE_RATE)
+        except TranscribeError as e:
+            _say(f"error: {_one_line(str(e))}")
+            return 2
+
+    configure_process(args.threads)
+    import transcribe
+
+    try:
+        model = transcribe.load_model(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
+    except TranscribeError as e:
+        _say(f"error: {_one_line(str(e))}")
+        return 2
+    options, problem = _stream_options(args, model)
+    if problem is None and not callable(getattr(model, "stream", None)):
+        problem = f"{getattr(model, 'name', 'the model')} cannot stream (its model family has no streaming session)"
+    if problem is None:
+        try:
+            session = model.stream(**options)
+        except TranscribeError as e:
+            problem = _one_line(str(e))
+    if problem is not None:
+        _say(f"error: {problem}")
+        return 2
+
+    out = _JsonLines(sys.stdout) if args.format == "jsonl" else _Text(sys.stdout)
+    pieces = _stdin_pieces(_stdin()) if source == "-" else _file_pieces(pcm, args.realtime)
+    interrupted = False
+    try:
+        for samples, rate in pieces:
+            session.feed(samples, rate)
+            out.update(session)
+    except KeyboardInterrupt:
+        interrupted = True
+    except TranscribeError as e:  # the input (a bad WAV header on stdin, a rate change)
+        _say(f"error: {_one_line(str(e))}")
+        session.finalize()
+        out.update(session)
+        out.close(session)
+        return 2
+    session.finalize()
+    out.update(session)
+    out.close(session)
+    if interrupted:
+        _say("interrupted")
+        return 130
+    return 0
+
+
+def _stream_options(args, model) -> tuple[dict, Optional[str]]:
+    """model.stream()'s options from the command line, or the usage error of an option the
+    model's family does not take."""
+    family = getattr(model, "family", "")
+    options, wrong = {}, []
+    for dest, (flag, fam, key) in _FAMILY.items():
+        value = getattr(args, dest, None)
+        if value is None:
+            continue
+        if fam != family:
+            wrong.append((flag, fam))
+        options[key] = value
+    if wrong:
+        flags = ", ".join(flag for flag, _ in wrong)
+        kinds = " and ".join(sorted({fam.capitalize() for _, fam in wrong}))
+        return options, (f"{flags} {'applies' if len(wrong) == 1 else 'apply'} to {kinds} models only; "
+                         f"{getattr(model, 'name', 'the model')} is a {family.capitalize() or 'different'} model")
+    return options, None
+
+
+def _file_pieces(pcm, realtime: bool) -> Iterator[tuple[object, int]]:
+    """The decoded file in PIECE_S pieces; with `realtime`, each when its audio has been 'heard'."""
+    step = int(PIECE_S * SAMPLE_RATE)
+    t0 = time.monotonic()
+    for start in range(0, len(pcm), step):
+        end = min(start + step, len(pcm))
+        if realtime:
+            wait = t0 + end / SAMPLE_RATE - time.monotonic()
+            if wait > 0:
+                time.sleep(wait)
+        yield pcm[start:end], SAMPLE_RATE
+
+
+def _stdin():
+    return getattr(sys.stdin, "buffer", sys.stdin)
+
+
+def _stdin_pieces(stream) -> Iterator[tuple[object, int]]:
+    """Raw s16le PCM from `stream` as it arrives (each read returns what is there, up to
+    READ_BYTES), whole samples only (a split sample waits for its other byte). A WAV header at the
+    start is skipped; its rate and channel count are followed (channels are averaged)."""
+    read = getattr(stream, "read1", None) or stream.read
+    data = b""
+    while len(data) < 12:  # enough to tell a WAV header
+        more = read(READ_BYTES)
+        if not more:
+            break
+        data += more
+    rate, channels = SAMPLE_RATE, 1
+    if data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE":
+        data, rate, channels = _skip_wav_header(data, read)
+    frame = 2 * channels
+    while True:
+        usable = len(data) - len(data) % frame
+        if usable:
+            yield _mono(data[:usable], channels), rate
+            data = data[usable:]
+        more = read(READ_BYTES)
+        if not more:
+            break
+        data += more
+    if data:
+        _say(f"note: {len(data)} byte{'s' if len(data) > 1 else ''} at the end of the input "
+             "(not a whole sample) ignored")
+
+
+def _mono(data: bytes, channels: int):
+    if channels == 1:
+        return data
+    import numpy as np
+
+    return np.frombuffer(data, dtype="<i2").reshape(-1, channels).astype(np.float32).mean(axis=1) / 32768.0
+
+
+def _skip_wav_header(data: bytes, read) -> tuple[bytes, int, int]:
+    """Reads a streamed WAV file's chunks up to its "data" chunk: (the PCM after it, rate, channels).
+    The sizes in the header are not trusted (a recorder writing to a pipe cannot know them)."""
+    pos, rate, channels = 12, None, None
+    while True:
+        while len(data) < pos + 8:
+            more = read(READ_BYTES)
+            if not more:
+                raise TranscribeError("<stdin>: WAV header ends before its audio")
+            data += more
+        cid, size = data[pos:pos + 4], int.from_bytes(data[pos + 4:pos + 8], "little")
+        if cid == b"data":
+            break
+        end = pos + 8 + size + (size & 1)
+        while len(data) < end:
+            more = read(READ_BYTES)
+            if not more:
+                raise TranscribeError("<stdin>: WAV header ends before its audio")
+            data += more
+        if cid == b"fmt ":
+            fmt, channels, rate = (int.from_bytes(data[pos + 8:pos + 10], "little"),
+                                   int.from_bytes(data[pos + 10:pos + 12], "little"),
+                                   int.from_bytes(data[pos + 12:pos + 16], "little"))
+            bits = int.from_bytes(data[pos + 22:pos + 24], "little")
+            if fmt not in (1, 0xFFFE) or bits != 16 or channels < 1 or rate < 1:
+                raise TranscribeError(f"<stdin>: a WAV stream must be 16-bit PCM (format {fmt}, {bits} bits, "
+                                      f"{channels} channels, {rate} Hz); or send raw s16le 16 kHz mono")
+        pos = end
+    if rate is None:
+        raise TranscribeError("<stdin>: WAV stream without a format chunk before its audio")
+    return data[pos + 8:], rate, channels
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class _Text:
+    """txt: the committed text as it is added; a newline at the end."""
+
+    def __init__(self, out):
+        self.out = out
+        self.last = "\n"  # nothing written yet: no newline needed at the end
+
+    def update(self, session) -> None:
+        new = session.take_new_text()
+        if new:
+            self.out.write(new)
+            self.out.flush()
+            self.last = new[-1]
+
+    def close(self, session) -> None:
+        if self.last != "\n":
+            self.out.write("\n")
+            self.last = "\n"
+        self.out.flush()
+
+
+class _JsonLines:
+    """jsonl: partial / word / event lines as they come, then the final line of the whole stream."""
+
+    def __init__(self, out):
+        self.out = out
+        self.partial = ""
+        self.text: list[str] = []
+        self.tokens: list[dict] = []
+        self.words: list[dict] = []
+        self.events: list[dict] = []
+
+    def _line(self, obj: dict) -> None:
+        self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
+
+    def update(self, session) -> None:
+        self.text.append(session.take_new_text())
+        for t in session.take_new_tokens():
+            self.tokens.append({"id": t.id, "text": t.text, "frame": t.frame, "start": t.start, "end": t.end,
+                                "confidence": t.confidence})
+        # In time order: a word by its start, an event by its time (a word first at a tie: the
+        # last word of an utterance can start on the frame of its end-of-utterance token).
+        items = [(w.start, 0, {"type": "word", **w.to_dict()}) for w in session.drain_words()]
+        items += [(e.time, 1, e.to_dict()) for e in session.drain_events()]
+        items.sort(key=lambda x: (x[0], x[1]))
+        for _, kind, obj in items:
+            if kind == 0:
+                self.words.append({k: v for k, v in obj.items() if k != "type"})
+            else:
+                self.events.append(obj)
+            self._line(obj)
+        current = session.text()
+        if current != self.partial:
+            self.partial = current
+            self._line({"type": "partial", "text": current})
+        self.out.flush()
+
+    def close(self, session) -> None:
+        lines = "".join(self.text).split("\n")
+        text = " ".join(u.strip() for u in lines if u.strip())
+        self._line({"type": "final", "text": text, "tokens": self.tokens, "words": self.words,
+                    "events": self.events})
+        self.out.flush()
+
+
+def _one_line(s: str) -> str:
+    return " ".join(s.split()) or "(no message)"
+
+
+def _say(msg: str) -> None:
+    print(f"{PROG}: {msg}", file=sys.stderr, flush=True)
