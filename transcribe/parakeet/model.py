@@ -6,7 +6,8 @@ Module and parameter names follow NeMo's state dict (`decoder.prediction.*`, `jo
 from __future__ import annotations
 
 import inspect
-from typing import Optional
+import os
+from typing import Optional, Union
 
 import torch
 import torch.nn.functional as F
@@ -80,7 +81,10 @@ HARMLESS_KEYS: dict[str, dict[str, str]] = {
 MODEL_CLASSES = (
     "EncDecRNNTBPEModel", "EncDecCTCModelBPE", "EncDecHybridRNNTCTCBPEModel",
     "EncDecRNNTModel", "EncDecCTCModel", "EncDecHybridRNNTCTCModel",
+    "EncDecRNNTBPEModelWithPrompt", "EncDecHybridRNNTCTCBPEModelWithPrompt",
 )
+# The classes that condition the encoder output on a language prompt (`PromptKernel`).
+PROMPT_CLASSES = ("EncDecRNNTBPEModelWithPrompt", "EncDecHybridRNNTCTCBPEModelWithPrompt")
 
 
 def _short(value) -> str:
@@ -250,6 +254,33 @@ class CTCHead(nn.Module):
         return F.log_softmax(self.decoder_layers(enc).transpose(1, 2).float(), dim=-1)
 
 
+class PromptKernel(nn.Sequential):
+    """NeMo's language prompt (`prompt_kernel` of the *WithPrompt models, Nemotron 3.5 ASR).
+
+    Linear(d_model + num_prompts -> 2 d_model), ReLU, Linear(2 d_model -> d_model), stored as NeMo's
+    nn.Sequential (`prompt_kernel.0.*`, `prompt_kernel.2.*`). At inference it maps the encoder
+    output to the conditioned encoder output that the heads (joint, and the CTC head of a hybrid)
+    read: each frame [d_model] is concatenated with the one-hot vector [num_prompts] of the
+    language's prompt index, the same index for every frame of an utterance, and projected back to
+    d_model. Offline it runs on the whole encoder output (NeMo's forward with prompt_indices); in
+    cache-aware streaming on each chunk's encoder output as it comes (NeMo's conformer_stream_step
+    -> _apply_prompt_to_encoded), frame by frame, so chunking does not change it.
+    """
+
+    def __init__(self, d_model: int, num_prompts: int):
+        super().__init__(nn.Linear(d_model + num_prompts, 2 * d_model), nn.ReLU(), nn.Linear(2 * d_model, d_model))
+        self.d_model = d_model
+        self.num_prompts = num_prompts
+
+    def condition(self, enc: torch.Tensor, index: torch.Tensor) -> torch.Tensor:
+        """enc [B, d_model, T] and prompt indices [B] -> [B, d_model, T], in enc's dtype."""
+        b, _, t = enc.shape
+        x = enc.transpose(1, 2).to(self[0].weight.dtype)
+        one_hot = x.new_zeros(b, t, self.num_prompts)
+        one_hot.scatter_(2, index.to(device=x.device, dtype=torch.long).view(b, 1, 1).expand(b, t, 1), 1.0)
+        return self(torch.cat([x, one_hot], dim=-1)).to(enc.dtype).transpose(1, 2)
+
+
 class ParakeetModel(nn.Module):
     """Front end + FastConformer encoder + transducer (TDT / RNN-T) and/or CTC head."""
 
@@ -356,9 +387,80 @@ class ParakeetModel(nn.Module):
                 self.vocab_size = n
         if self.decoder is None and self.ctc_decoder is None:
             raise ValueError(f"model {target or '?'} has neither a transducer nor a CTC head")
+        # The language prompt: NeMo builds it when the class is a prompt model and
+        # model_defaults.initialize_prompt_feature is true (other classes never read these keys).
+        self.prompt_kernel: Optional[PromptKernel] = None
+        self.prompt_dictionary: dict[str, int] = {}
+        defaults = cfg.get("model_defaults") or {}
+        if _class(target) in PROMPT_CLASSES and defaults.get("initialize_prompt_feature", False):
+            enc_hidden = int(defaults.get("enc_hidden", d_model))
+            if enc_hidden != d_model:
+                raise ValueError(f"model_defaults.enc_hidden = {enc_hidden} disagrees with encoder.d_model = {d_model} "
+                                 "(the prompt projection works on the encoder output)")
+            num_prompts = int(defaults.get("num_prompts", 128))
+            if num_prompts <= 0:
+                raise ValueError(f"model_defaults.num_prompts = {num_prompts} is not implemented (a positive count)")
+            self.prompt_kernel = PromptKernel(d_model, num_prompts)
+            # An unquoted `no` (Norwegian) reads as a boolean in YAML 1.1: the keys are NeMo's strings.
+            self.prompt_dictionary = {("no" if k is False else str(k)): int(v)
+                                      for k, v in (defaults.get("prompt_dictionary") or {}).items()}
+            bad = {k: v for k, v in self.prompt_dictionary.items() if not 0 <= v < num_prompts}
+            if bad:
+                raise ValueError(f"model_defaults.prompt_dictionary = {_short(bad)}: indices outside "
+                                 f"0..{num_prompts - 1}")
         self.blank = self.vocab_size
         # Seconds per encoder frame: hop x subsampling / rate (see `frame_seconds`).
         self.frame_stride = self.preprocessor.hop_length * self.encoder.subsampling_factor
+
+    @classmethod
+    def random(cls, cfg: Union[dict, str, os.PathLike], seed: int = 0, device="cpu",
+               dtype: Optional[torch.dtype] = None) -> "ParakeetModel":
+        """A model with random weights (for benchmarks and tests) from a config dict or a yaml file
+        such as tests/configs/published/<name>.yaml, in eval mode on `device`; `dtype` applies to
+        the encoder (and the prompt projection), as a loaded model's does."""
+        if not isinstance(cfg, dict):
+            import yaml
+
+            with open(cfg, encoding="utf-8") as f:
+                cfg = yaml.safe_load(f)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            with torch.device("cpu"):
+                model = cls(cfg)
+        model.eval().to(device)
+        if dtype is not None and dtype != torch.float32:
+            model.encoder.to(dtype)
+            if model.prompt_kernel is not None:
+                model.prompt_kernel.to(dtype)
+        return model
+
+    def prompt_index(self, language: Union[str, int, None] = None) -> int:
+        """The prompt index of `language`: a key of the config's prompt_dictionary (a locale such as
+        'en-US', or 'auto', NeMo's default) or an index; for a model with a language prompt only."""
+        if self.prompt_kernel is None:
+            raise ValueError("this model has no language prompt")
+        if language is None:
+            language = "auto"
+        if isinstance(language, int) and not isinstance(language, bool):
+            index = language
+        elif str(language) in self.prompt_dictionary:
+            index = self.prompt_dictionary[str(language)]
+        else:
+            known = ", ".join(sorted(self.prompt_dictionary)[:20]) or "none in the config"
+            raise ValueError(f"language {language!r} is not in the model's prompt dictionary ({known}...)")
+        if not 0 <= index < self.prompt_kernel.num_prompts:
+            raise ValueError(f"prompt index {index} is outside 0..{self.prompt_kernel.num_prompts - 1}")
+        return index
+
+    def apply_prompt(self, enc: torch.Tensor, language: Union[str, int, None] = None) -> torch.Tensor:
+        """Encoder output [B, d_model, T] -> the conditioned output the heads read (see `PromptKernel`);
+        unchanged for a model without a language prompt (where `language` must be None)."""
+        if self.prompt_kernel is None:
+            if language is not None:
+                raise ValueError("this model has no language prompt; language must be None")
+            return enc
+        index = torch.full((enc.shape[0],), self.prompt_index(language), dtype=torch.long, device=enc.device)
+        return self.prompt_kernel.condition(enc, index)
 
     @property
     def heads(self) -> list[str]:
@@ -419,9 +521,15 @@ class ParakeetModel(nn.Module):
         return self.preprocessor(audio, lengths)
 
     @torch.no_grad()
-    def encode(self, audio: torch.Tensor, lengths: torch.Tensor, local_context=MODEL_DEFAULT):
+    def encode(self, audio: torch.Tensor, lengths: torch.Tensor, local_context=MODEL_DEFAULT,
+               language: Union[str, int, None] = None):
         """audio [B, samples], lengths -> encoder output [B, d_model, T'] and lengths; local_context
-        as `ConformerEncoder.forward` (this call's attention, the model's own by default)."""
+        as `ConformerEncoder.forward` (this call's attention, the model's own by default). A model
+        with a language prompt conditions the output on `language` (`apply_prompt`; 'auto' by
+        default, as NeMo's transcribe)."""
         feats, flen = self.preprocessor(audio, lengths)
         dtype = next(self.encoder.parameters()).dtype
-        return self.encoder(feats.to(dtype), flen, local_context)
+        enc, enc_len = self.encoder(feats.to(dtype), flen, local_context)
+        if self.prompt_kernel is not None or language is not None:
+            enc = self.apply_prompt(enc, language)
+        return enc, enc_len
