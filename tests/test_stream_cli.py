@@ -218,10 +218,10 @@ class ScriptedSession:
 
         self.new = ["hello world\nnext", " one"]
         self.tokens = [[Token(5, " hello", 0.0, 0.5, 0.9, 0)], []]
-        # "world" starts on the frame of the <EOU> token (a tie: the word goes first)
-        self.words = [[Word("hello", 0.0, 0.5, 0.9), Word("world", 1.04, 1.04, 0.8), Word("next", 1.12, 1.5, 0.7)],
-                      []]
-        self.events = [[StreamEvent("eou", "<EOU>", 13, 1.04)], []]
+        # In the order they happened: "world" starts on the frame of the <EOU> token and is
+        # finished before the event.
+        self.items = [[Word("hello", 0.0, 0.5, 0.9), Word("world", 1.04, 1.04, 0.8),
+                       StreamEvent("eou", "<EOU>", 13, 1.04), Word("next", 1.12, 1.5, 0.7)], []]
         self.texts = ["next", "next one"]
 
     def take_new_text(self):
@@ -230,11 +230,8 @@ class ScriptedSession:
     def take_new_tokens(self):
         return self.tokens.pop(0) if self.tokens else []
 
-    def drain_words(self):
-        return self.words.pop(0) if self.words else []
-
-    def drain_events(self):
-        return self.events.pop(0) if self.events else []
+    def drain(self):
+        return self.items.pop(0) if self.items else []
 
     def text(self):
         return self.texts.pop(0) if self.texts else "next one"

@@ -114,3 +114,14 @@ def test_feed_input_types():
         _as_float32(np.zeros((2, 5), np.float32))
     with pytest.raises(TranscribeError):
         _as_float32(np.zeros(5, np.int32))
+
+
+def test_drain_keeps_the_order_of_words_and_events(sp):
+    ids = sp.encode("hello world")
+    eou = sp.encode("a")[0]
+    s = Scripted(sp, ids + [eou] + sp.encode("good"), eou)
+    s.feed(np.zeros(1280 * (len(ids) + 2), np.float32))
+    s.finalize()
+    got = [getattr(x, "word", None) or x.type for x in s.drain()]
+    assert got == ["hello", "world", "eou", "good"]
+    assert s.drain() == [] and s.drain_words() == [] and s.drain_events() == []

@@ -30,6 +30,7 @@ import time
 from typing import Iterator, Optional
 
 from .errors import TranscribeError
+from .results import Word
 from .runtime import configure_process
 
 PROG = "transcribe"
@@ -315,15 +316,12 @@ class _JsonLines:
         for t in session.take_new_tokens():
             self.tokens.append({"id": t.id, "text": t.text, "frame": t.frame, "start": t.start, "end": t.end,
                                 "confidence": t.confidence})
-        # In time order: a word by its start, an event by its time (a word first at a tie: the
-        # last word of an utterance can start on the frame of its end-of-utterance token).
-        items = [(w.start, 0, {"type": "word", **w.to_dict()}) for w in session.drain_words()]
-        items += [(e.time, 1, e.to_dict()) for e in session.drain_events()]
-        items.sort(key=lambda x: (x[0], x[1]))
-        for _, kind, obj in items:
-            if kind == 0:
-                self.words.append({k: v for k, v in obj.items() if k != "type"})
+        for item in session.drain():  # words and events in the order they happened
+            if isinstance(item, Word):
+                obj = {"type": "word", **item.to_dict()}
+                self.words.append(item.to_dict())
             else:
+                obj = item.to_dict()
                 self.events.append(obj)
             self._line(obj)
         current = session.text()

@@ -22,14 +22,14 @@ import threading
 from array import array
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Callable, Optional, Sequence
-
-import numpy as np
+from typing import Callable, Optional, Sequence, Union
 
 from .errors import TranscribeError
 from .results import Token, Word
 from .text.detok import IncrementalText
 from .text.words import IncrementalWords, TokenSpan, WordSpan, join_punctuation
+
+# numpy is imported where samples are handled, so that importing the package stays light.
 
 SAMPLE_RATE = 16000
 
@@ -119,8 +119,10 @@ class StreamingSession:
         self._new_text: list[str] = []
         self._new_tokens: list[Token] = []
         self._tentative = ""
-        self._word_queue: deque[Word] = deque()
-        self._event_queue: deque[StreamEvent] = deque()
+        # Words and events in the order they happened: (sequence number, item).
+        self._seq = 0
+        self._word_queue: deque[tuple[int, Word]] = deque()
+        self._event_queue: deque[tuple[int, StreamEvent]] = deque()
         self._at_utterance_start = True
 
     # ------------------------------------------------------------------ public API
@@ -144,6 +146,8 @@ class StreamingSession:
             return
         with self._lock:
             if self._resampler is not None:
+                import numpy as np
+
                 tail = self._resample(np.zeros(0, np.float32), self._resample_rate, last=True)
                 if tail.size:
                     self._received += int(tail.size)
@@ -200,14 +204,24 @@ class StreamingSession:
         return [self._token(i) for i in range(len(self._utt_ids))]
 
     def drain_words(self) -> list[Word]:
-        out = list(self._word_queue)
+        """Finished words since the last call (released once drained)."""
+        out = [w for _, w in self._word_queue]
         self._word_queue.clear()
         return out
 
     def drain_events(self) -> list[StreamEvent]:
-        out = list(self._event_queue)
+        """End-of-utterance / backchannel events since the last call (released once drained)."""
+        out = [e for _, e in self._event_queue]
         self._event_queue.clear()
         return out
+
+    def drain(self) -> list[Union[Word, StreamEvent]]:
+        """Finished words and events together, in the order they happened (the last word of an
+        utterance comes before its end-of-utterance event)."""
+        items = sorted(list(self._word_queue) + list(self._event_queue), key=lambda x: x[0])
+        self._word_queue.clear()
+        self._event_queue.clear()
+        return [item for _, item in items]
 
     @property
     def finished(self) -> bool:
@@ -219,7 +233,7 @@ class StreamingSession:
                        1000.0 * self._committed_seconds)
 
     # ------------------------------------------------------------------ for concrete sessions
-    def _accept(self, samples: np.ndarray) -> None:  # pragma: no cover - abstract
+    def _accept(self, samples) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
     def _flush(self) -> None:  # pragma: no cover - abstract
@@ -261,9 +275,10 @@ class StreamingSession:
         self._tentative = text
 
     def _add_event(self, kind: str, token_id: int, frame: int) -> None:
-        self._event_queue.append(StreamEvent(kind, self._piece(token_id), int(frame), self._sec(frame)))
         if kind == "eou":
-            self._end_utterance()
+            self._end_utterance()  # its last word is finished before the event
+        self._seq += 1
+        self._event_queue.append((self._seq, StreamEvent(kind, self._piece(token_id), int(frame), self._sec(frame))))
 
     def _end_utterance(self) -> None:
         """The current utterance is over: its last word is finished, its text and tokens released
@@ -296,9 +311,11 @@ class StreamingSession:
     def _emit_words(self, words: Sequence[WordSpan]) -> None:
         for w in words:
             if w.word:
-                self._word_queue.append(Word(w.word, self._sec(w.start), self._sec(w.end), w.confidence))
+                self._seq += 1
+                self._word_queue.append((self._seq, Word(w.word, self._sec(w.start), self._sec(w.end), w.confidence)))
 
-    def _resample(self, samples: np.ndarray, rate: int, last: bool) -> np.ndarray:
+    def _resample(self, samples, rate: int, last: bool):
+        import numpy as np
         import soxr
 
         if self._resampler is None or self._resample_rate != rate:
@@ -309,19 +326,17 @@ class StreamingSession:
         return np.asarray(self._resampler.resample_chunk(samples, last=last), dtype=np.float32).reshape(-1)
 
 
-def _as_float32(pcm) -> np.ndarray:
+def _as_float32(pcm):
+    """Any accepted piece of audio -> a 1-D float32 numpy array."""
+    import numpy as np
+
     if isinstance(pcm, (bytes, bytearray, memoryview)):
         b = bytes(pcm)
         if len(b) % 2:
             raise TranscribeError("raw PCM must be whole 16-bit samples (s16le): got an odd number of bytes")
         return np.frombuffer(b, dtype="<i2").astype(np.float32) / 32768.0
-    try:
-        import torch
-
-        if isinstance(pcm, torch.Tensor):
-            pcm = pcm.detach().cpu().numpy()
-    except ImportError:  # pragma: no cover
-        pass
+    if hasattr(pcm, "detach") and hasattr(pcm, "numpy"):  # a torch tensor (torch is not imported here)
+        pcm = pcm.detach().cpu().numpy()
     a = np.asarray(pcm)
     if a.ndim == 2 and 1 in a.shape:
         a = a.reshape(-1)

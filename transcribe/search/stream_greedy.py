@@ -9,7 +9,8 @@ Each chunk is decoded once; what the next chunk needs of the past is carried, ne
   minimum as offline.
 
 `reset_ids`: labels after which the predictor starts over (end-of-utterance tokens); decoding
-continues on the next frame with the initial state, as at the start of a stream.
+goes on where the token leaves time (its TDT duration; the same frame for RNN-T) with the initial
+state, as at the start of a stream.
 """
 from __future__ import annotations
 
