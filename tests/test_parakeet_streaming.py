@@ -198,3 +198,41 @@ def test_caches_do_not_grow():
         assert shapes is None or now[:2] == shapes[:2]
         assert now[3] and now[2] <= 2 * 512
         shapes = now
+
+
+def test_language_prompt_applies_to_every_chunk():
+    """A prompt model (Nemotron 3.5 ASR's kind, tiny): every chunk's encoder output is conditioned
+    on the language, so the stream decodes as the offline model conditioned on it does."""
+    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.parakeet.model import ParakeetModel
+    from transcribe.parakeet.recognizer import ParakeetASR
+    from transcribe.text.sentencepiece import SentencePieceTokenizer
+
+    ckpt = read_nemo(SHARED / "models/parakeet-tiny/tiny-tdt-streaming-random.nemo")
+    cfg = json.loads(json.dumps(ckpt.config))
+    cfg["target"] = "nemo.collections.asr.models.EncDecRNNTBPEModelWithPrompt"
+    cfg["num_prompts"] = 8
+    cfg["model_defaults"]["initialize_prompt_feature"] = True
+    cfg["model_defaults"]["prompt_dictionary"] = {"en-US": 0, "de-DE": 1, "auto": 7}
+    model = ParakeetModel.random(cfg, seed=3)
+    asr = ParakeetASR(model, SentencePieceTokenizer(ckpt.tokenizer), "tiny-prompt")
+    audio = load_audio(SHARED / "audio/jfk.wav")[: 16000 * 5]
+    x = torch.from_numpy(audio)[None]
+    got = {}
+    for lang in ("de-DE", "auto"):
+        with torch.inference_mode():
+            feats, n = model.features(x, torch.tensor([x.shape[1]]))
+            feats = torch.nn.functional.pad(feats[:, :, : int(n[0])], (0, 1))  # NeMo's streamed last frame
+            enc, enc_len = model.encoder(feats, n + 1, att_context_size=[70, 13])
+            enc = model.apply_prompt(enc, lang)
+            offline = asr._greedy_transducer(enc, enc_len, "entropy")[0].ids
+        s = asr.stream(att_context_size=[70, 13], language=lang)
+        _feed(s, audio, random.Random(lang))
+        got[lang] = [t.id for t in s.tokens()]
+        assert got[lang] == offline, lang
+    assert got["de-DE"] != got["auto"]  # the prompt changes the decoding
+    with pytest.raises(TranscribeError, match="prompt dictionary"):
+        asr.stream(language="xx-XX")
+    plain = load_model(SHARED / "models/parakeet-tiny/tiny-tdt-streaming-random.nemo")
+    with pytest.raises(TranscribeError, match="no language prompt"):
+        plain.stream(language="en-US")

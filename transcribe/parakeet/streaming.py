@@ -52,6 +52,9 @@ class CacheAwareSession(StreamingSession):
     att_context_size: the lookahead, one of the model's `[left, right]` choices (default: the
     model's first); e.g. [70, 13] = 1120 ms chunks, [70, 1] = 160 ms.
     head: "tdt"/"rnnt" or "ctc" (a hybrid's auxiliary head). confidence: "entropy" or "max_prob".
+    language: for a model with a language prompt (Nemotron 3.5 ASR): a locale of its prompt
+    dictionary or "auto" (the default, as its offline transcription), applied to every chunk's
+    encoder output (NeMo's `set_inference_prompt` + `conformer_stream_step`).
     """
 
     def __init__(
@@ -63,8 +66,17 @@ class CacheAwareSession(StreamingSession):
         eou_reset: bool = True,
         confidence: str = "entropy",
         drop_short_tail: bool = False,
+        language=None,
     ):
         m = asr.model
+        self._language = None
+        if m.prompt_kernel is not None:
+            try:
+                self._language = m.prompt_index("auto" if language is None else language)
+            except ValueError as e:
+                raise TranscribeError(f"{asr.name}: {e}") from None
+        elif language is not None:
+            raise TranscribeError(f"{asr.name} has no language prompt: language does not apply")
         try:
             self._sched = cache_aware.schedule(m.encoder, att_context_size)
         except ValueError as e:
@@ -143,6 +155,9 @@ class CacheAwareSession(StreamingSession):
             device = next(m.encoder.parameters()).device
             enc = cache_aware.stream_step(m.encoder, feats.to(device), self._cache, self._sched,
                                           drop_extra_pre_encoded=drop, keep_all_outputs=keep_all)
+            if self._language is not None:
+                with torch.inference_mode():
+                    enc = m.apply_prompt(enc[None], self._language)[0]
         else:
             enc = None
         offset = self._frames
@@ -205,7 +220,7 @@ def open_session(asr, **options) -> StreamingSession:
     """`ParakeetASR.stream(...)`: a cache-aware session for a cache-aware model, else buffered
     windows (`parakeet.buffered`)."""
     if is_cache_aware(asr):
-        allowed = {"att_context_size", "head", "eou_reset", "confidence", "drop_short_tail"}
+        allowed = {"att_context_size", "head", "eou_reset", "confidence", "drop_short_tail", "language"}
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise TranscribeError(f"unknown streaming option{'s' if len(unknown) > 1 else ''} for a cache-aware "
