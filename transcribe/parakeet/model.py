@@ -82,6 +82,9 @@ MODEL_CLASSES = (
     "EncDecRNNTBPEModel", "EncDecCTCModelBPE", "EncDecHybridRNNTCTCBPEModel",
     "EncDecRNNTModel", "EncDecCTCModel", "EncDecHybridRNNTCTCModel",
     "EncDecRNNTBPEModelWithPrompt", "EncDecHybridRNNTCTCBPEModelWithPrompt",
+    # NeMo's end-of-utterance training classes: the same modules (they add EOU metrics and force
+    # timestamps in their own decoding config); <EOU>/<EOB> are vocabulary pieces.
+    "EncDecRNNTBPEEOUModel", "EncDecHybridRNNTCTCBPEEOUModel",
 )
 # The classes that condition the encoder output on a language prompt (`PromptKernel`).
 PROMPT_CLASSES = ("EncDecRNNTBPEModelWithPrompt", "EncDecHybridRNNTCTCBPEModelWithPrompt")
