@@ -9,8 +9,8 @@ Each chunk is decoded once; what the next chunk needs of the past is carried, ne
   minimum as offline.
 
 `reset_ids`: labels after which the predictor starts over (end-of-utterance tokens); decoding
-goes on where the token leaves time (its TDT duration; the same frame for RNN-T) with the initial
-state, as at the start of a stream.
+goes on from the next frame (or where a longer TDT duration leads) with the initial state, as at
+the start of a stream.
 """
 from __future__ import annotations
 
@@ -89,11 +89,15 @@ def transducer_chunk(
         run = run + 1 if run_frame == time else 1
         run_frame = time
         if lab in reset_ids:
+            # The utterance is over: the decoder starts over on the next frame (with the initial
+            # state on the same frame it would often see the same end again).
             fresh = initial_carry(steps)
             pred, state, label = fresh.pred, fresh.state, blank
-        else:
-            pred, state = steps.predict(torch.tensor([lab]), state)
-            label = lab
+            time += max(dur, 1)
+            run, run_frame = 0, -1
+            continue
+        pred, state = steps.predict(torch.tensor([lab]), state)
+        label = lab
         time += dur
         if max_symbols is not None and dur == 0 and run >= max_symbols:
             time += 1
