@@ -17,6 +17,7 @@ import torch
 from ..audio import model_input
 from ..runtime import scoped
 from ..errors import ModelError, TranscribeError
+from ..streaming import StreamingSession
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .model import KVCache, Whisper, WhisperDims
 from . import decoding as search
@@ -332,3 +333,12 @@ class WhisperASR:
             return [(int(a), int(b)) for a, b in heads]
         d = self.model.dims
         return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
+
+    def stream(self, **options) -> StreamingSession:
+        """A live session over windows of the stream (transcribe/whisper/streaming.py): `feed` audio
+        as it arrives, committed and tentative text come out as windows are decoded; a context
+        manager (finalized on exit). options: chunk_s, left_s, right_s and transcribe's decoding
+        options (language, beam_size, temperature, ...)."""
+        from .streaming import buffered_session
+
+        return buffered_session(self, **options)
