@@ -156,7 +156,7 @@ class StreamingSession:
             self._set_tentative("")
             rest = self._text.flush()
             if rest:
-                self._utt_text.append(rest)
+                self._append_text(rest)
                 self._new_text.append(rest)
             self._emit_words(self._words.finish())
             self._committed_seconds = self._received / SAMPLE_RATE
@@ -261,7 +261,7 @@ class StreamingSession:
                     delta = delta.lstrip(" ")
                 if delta:
                     self._at_utterance_start = False
-                    self._utt_text.append(delta)
+                    self._append_text(delta)
                     self._new_text.append(delta)
             tok = self._token(len(self._utt_ids) - 1)
             self._new_tokens.append(tok)
@@ -296,6 +296,14 @@ class StreamingSession:
         self._at_utterance_start = True
 
     # ------------------------------------------------------------------ helpers
+    def _append_text(self, text: str) -> None:
+        """Keeps the utterance's text as a few strings: pieces are joined every 256, so an
+        hours-long utterance (a model without end-of-utterance events) costs a constant amortized
+        time per token and one string of memory."""
+        self._utt_text.append(text)
+        if len(self._utt_text) >= 256:
+            self._utt_text = ["".join(self._utt_text)]
+
     def _token(self, i: int) -> Token:
         tid = self._utt_ids[i]
         conf = self._utt_conf[i]
@@ -310,9 +318,10 @@ class StreamingSession:
 
     def _emit_words(self, words: Sequence[WordSpan]) -> None:
         for w in words:
-            if w.word:
+            word = w.word.strip()
+            if word:
                 self._seq += 1
-                self._word_queue.append((self._seq, Word(w.word, self._sec(w.start), self._sec(w.end), w.confidence)))
+                self._word_queue.append((self._seq, Word(word, self._sec(w.start), self._sec(w.end), w.confidence)))
 
     def _resample(self, samples, rate: int, last: bool):
         import numpy as np
