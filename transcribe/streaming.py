@@ -6,7 +6,9 @@ Audio goes in as it arrives (`feed`, any length), text comes out as it is decide
   was added since the last call); tentative text is the model's current guess for the audio after
   it and may still change (`text()` = committed + tentative);
 - finished words (a word is finished when the next one starts, or at `finalize()`) come out of
-  `drain_words()`, end-of-utterance / end-of-backchannel events out of `drain_events()`;
+  `drain_words()`, end-of-utterance / end-of-backchannel events out of `drain_events()` (both, in
+  order, out of `drain()`); an `<EOU>` with no text since the last one (a model repeating it in a
+  silence) ends no utterance and makes no event, though its token is reported;
 - `latency` says how much audio came in and how much of it is committed.
 
 Memory stays bounded over hours: drained words and events are released; the text and tokens the
@@ -194,7 +196,8 @@ class StreamingSession:
         return out
 
     def take_new_tokens(self) -> list[Token]:
-        """The committed tokens added since the last call."""
+        """The committed tokens added since the last call, event tokens (<EOU>, <EOB>: no text)
+        included: the model's output as it came."""
         out = self._new_tokens
         self._new_tokens = []
         return out
@@ -247,6 +250,9 @@ class StreamingSession:
         for t in tokens:
             kind = self._special.get(t.id)
             if kind is not None:
+                # An event token is a token of the stream (take_new_tokens) but not text.
+                self._new_tokens.append(Token(t.id, "", self._sec(t.start_frame), self._sec(t.end_frame),
+                                              t.confidence, t.frame, t.duration, None, self._piece(t.id)))
                 self._add_event(kind, t.id, t.frame)
                 continue
             self._utt_ids.append(t.id)
@@ -276,6 +282,8 @@ class StreamingSession:
 
     def _add_event(self, kind: str, token_id: int, frame: int) -> None:
         if kind == "eou":
+            if not len(self._utt_ids):
+                return  # no utterance to end (an <EOU> again in the silence after one): no event
             self._end_utterance()  # its last word is finished before the event
         self._seq += 1
         self._event_queue.append((self._seq, StreamEvent(kind, self._piece(token_id), int(frame), self._sec(frame))))
