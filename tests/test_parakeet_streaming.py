@@ -25,7 +25,7 @@ from transcribe.parakeet import cache_aware
 from .conftest import REPO, SHARED
 
 REFS = REPO / "tests/references/nemo_streaming"
-MODELS = ["tiny-tdt-streaming-random", "tiny-ctc-streaming-random"]
+MODELS = ["tiny-tdt-streaming-random", "tiny-ctc-streaming-random", "tiny-eou-streaming"]
 
 
 def _ref(name):
@@ -83,13 +83,21 @@ def test_schedule_and_encoder_chunks_match_nemo(case):
             torch.testing.assert_close(out, want, atol=1e-4, rtol=0, msg=f"{_run_id(run)} chunk {k}")
 
 
+def _stream_tokens(s):
+    """Every token of a stream (event tokens too), as take_new_tokens hands them out."""
+    return [(t.id, t.frame) for t in s.take_new_tokens()]
+
+
 def test_tokens_match_nemo_fed_live(case):
     ref, asr = case
     for run in ref["runs"]:
         audio = load_audio(_path(run["path"]))
         s = asr.stream(att_context_size=run["att_context_size"], eou_reset=False, drop_short_tail=True)
         _feed(s, audio, random.Random(_run_id(run)))
-        assert [t.id for t in s.tokens()] == run["tokens"], _run_id(run)
+        got = _stream_tokens(s)
+        assert [i for i, _ in got] == run["tokens"], _run_id(run)
+        if "token_frames" in run:  # NeMo's frames (recorded for the EOU model)
+            assert [f for _, f in got] == run["token_frames"], _run_id(run)
 
 
 def _offline_ids(asr, audio, att):
@@ -119,7 +127,7 @@ def test_streaming_equals_offline_where_nemo_does(case):
         s = asr.stream(att_context_size=run["att_context_size"], eou_reset=False, drop_short_tail=True)
         s.feed(audio)
         s.finalize()
-        assert [t.id for t in s.tokens()] == offline, _run_id(run)
+        assert [i for i, _ in _stream_tokens(s)] == offline, _run_id(run)
         checked += 1
     assert checked >= 4
 
