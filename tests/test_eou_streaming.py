@@ -12,10 +12,10 @@ import pytest
 from transcribe import load_model
 from transcribe.audio import load_audio
 
-from .conftest import REPO
+from .conftest import REPO, reference_audio, two_utterances_wav
 
 REF = json.loads((REPO / "tests/references/nemo_streaming/tiny-eou-streaming.json").read_text())
-TWO = REPO / REF["two_utterances"]["path"]
+TWO = two_utterances_wav()
 
 
 @pytest.fixture(scope="module")
@@ -101,7 +101,7 @@ def test_reset_changes_the_decoder_state_not_the_encoder(asr):
 def test_backchannel_is_an_event_not_a_turn_end(asr):
     run = _runs("cv_17767698")[0]
     s = asr.stream(att_context_size=run["att_context_size"])
-    s.feed(load_audio(REPO / run["path"]))
+    s.feed(load_audio(reference_audio(run["path"])))
     s.finalize()
     events = s.drain_events()
     assert [(e.type, e.token, e.frame) for e in events] == [("eob", "<EOB>", f) for _, f in _events_of(run)]
@@ -112,7 +112,7 @@ def test_an_eou_with_nothing_said_is_no_event(asr):
     run = _runs("cv_20005990")[0]
     assert run["tokens"] == [REF["eou_id"]]  # the model says only <EOU>
     s = asr.stream(att_context_size=run["att_context_size"], eou_reset=False)
-    s.feed(load_audio(REPO / run["path"]))
+    s.feed(load_audio(reference_audio(run["path"])))
     s.finalize()
     assert [t.id for t in s.take_new_tokens()] == run["tokens"]  # the token is reported...
     assert s.drain_events() == [] and s.take_new_text() == ""  # ...but ends no utterance

@@ -22,7 +22,7 @@ from transcribe.audio import load_audio
 from transcribe.errors import TranscribeError
 from transcribe.parakeet import cache_aware
 
-from .conftest import REPO, SHARED
+from .conftest import REPO, SHARED, reference_audio
 
 REFS = REPO / "tests/references/nemo_streaming"
 MODELS = ["tiny-tdt-streaming-random", "tiny-ctc-streaming-random", "tiny-eou-streaming"]
@@ -33,8 +33,9 @@ def _ref(name):
 
 
 def _path(p: str):
-    # The references name paths relative to the repository root (../shared/...).
-    return (REPO / p).resolve()
+    # The references name paths relative to the repository root (../shared/..., the built
+    # two-utterance input).
+    return reference_audio(p)
 
 
 @pytest.fixture(scope="module", params=MODELS)

@@ -279,6 +279,8 @@ def write_eou_model(out_dir: Path) -> None:
     vocab = [tok.ids_to_tokens([i])[0] for i in range(tok.vocab_size)]
     eou_id, eob_id = tok.token_to_id(tte.EOU), tok.token_to_id(tte.EOB)
     specials = (eou_id, eob_id)
+    if not nr.repo_path(tte.FIXTURE_REL).exists():  # git-ignored: built from ../shared/audio by the recipe
+        tte.write_fixture()
     fixture = nr.load_audio(tte.FIXTURE_REL)
     assert np.array_equal(fixture, tte.make_two_utterances().astype(np.float32) / 32768.0), \
         f"{tte.FIXTURE_REL} is not the recipe's output: rerun tools/train_tiny_eou.py --fixture-only"

@@ -60,7 +60,9 @@ Targets (as NeMo's EOU manifests mark them)
 Fixture recipe (tests/fixtures/audio/two-utterances.wav, deterministic)
     int16 samples of ../shared/audio/dev/ls_61-70968-0002.wav, then 16000 zeros (1.0 s), then the int16
     samples of ../shared/audio/dev/librivox_sns_0930.wav, then 4800 zeros (0.3 s); written as 16 kHz mono
-    PCM16 WAV (make_two_utterances() below; a test may equally rebuild it from the shared clips).
+    PCM16 WAV (make_two_utterances() below). The file is git-ignored (../shared/audio's clips are not
+    copied into the project); the reference tool writes it when absent, the tests build their own copy
+    from the recipe recorded in the json (tests/conftest.py, two_utterances_wav).
 
 Training
     Adam (lr 3e-3 halved every 200 steps down to 3e-4, grad-norm clip 5), one padded batch of all 7 rows
