@@ -376,3 +376,20 @@ def test_offline_model_streams_through_buffered_windows(capsys, jfk):
     assert code == 2 and out == "" and "not a cache-aware streaming model" in err
     code, out, err = run(capsys, "--stream", JFK, "--model", OFFLINE, "--no-eou-reset")
     assert code == 2 and out == "" and "eou_reset applies to cache-aware streaming models only" in err
+
+
+def test_two_utterances_print_two_eou_events_and_both_texts(capsys):
+    """The issue's check: the trained EOU model on a two-utterance input (tools/train_tiny_eou.py)."""
+    from .conftest import two_utterances_wav
+
+    model = REPO / "tests/models/tiny-eou-streaming.nemo"
+    code, out, _ = run(capsys, "--stream", str(two_utterances_wav()), "--model", str(model), "--format", "jsonl")
+    assert code == 0
+    lines = jsonl(out)
+    final = check_lines(lines)
+    events = [d for d in lines if d["type"] == "eou"]
+    assert [(e["token"], e["frame"]) for e in events] == [("<EOU>", 32), ("<EOU>", 88)]
+    assert final["text"] == "a golden fortune and a happy life he might even have been made amiable himself"
+    assert [e["type"] for e in final["events"]] == ["eou", "eou"]
+    code, out, _ = run(capsys, "--stream", str(two_utterances_wav()), "--model", str(model))
+    assert out == "a golden fortune and a happy life\nhe might even have been made amiable himself\n"
