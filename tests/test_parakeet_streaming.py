@@ -202,7 +202,7 @@ def test_caches_do_not_grow():
     for rep in range(3):
         s.feed(audio)
         s.take_new_text(), s.take_new_tokens(), s.drain_words(), s.drain_events()
-        now = (tuple(s._cache.last_channel.shape), tuple(s._cache.last_time.shape), s._features.held,
+        now = (tuple(s._cache.keys.shape), tuple(s._cache.last_time.shape), s._features.held,
                s._chunker._pending.shape[-1] <= s.schedule.chunk_size[1])
         assert shapes is None or now[:2] == shapes[:2]
         assert now[3] and now[2] <= 2 * 512
