@@ -186,8 +186,8 @@ def main() -> int:
     ap.add_argument("--piece-ms", type=float, default=100.0, help="audio per feed() call (default 100)")
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--sample-s", type=float, default=60.0, help="audio seconds between RSS samples (default 60)")
-    ap.add_argument("--probe-every", type=float, default=2.0,
-                    help="run the speed probe every this %% of the stream (default 2; 0: never)")
+    ap.add_argument("--probe-every", type=float, default=1.0,
+                    help="run the speed probe every this %% of the stream (default 1; 0: never)")
     ap.add_argument("--probe-s", type=float, default=10.0, help="audio seconds of a probe (default 10)")
     ap.add_argument("--tracemalloc", action="store_true", help="trace Python allocations (slower)")
     ap.add_argument("--json", help="write the results here (e.g. bench-out/stream_long.json)")
