@@ -40,9 +40,10 @@ encoder projection is re-centred on the mean encoder frame of the steady chunks 
 (bisection) until greedy decoding of those frames emits about `--tokens-per-second` (3) tokens a
 second; the JSON gives the rate reached in the timed rounds.
 
-Concurrent streams per 2 cores: floor(2 x chunk duration / session time per chunk at steady
-state, 1 thread): each core runs chunk steps one after another, and a stream is real time when
-each of its chunks is computed before the next one's audio has arrived. It assumes two
+Concurrent streams per 2 cores: floor(2 / threads x chunk duration / session time per chunk at
+steady state): with 1 thread each core runs chunk steps one after another, and a stream is real
+time when each of its chunks is computed before the next one's audio has arrived (with 2 threads a
+step takes both cores). It assumes two
 single-threaded processes (or threads) do not slow each other down; they share the memory
 bandwidth and caches that these memory-bound steps depend on, so it is an upper bound.
 `--parallel N` measures it: N copies of this benchmark run at once (each `--threads`), and every
@@ -485,7 +486,8 @@ def run_model(name: str, a, corpus: Path, work: Path, pcm) -> dict:
             basis = cell["session_feed_per_chunk_ms"]
         else:
             basis = cell["total_ms"]
-        cell["streams_per_2_cores"] = math.floor(2 * 1000 * chunk_s / basis)
+        # each stream runs on `threads` of the 2 cores: 2 / threads streams at a time
+        cell["streams_per_2_cores"] = math.floor((2 / a.threads) * 1000 * chunk_s / basis)
         out["cells"].append(cell)
         print(f"  {cell['chunk_ms']:5d} ms {str(att):>9}{'' if cell['lookahead_in_config'] else '*'}: "
               f"encoder {cell['encoder_ms']:8.2f} ms, decoder {cell['decoder_ms']:6.2f} ms "
