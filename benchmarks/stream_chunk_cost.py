@@ -41,9 +41,9 @@ encoder projection is re-centred on the mean encoder frame of the steady chunks 
 second; the JSON gives the rate reached in the timed rounds.
 
 Concurrent streams per 2 cores: floor(2 / threads x chunk duration / session time per chunk at
-steady state): with 1 thread each core runs chunk steps one after another, and a stream is real
-time when each of its chunks is computed before the next one's audio has arrived (with 2 threads a
-step takes both cores). It assumes two
+steady state), and 0 when one stream's step is longer than its chunk: a stream is real time when
+each of its chunks is computed before the next one's audio has arrived; with 1 thread the two cores
+run chunk steps of different streams side by side (a step takes one core; with 2 threads both). It assumes two
 single-threaded processes (or threads) do not slow each other down; they share the memory
 bandwidth and caches that these memory-bound steps depend on, so it is an upper bound.
 `--parallel N` measures it: N copies of this benchmark run at once (each `--threads`), and every
@@ -124,6 +124,15 @@ def train_tokenizer(work: Path, vocab: int, corpus: Path, seed: int = 1234):
                                    character_coverage=1.0, bos_id=-1, eos_id=-1, user_defined_symbols=user,
                                    minloglevel=2, num_threads=1)
     return SentencePieceTokenizer(str(prefix) + ".model")
+
+
+def streams_per_2_cores(chunk_ms: float, step_ms: float, threads: int) -> int:
+    """Streams a 2-core machine keeps in real time: none if one stream's step is longer than its
+    chunk (it falls behind even alone); else the cores' time per chunk duration over the step's,
+    a stream taking `threads` cores while it runs (2 / threads steps at a time)."""
+    if step_ms > chunk_ms:
+        return 0
+    return math.floor((2 // threads) * chunk_ms / step_ms) if threads <= 2 else 0
 
 
 def git_state() -> str:
@@ -486,8 +495,7 @@ def run_model(name: str, a, corpus: Path, work: Path, pcm) -> dict:
             basis = cell["session_feed_per_chunk_ms"]
         else:
             basis = cell["total_ms"]
-        # each stream runs on `threads` of the 2 cores: 2 / threads streams at a time
-        cell["streams_per_2_cores"] = math.floor((2 / a.threads) * 1000 * chunk_s / basis)
+        cell["streams_per_2_cores"] = streams_per_2_cores(1000 * chunk_s, basis, a.threads)
         out["cells"].append(cell)
         print(f"  {cell['chunk_ms']:5d} ms {str(att):>9}{'' if cell['lookahead_in_config'] else '*'}: "
               f"encoder {cell['encoder_ms']:8.2f} ms, decoder {cell['decoder_ms']:6.2f} ms "
