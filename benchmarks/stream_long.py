@@ -129,6 +129,14 @@ class SpeechStream:
                 return
 
 
+def short_path(path: str) -> str:
+    """A source path without this machine's prefix: relative to the repository, or from site-packages."""
+    if path.startswith(str(REPO) + os.sep):
+        return path[len(str(REPO)) + 1:]
+    i = path.find("site-packages" + os.sep)
+    return path[i:] if i >= 0 else os.path.basename(path)
+
+
 def git_state() -> str:
     """HEAD's short hash, with '+dirty' when the package's files differ from it."""
     import subprocess
@@ -330,7 +338,7 @@ def main() -> int:
         snap_end = tracemalloc.take_snapshot()
         for st in snap_end.compare_to(snap10, "traceback")[:10]:
             growth_top.append({"size_diff_kb": round(st.size_diff / 1024, 1), "count_diff": st.count_diff,
-                               "where": [f"{fr.filename.replace(str(REPO) + os.sep, '')}:{fr.lineno}"
+                               "where": [f"{short_path(fr.filename)}:{fr.lineno}"
                                          for fr in reversed(list(st.traceback))][:5]})  # newest first
         tracemalloc.stop()
 
