@@ -120,6 +120,7 @@ class CacheAwareSession(StreamingSession):
         self._cache = cache_aware.EncoderCache(m.encoder, self._sched, device, dtype)
         self._frames = 0  # encoder frames decoded
         self._last_end = 0  # end frame of the last committed token (TDT punctuation)
+        self._last_onset: Optional[int] = None  # frame of the last CTC token (CTC spans)
         if self._steps is not None:
             with torch.inference_mode():
                 self._carry = stream_greedy.initial_carry(self._steps)
@@ -192,18 +193,13 @@ class CacheAwareSession(StreamingSession):
                     start = end = self._last_end  # TDT: punctuation takes no time (as offline)
             elif self._head == "rnnt":
                 start, end = t.frame, t.frame + 1
-            else:  # CTC: from the previous token's onset to its own (NeMo's convention)
-                start, end = (max(0, t.frame - 1) if self._last_end == 0 and not out and self._first_ctc else
-                              self._last_onset), t.frame
-            out.append(CommitToken(t.id, start, end, t.frame, t.duration, t.confidence))
-            if self._head == "ctc":
-                self._first_ctc = False
+            else:  # CTC: from the previous token's onset to its own (NeMo's convention, token_offsets)
+                start = max(0, t.frame - 1) if self._last_onset is None else self._last_onset
+                end = t.frame
                 self._last_onset = t.frame
+            out.append(CommitToken(t.id, start, end, t.frame, t.duration, t.confidence))
             self._last_end = end
         return out
-
-    _first_ctc = True
-    _last_onset = 0
 
 
 def _stft_frames(frontend, samples: int) -> int:
