@@ -1,0 +1,167 @@
+"""The whole Granite Speech NAR network: encoder -> first hypothesis (BPE CTC) -> projector ->
+editor, in one pass; tensors in, token ids out (no text).
+
+Steps (IBM's remote code, revision 99a4df9):
+1. the encoder's last state, pooled over windows of 4 frames, gives BPE-CTC logits; greedy CTC (argmax,
+   merge repeats, drop the blank) is the first hypothesis y1..yn;
+2. the projector turns the taps into T // 5 audio embeddings, divided by the embedding multiplier;
+3. the editor reads `[audio | b, y1, b, y2, ..., b, yn, b]` (padded with b to at least
+   `min_edit_sequence_length`), and the argmax over the template positions, repeats merged and blanks
+   dropped, is the transcript.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import GraniteConfig
+from .editor import GraniteLM
+from .encoder import EncoderOutput, GraniteEncoder
+from .projector import WindowedQFormer
+
+
+class _LanguageModel(nn.Module):
+    """`language_model.*`: the LM body and, when the checkpoint does not tie it, its own head."""
+
+    def __init__(self, cfg: GraniteConfig, tied: bool):
+        super().__init__()
+        self.model = GraniteLM(cfg.text)
+        self.lm_head = None if tied else nn.Linear(cfg.text.hidden_size, cfg.text.vocab_size, bias=False)
+
+    def head_weight(self) -> torch.Tensor:
+        return self.model.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
+
+
+def ctc_collapse(ids: list[int], blank: int) -> list[int]:
+    out, prev = [], None
+    for k in ids:
+        if k != prev and k != blank:
+            out.append(k)
+        prev = k
+    return out
+
+
+@dataclass
+class Pass:
+    """What one batch's pass leaves for each input: the final ids, the first hypothesis, and the
+    BPE-CTC log-probs (its frames, for word times), all per input."""
+
+    ids: list[list[int]]
+    first: list[list[int]]
+    bpe_logprobs: list[torch.Tensor]  # [ceil(T_i / 4), V] float32, on the CPU
+    stages: Optional[dict] = None
+
+
+class GraniteNAR(nn.Module):
+    def __init__(self, cfg: GraniteConfig, tied: bool = True):
+        super().__init__()
+        self.cfg = cfg
+        self.encoder = GraniteEncoder(cfg.encoder, cfg.encoder_layer_indices)
+        self.projector = WindowedQFormer(cfg.projector)
+        self.language_model = _LanguageModel(cfg, tied)
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.encoder.input_linear.weight.dtype
+
+    # ------------------------------------------------------------------------------------------
+    def hypotheses(self, bpe_logits: torch.Tensor, lengths: list[int]) -> list[list[int]]:
+        """Greedy CTC over the BPE head: token ids of each input's first hypothesis."""
+        cfg = self.cfg
+        best = bpe_logits.argmax(dim=-1).tolist()
+        out = []
+        for row, n in zip(best, lengths):
+            ids = ctc_collapse(row[:n], cfg.bpe_blank_channel)
+            out.append([k - cfg.bpe_id_offset for k in ids])
+        return out
+
+    def template(self, hyp: list[int]) -> list[int]:
+        """[b, y1, b, y2, ..., b, yn, b], padded with b to at least min_edit_sequence_length."""
+        b = self.cfg.blank_token_id
+        out = [b] * max(2 * len(hyp) + 1, self.cfg.min_edit_sequence_length)
+        out[1:2 * len(hyp):2] = hyp
+        return out
+
+    def forward(self, features: torch.Tensor, lengths: torch.Tensor, keep: bool = False) -> Pass:
+        """features [B, T, 160] (zero past each length), lengths [B] encoder frames (each >= 1)."""
+        cfg = self.cfg
+        lens = [int(x) for x in lengths.tolist()]
+        enc: EncoderOutput = self.encoder(features, lengths, keep=keep)
+        w = cfg.encoder.bpe_pooling_window
+        bpe_lens = [-(-n // w) for n in lens]
+        first = self.hypotheses(enc.bpe_logits, bpe_lens)
+        proj = self.projector(enc.taps, lengths)
+        if cfg.scale_projected_embeddings:
+            proj = proj / cfg.text.embedding_multiplier
+        audio = [n // cfg.projector.downsample_rate for n in lens]
+        templates = [self.template(h) for h in first]
+        logits, inputs, positions, hidden = self._edit(proj, audio, templates, keep)
+        ids = [ctc_collapse(lg.argmax(dim=-1).tolist(), cfg.blank_token_id) for lg in logits]
+        logp = F.log_softmax(enc.bpe_logits.float(), dim=-1)
+        bpe_logprobs = [logp[i, :n].cpu() for i, n in enumerate(bpe_lens)]
+        stages = None
+        if keep:
+            stages = {
+                "enc.input_linear.out": None, "enc.blocks": enc.blocks, "enc.mid_logits": enc.mid_logits,
+                "enc.cat_out": torch.cat(enc.taps, dim=-1), "enc.pooled": enc.pooled,
+                "enc.bpe_logits": enc.bpe_logits, "proj.out": proj * (cfg.text.embedding_multiplier
+                                                                      if cfg.scale_projected_embeddings else 1.0),
+                "lm.inputs_embeds": inputs, "lm.position_ids": positions, "lm.last_hidden_state": hidden,
+                "text_logits": logits, "templates": templates,
+            }
+        return Pass(ids, first, bpe_logprobs, stages)
+
+    def _edit(self, audio_embeds: torch.Tensor, audio: list[int], templates: list[list[int]], keep: bool):
+        """One editor pass over every input of the batch; the template positions' logits per input."""
+        lm = self.language_model
+        embed = lm.model.embed_tokens
+        dev = audio_embeds.device
+        sizes = [a + len(t) for a, t in zip(audio, templates)]
+        width = max(sizes)
+        b, d = len(templates), audio_embeds.shape[-1]
+        inputs = audio_embeds.new_zeros(b, width, d)
+        positions = torch.zeros(b, width, dtype=torch.long, device=dev)
+        for i, (a, t) in enumerate(zip(audio, templates)):
+            inputs[i, :a] = audio_embeds[i, :a]
+            inputs[i, a:a + len(t)] = embed(torch.tensor(t, device=dev))
+            positions[i, :sizes[i]] = torch.arange(sizes[i], device=dev)
+        lengths = torch.tensor(sizes, device=dev)
+        hidden = lm.model(inputs, positions, lengths)
+        rows = torch.cat([hidden[i, a:a + len(t)] for i, (a, t) in enumerate(zip(audio, templates))])
+        logits = F.linear(rows, lm.head_weight()).float() / self.cfg.text.logits_scaling
+        per = list(logits.split([len(t) for t in templates]))
+        return per, (inputs if keep else None), (positions if keep else None), (hidden if keep else None)
+
+
+def build(cfg: GraniteConfig, state: dict, tied: bool = True) -> GraniteNAR:
+    """A model built on the meta device that adopts `state`'s tensors (IBM's names); every tensor the
+    model has must be there and nothing else may be (a ModelError names the difference)."""
+    from ..errors import ModelError
+
+    state = dict(state)
+    if tied:
+        state.pop("language_model.lm_head.weight", None)
+    with torch.device("meta"):
+        model = GraniteNAR(cfg, tied=tied)
+    own = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    missing = sorted(set(own) - set(state))
+    unexpected = sorted(set(state) - set(own))
+    if missing or unexpected:
+        parts = []
+        if missing:
+            parts.append(f"missing {len(missing)} tensors ({', '.join(missing[:4])})")
+        if unexpected:
+            parts.append(f"{len(unexpected)} tensors this model does not have ({', '.join(unexpected[:4])})")
+        raise ModelError("weights do not fit the config: " + "; ".join(parts))
+    for k, t in own.items():
+        if tuple(state[k].shape) != tuple(t.shape):
+            raise ModelError(f"weights do not fit the config: {k} is {tuple(state[k].shape)}, the config makes {tuple(t.shape)}")
+    model.load_state_dict(state, strict=False, assign=True)
+    model.encoder.fold_batch_norm()
+    model.eval()
+    model.requires_grad_(False)
+    return model
