@@ -64,6 +64,44 @@ class GraniteNAR(nn.Module):
         self.projector = WindowedQFormer(cfg.projector)
         self.language_model = _LanguageModel(cfg, tied)
 
+    @classmethod
+    def random(cls, config: dict, seed: int = 0, dtype: torch.dtype = torch.float32, device="cpu") -> "GraniteNAR":
+        """A model of a config.json's architecture with random weights (for speed and memory
+        measurements): built on the meta device, then each tensor made once in `dtype` (no float32
+        copy of a bfloat16 model), BatchNorm folded as a loaded model's is."""
+        from .config import parse_config
+
+        cfg = parse_config(config)
+        with torch.device("meta"):
+            model = cls(cfg)
+        model.to(dtype)  # on the meta device: no memory yet
+        model.to_empty(device=device)
+        gen = torch.Generator(device="cpu").manual_seed(seed)
+        with torch.no_grad():
+            for name, p in model.named_parameters():
+                if name.endswith("bias") or "batch_norm" in name:
+                    p.zero_()
+                elif p.dim() == 1:  # norm scales
+                    p.fill_(1.0)
+                else:
+                    fan_in = p.shape[-1] if p.dim() > 1 else 1
+                    chunk = torch.randn(p.shape, generator=gen, dtype=torch.float32) * (fan_in ** -0.5)
+                    p.copy_(chunk)
+                    del chunk
+            for mod in model.modules():
+                if isinstance(mod, nn.BatchNorm1d):
+                    mod.running_mean.zero_()
+                    mod.running_var.fill_(1.0)
+                    mod.weight.fill_(1.0)
+            for layer in model.encoder.layers:  # the non-persistent tables to_empty left unset
+                c = cfg.encoder.context_size
+                pos = torch.arange(c, device=device)
+                layer.attn.dists = (pos[:, None] - pos[None, :]).clamp(-c, c) + cfg.encoder.max_pos_emb
+        model.encoder.fold_batch_norm()
+        model.eval()
+        model.requires_grad_(False)
+        return model
+
     @property
     def dtype(self) -> torch.dtype:
         return self.encoder.input_linear.weight.dtype
