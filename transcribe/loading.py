@@ -37,6 +37,7 @@ class Family:
 
 # Asked in this order: the first family that recognizes a path loads it.
 FAMILIES = (
+    Family("granite", "transcribe.granite"),
     Family("whisper", "transcribe.whisper"),
     Family("parakeet", "transcribe.parakeet"),
 )
@@ -79,12 +80,13 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
             return model
     raise ModelError(
         f"{path}: not a model this package can read (a .nemo file or NeMo directory, a CTranslate2 "
-        "directory with model.bin, a transformers Whisper directory, or an openai-whisper .pt checkpoint)"
+        "directory with model.bin, a transformers Whisper directory, an openai-whisper .pt checkpoint, or a "
+        "Granite Speech NAR directory)"
     )
 
 
 def family_of(path) -> Optional[str]:
-    """The family whose model a local path holds ("whisper", "parakeet"), found from its files
+    """The family whose model a local path holds ("granite", "whisper", "parakeet"), found from its files
     alone (no PyTorch, no weights read), or None."""
     path = Path(path)
     for family in FAMILIES:

@@ -47,12 +47,13 @@ def ctc_collapse(ids: list[int], blank: int) -> list[int]:
 
 @dataclass
 class Pass:
-    """What one batch's pass leaves for each input: the final ids, the first hypothesis, and the
-    BPE-CTC log-probs (its frames, for word times), all per input."""
+    """What one batch's pass leaves: each input's final ids and first hypothesis, and the BPE-CTC
+    logits (its frames, for word times) with each input's count of them."""
 
     ids: list[list[int]]
     first: list[list[int]]
-    bpe_logprobs: list[torch.Tensor]  # [ceil(T_i / 4), V] float32, on the CPU
+    bpe_logits: torch.Tensor  # [B, ceil(T / 4), V], the model's dtype and device
+    bpe_lengths: list[int]
     stages: Optional[dict] = None
 
 
@@ -139,8 +140,6 @@ class GraniteNAR(nn.Module):
         templates = [self.template(h) for h in first]
         logits, inputs, positions, hidden = self._edit(proj, audio, templates, keep)
         ids = [ctc_collapse(lg.argmax(dim=-1).tolist(), cfg.blank_token_id) for lg in logits]
-        logp = F.log_softmax(enc.bpe_logits.float(), dim=-1)
-        bpe_logprobs = [logp[i, :n].cpu() for i, n in enumerate(bpe_lens)]
         stages = None
         if keep:
             stages = {
@@ -151,7 +150,7 @@ class GraniteNAR(nn.Module):
                 "lm.inputs_embeds": inputs, "lm.position_ids": positions, "lm.last_hidden_state": hidden,
                 "text_logits": logits, "templates": templates,
             }
-        return Pass(ids, first, bpe_logprobs, stages)
+        return Pass(ids, first, enc.bpe_logits, bpe_lens, stages)
 
     def _edit(self, audio_embeds: torch.Tensor, audio: list[int], templates: list[list[int]], keep: bool):
         """One editor pass over every input of the batch; the template positions' logits per input."""

@@ -1,0 +1,38 @@
+"""IBM Granite Speech NAR: config, checkpoint (IBM's hub layout, its older one, the Hugging Face
+native one), front end, conformer encoder, windowed Q-Former projector, bidirectional Granite editor
+and the recognizer. `detect` and `load` are this family's entry in `transcribe.loading.FAMILIES`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+from .config import MODEL_TYPES
+
+
+def detect(path: Path) -> Optional[str]:
+    """"granite" for a directory whose config.json names a Granite Speech NAR model (its model_type,
+    or an encoder_config + projector_config + text/llm config with a BPE head); else None."""
+    cfg_path = path / "config.json"
+    if not path.is_dir() or not cfg_path.is_file():
+        return None
+    try:
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    if not isinstance(cfg, dict):
+        return None
+    if cfg.get("model_type") in MODEL_TYPES:
+        return "granite"
+    enc = cfg.get("encoder_config")
+    if isinstance(enc, dict) and "projector_config" in cfg and ("text_config" in cfg or "llm_config" in cfg) and (
+            "bpe_output_dim" in enc or "vocabulary_size" in enc):
+        return "granite"
+    return None
+
+
+def load(path: Path, name: str, device, dtype, kind: str):
+    """The recognizer of a Granite Speech NAR checkpoint directory (see `GraniteASR.load`)."""
+    from .recognizer import GraniteASR
+
+    return GraniteASR.load(path, name, device, dtype)

@@ -1,0 +1,262 @@
+"""The Granite Speech NAR recognizer behind `load_model`: audio in, `Transcript` out.
+
+Long audio: the editor holds `max_position_embeddings` (4096) positions, about 3.5-4 minutes of
+speech. An input longer than `max_piece_s` (default 90 s) is cut at pauses (`transcribe.pauses`)
+into pieces that cover it whole; the pieces (of every input of the call) run as batches, and each
+input's pieces are joined back in order. Only a batch's tensors are alive at a time, so a 1-hour
+file transcribes in bounded memory.
+
+Word times: the editor's final ids are aligned to the BPE-CTC head's frames (12.5 per second,
+each 80 ms) by a CTC forced alignment (Viterbi, `search.ctc.forced_align`): a token spans the frames
+its best path sits on it, its confidence is exp(mean log-prob) of the CTC head over them. Words are
+made of tokens (a token whose text starts with a space starts a word); segments end at `.`, `?`,
+`!` and at the cuts between pieces. Where the alignment is impossible (more tokens than the frames
+can carry) the piece's tokens are spread evenly over it and carry no confidence.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Optional, Sequence, Union
+
+import numpy as np
+import torch
+
+from ..audio import load_groups, model_input
+from ..errors import ModelError, TranscribeError
+from ..results import Segment, Token, Transcript, Word
+from ..runtime import scoped
+from ..search.ctc import forced_align
+from ..text.words import TokenSpan, group_segments, group_words
+from .checkpoint import read_checkpoint
+from .config import parse_config
+from .frontend import SAMPLES_PER_FRAME, GraniteFrontEnd
+from .model import GraniteNAR, build
+
+log = logging.getLogger("transcribe")
+
+PUNCTUATION = {".", ",", "?", "!", ";", ":"}
+# A batch holds at most this much padded audio (its longest piece times its size).
+MAX_BATCH_AUDIO_S = 6 * 60.0
+
+OTHER_FAMILIES_OPTIONS = {
+    "language", "task", "condition_on_previous_text", "initial_prompt", "prefix", "no_speech_threshold",
+    "logprob_threshold", "patience", "length_penalty", "temperature", "best_of", "compression_ratio_threshold",
+    "seed", "prepend_punctuations", "append_punctuations", "head", "confidence", "attention", "beam_size", "nbest",
+    "beam", "score_norm", "hotwords", "hotword_weight", "lm", "lm_weight",
+}
+
+
+class GraniteTokenizer:
+    """The checkpoint's tokenizer.json through `tokenizers` (decoding only)."""
+
+    def __init__(self, path: Path):
+        try:
+            from tokenizers import Tokenizer
+        except ImportError:  # pragma: no cover - a dependency
+            raise ModelError("the tokenizers package is needed for Granite models (pip install tokenizers)") from None
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # tokenizers raises its own Exception type
+            raise ModelError(f"{path}: not a readable tokenizer.json ({e})") from None
+        self.size = self._tok.get_vocab_size(with_added_tokens=True)
+        self._special = {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self._tok.decode(list(ids), skip_special_tokens=True)
+
+    def piece(self, i: int) -> str:
+        return self._tok.id_to_token(i) or ""
+
+    def is_special(self, i: int) -> bool:
+        return self.piece(i) in self._special
+
+
+class GraniteASR:
+    """A loaded Granite Speech NAR model: `transcribe()` takes paths, bytes or arrays."""
+
+    family = "granite"
+    sample_rate = 16000
+
+    def __init__(self, model: GraniteNAR, tokenizer: GraniteTokenizer, name: str, device: str = "cpu"):
+        self.model = model
+        self.tokenizer = tokenizer
+        self.name = name
+        self.device = torch.device(device)
+        self.frontend = GraniteFrontEnd()
+        self.threads: Optional[int] = None
+        vocab = model.cfg.text.vocab_size
+        if tokenizer.size > vocab:
+            raise ModelError(f"{name}: tokenizer has {tokenizer.size} tokens but the model's vocabulary has {vocab}")
+
+    @classmethod
+    def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "GraniteASR":
+        """A checkpoint directory -> a recognizer on `device`; dtype None is float32 on a CPU and
+        bfloat16 on a GPU (the front end stays float32)."""
+        if dtype is None:
+            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        if dtype == torch.float16:
+            raise ModelError("Granite models run in float32 or bfloat16 (float16 overflows Granite's multipliers)")
+        ckpt = read_checkpoint(Path(path), dtype)
+        cfg = parse_config(ckpt.config, ckpt.layout)
+        tied = cfg.raw.get("text_config", cfg.raw.get("llm_config", {})).get("tie_word_embeddings",
+                                                                               cfg.raw.get("tie_word_embeddings", True))
+        try:
+            model = build(cfg, ckpt.state_dict, tied=bool(tied))
+        except ModelError as e:
+            raise ModelError(f"{path}: {e}") from None
+        del ckpt.state_dict
+        tokenizer = GraniteTokenizer(ckpt.tokenizer_path)
+        model.to(device)
+        return cls(model, tokenizer, name, str(device))
+
+    def frame_seconds(self, frame: float) -> float:
+        """BPE-CTC frames (pooled, 12.5 per second) -> seconds: the one conversion of this family."""
+        return frame * self.model.cfg.encoder.bpe_pooling_window * SAMPLES_PER_FRAME / self.sample_rate
+
+    def check_options(self, **options) -> None:
+        """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing)."""
+        self.transcribe([], **options)
+
+    def stream(self, **options):
+        raise TranscribeError(f"{self.name} is a Granite Speech NAR model: it edits whole utterances and has no "
+                              "streaming session (use a Parakeet or Whisper model for live audio)")
+
+    # ------------------------------------------------------------------------------------------
+    @scoped
+    def transcribe(self, audio, *, batch_size: int = 8, timestamps: bool = True, sample_rate: Optional[int] = None,
+                   max_piece_s: float = 90.0, detector: str = "auto", **options) -> Union[Transcript, list[Transcript]]:
+        """Transcribe one input (a path, bytes, file object or array) or a list of them.
+
+        batch_size: pieces run together. max_piece_s: inputs longer than this are cut at pauses
+        into pieces of at most this length (10-200 s; the editor holds about 3.5-4 minutes).
+        detector: the pause detector ("auto", "energy", "silero"; see transcribe.pauses).
+        sample_rate: the rate of array inputs (default 16 kHz); files carry their own.
+        word_timestamps (Whisper's option) is accepted: words come with the timestamps here."""
+        options.pop("word_timestamps", None)
+        if options:
+            unknown = sorted(set(options) - OTHER_FAMILIES_OPTIONS)
+            if unknown:
+                raise TranscribeError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
+            raise TranscribeError(f"{self.name} is a Granite Speech NAR model: it takes none of "
+                                  f"{', '.join(sorted(options))} (no language prompt, beam search or heads)")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise TranscribeError("batch_size must be a positive integer")
+        if not 10.0 <= float(max_piece_s) <= 200.0:
+            raise TranscribeError(f"max_piece_s must be within 10-200 s (the editor holds about 3.5 minutes), got {max_piece_s}")
+        from ..pauses import DETECTORS
+
+        if detector not in DETECTORS:
+            raise TranscribeError(f"unknown pause detector {detector!r} (one of {', '.join(DETECTORS)})")
+        single = not isinstance(audio, (list, tuple))
+        items = [audio] if single else list(audio)
+        out: list[Optional[Transcript]] = [None] * len(items)
+        for group in load_groups(items, lambda a: model_input(a, self.sample_rate, sample_rate), self.sample_rate):
+            for i, pcm in group:
+                if len(pcm) < SAMPLES_PER_FRAME:
+                    raise TranscribeError(f"input {i + 1}: audio of {len(pcm)} samples is shorter than one Granite "
+                                          f"frame ({SAMPLES_PER_FRAME} samples, 20 ms)")
+            pieces = self._pieces(group, max_piece_s, detector)
+            results = self._run(pieces, batch_size, timestamps)
+            for i, pcm in group:
+                mine = [(p, r) for p, r in zip(pieces, results) if p[0] == i]
+                out[i] = self._join(mine, len(pcm) / self.sample_rate, timestamps)
+        return out[0] if single else out  # type: ignore[return-value]
+
+    # ------------------------------------------------------------------------------------------
+    def _pieces(self, group, max_piece_s: float, detector: str) -> list[tuple[int, int, np.ndarray]]:
+        """(input index, start sample, pcm) of every piece of the group's inputs, in order."""
+        from ..pauses import split_at_pauses
+
+        pieces = []
+        limit = int(max_piece_s * self.sample_rate)
+        for i, pcm in group:
+            if len(pcm) <= limit:
+                pieces.append((i, 0, pcm))
+                continue
+            cuts = split_at_pauses(pcm, self.sample_rate, max_s=max_piece_s, min_s=min(10.0, max_piece_s / 3),
+                                   detector=detector)
+            log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / self.sample_rate, len(cuts))
+            for c in cuts:
+                if c.end - c.start >= SAMPLES_PER_FRAME:
+                    pieces.append((i, c.start, pcm[c.start:c.end]))
+        return pieces
+
+    def _run(self, pieces, batch_size: int, timestamps: bool) -> list[list[TokenSpan]]:
+        """Token spans (frames counted from each piece's start) of every piece."""
+        order = sorted(range(len(pieces)), key=lambda k: -len(pieces[k][2]))
+        results: list = [None] * len(pieces)
+        batch: list[int] = []
+        for k in order:
+            padded = len(pieces[batch[0]][2] if batch else pieces[k][2]) * (len(batch) + 1) / self.sample_rate
+            if batch and (len(batch) >= batch_size or padded > MAX_BATCH_AUDIO_S):
+                self._run_batch(pieces, batch, results, timestamps)
+                batch = []
+            batch.append(k)
+        if batch:
+            self._run_batch(pieces, batch, results, timestamps)
+        return results
+
+    @torch.inference_mode()
+    def _run_batch(self, pieces, batch: list[int], results: list, timestamps: bool) -> None:
+        feats = [self.frontend(torch.from_numpy(np.ascontiguousarray(pieces[k][2]))) for k in batch]
+        t = max(f.shape[0] for f in feats)
+        x = torch.zeros(len(feats), t, feats[0].shape[1])
+        for j, f in enumerate(feats):
+            x[j, : f.shape[0]] = f
+        lengths = torch.tensor([f.shape[0] for f in feats])
+        p = self.model(x.to(self.device), lengths.to(self.device))
+        for j, k in enumerate(batch):
+            results[k] = self._spans(p.ids[j], p.bpe_logits[j, : p.bpe_lengths[j]], timestamps)
+
+    def _spans(self, ids: list[int], logits: torch.Tensor, timestamps: bool) -> list[TokenSpan]:
+        """Token spans of one piece's final ids, aligned to its BPE-CTC frames."""
+        tok = self.tokenizer
+        ids = [i for i in ids if not tok.is_special(i)]
+        n_frames = logits.shape[0]
+        al = None
+        if ids and timestamps:
+            cfg = self.model.cfg
+            # Only the columns of the blank and of these ids are needed: log-softmax as logits minus
+            # the log-sum-exp of the row, then the alignment over that small table.
+            cols = sorted(set(i + cfg.bpe_id_offset for i in ids) | {cfg.bpe_blank_channel})
+            where = {c: j for j, c in enumerate(cols)}
+            lf = logits.float()
+            small = lf[:, cols] - torch.logsumexp(lf, dim=-1, keepdim=True)
+            al = forced_align(small.cpu(), [where[i + cfg.bpe_id_offset] for i in ids], where[cfg.bpe_blank_channel])
+        spans = []
+        for n, i in enumerate(ids):
+            text = tok.decode([i])
+            if al is not None:
+                start, end, conf = al.starts[n], al.ends[n], al.confidences[n]
+            else:  # spread evenly (no alignment asked for, or none possible)
+                start, end, conf = n * n_frames / len(ids), (n + 1) * n_frames / len(ids), None
+            spans.append(TokenSpan(i, tok.piece(i), text, start, end, conf))
+        return spans
+
+    def _join(self, mine, duration: float, timestamps: bool) -> Transcript:
+        """One input's transcript from its pieces' spans, in order."""
+        tok = self.tokenizer
+        all_ids = [s.id for _, spans in mine for s in spans]
+        text = tok.decode(all_ids)
+        tokens, words, segments = [], [], []
+        sec = self.frame_seconds
+        for (_, start, _pcm), spans in mine:
+            off = start / self.sample_rate
+            for s in spans:
+                tokens.append(Token(s.id, s.text, round(off + sec(s.start), 3), round(off + sec(s.end), 3),
+                                    s.confidence, None, None, None, s.piece))
+            if not timestamps or not spans:
+                continue
+            # a word starts at a token whose text starts with a space (byte-level BPE's "Ġ")
+            grouping = [TokenSpan(s.id, s.piece if s.text.startswith(" ") else s.text, s.text, s.start, s.end,
+                                  s.confidence) for s in spans]
+            wspans = group_words(grouping, tok.decode, PUNCTUATION)
+            piece_words = [Word(w.word.strip(), round(off + sec(w.start), 3), round(off + sec(w.end), 3), w.confidence)
+                           for w in wspans]
+            word_of = {id(w): piece_words[n] for n, w in enumerate(wspans)}
+            for sg in group_segments(wspans):
+                segments.append(Segment(sg.text.strip(), round(off + sec(sg.start), 3), round(off + sec(sg.end), 3),
+                                        [word_of[id(w)] for w in sg.words]))
+            words.extend(piece_words)
+        return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=tokens, model=self.name)
