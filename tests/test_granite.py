@@ -145,7 +145,7 @@ def test_word_times_are_consistent(model):
         assert t.words and t.segments
         prev = 0.0
         for tok in t.tokens:
-            assert 0.0 <= tok.start < tok.end <= t.duration + 0.08
+            assert 0.0 <= tok.start < tok.end <= t.duration
             assert tok.start >= prev - 1e-9
             assert abs(tok.start / 0.08 - round(tok.start / 0.08)) < 1e-6
             assert tok.confidence is not None and 0.0 < tok.confidence <= 1.0

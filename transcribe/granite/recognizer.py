@@ -237,26 +237,27 @@ class GraniteASR:
     def _join(self, mine, duration: float, timestamps: bool) -> Transcript:
         """One input's transcript from its pieces' spans, in order."""
         tok = self.tokenizer
-        all_ids = [s.id for _, spans in mine for s in spans]
-        text = tok.decode(all_ids)
+        text = tok.decode([s.id for _, spans in mine for s in spans])
         tokens, words, segments = [], [], []
-        sec = self.frame_seconds
-        for (_, start, _pcm), spans in mine:
+        for (_, start, piece), spans in mine:
             off = start / self.sample_rate
-            for s in spans:
-                tokens.append(Token(s.id, s.text, round(off + sec(s.start), 3), round(off + sec(s.end), 3),
-                                    s.confidence, None, None, None, s.piece))
+            end = off + len(piece) / self.sample_rate
+
+            def at(frame: float) -> float:
+                """Seconds in the input; the last 80 ms frame may reach past the piece's end (the
+                tail of its last window is padding), so times stop there."""
+                return round(min(end, off + self.frame_seconds(frame)), 3)
+
+            tokens += [Token(s.id, s.text, at(s.start), at(s.end), s.confidence, piece=s.piece) for s in spans]
             if not timestamps or not spans:
                 continue
             # a word starts at a token whose text starts with a space (byte-level BPE's "Ġ")
             grouping = [TokenSpan(s.id, s.piece if s.text.startswith(" ") else s.text, s.text, s.start, s.end,
                                   s.confidence) for s in spans]
             wspans = group_words(grouping, tok.decode, PUNCTUATION)
-            piece_words = [Word(w.word.strip(), round(off + sec(w.start), 3), round(off + sec(w.end), 3), w.confidence)
-                           for w in wspans]
+            piece_words = [Word(w.word.strip(), at(w.start), at(w.end), w.confidence) for w in wspans]
             word_of = {id(w): piece_words[n] for n, w in enumerate(wspans)}
-            for sg in group_segments(wspans):
-                segments.append(Segment(sg.text.strip(), round(off + sec(sg.start), 3), round(off + sec(sg.end), 3),
-                                        [word_of[id(w)] for w in sg.words]))
-            words.extend(piece_words)
+            segments += [Segment(sg.text.strip(), at(sg.start), at(sg.end), [word_of[id(w)] for w in sg.words])
+                         for sg in group_segments(wspans)]
+            words += piece_words
         return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=tokens, model=self.name)
