@@ -246,7 +246,7 @@ class GraniteASR:
             def at(frame: float) -> float:
                 """Seconds in the input; the last 80 ms frame may reach past the piece's end (the
                 tail of its last window is padding), so times stop there."""
-                return round(min(end, off + self.frame_seconds(frame)), 3)
+                return min(round(off + self.frame_seconds(frame), 3), end)
 
             tokens += [Token(s.id, s.text, at(s.start), at(s.end), s.confidence, piece=s.piece) for s in spans]
             if not timestamps or not spans:
