@@ -318,3 +318,27 @@ def test_options_of_other_families_are_refused():
         m.transcribe(str(TINY / "wave_C.wav"), nonsense=1)
     with pytest.raises(TranscribeError, match="no streaming session"):
         m.stream()
+
+
+def test_hub_alias_resolves_from_the_local_cache_offline(monkeypatch, tmp_path):
+    """`granite-speech-4.1-2b-nar` stands for IBM's hub id; a snapshot in huggingface_hub's cache
+    (here the tiny model's files) loads without a network."""
+    repo = tmp_path / "hub" / "models--ibm-granite--granite-speech-4.1-2b-nar"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    for f in ("config.json", "model.safetensors", "tokenizer.json"):
+        shutil.copy(TINY / f, snap / f)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    m = transcribe.load_model("granite-speech-4.1-2b-nar")
+    assert m.name == "granite-speech-4.1-2b-nar"
+    t = m.transcribe(str(TINY / "wave_C.wav"))
+    assert [tok.id for tok in t.tokens] == REFS["cases"]["C"]["final_ids"][0]

