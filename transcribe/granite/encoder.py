@@ -177,6 +177,7 @@ class GraniteEncoder(nn.Module):
         b, t, _ = features.shape
         dtype = self.input_linear.weight.dtype
         x = self.input_linear(features.to(dtype))
+        embedded = x if keep else None
         valid = key_bias = None
         if bool((lengths < t).any()):
             frame = torch.arange(t, device=x.device)
@@ -208,7 +209,7 @@ class GraniteEncoder(nn.Module):
                 states[i] = x
         pooled = self._pool(x.float(), 1.0 - blank_prob, lengths).to(dtype)
         return EncoderOutput([states[i] for i in self.tap_indices], mid_logits, pooled, self.out_bpe(pooled),
-                             blocks, None)
+                             blocks, embedded)
 
     def _pool(self, hidden: torch.Tensor, importance: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Posterior-weighted pooling over windows of w frames: weights importance / (sum + 1e-8),

@@ -143,7 +143,7 @@ class GraniteNAR(nn.Module):
         stages = None
         if keep:
             stages = {
-                "enc.input_linear.out": None, "enc.blocks": enc.blocks, "enc.mid_logits": enc.mid_logits,
+                "enc.input_linear.out": enc.embedded, "enc.blocks": enc.blocks, "enc.mid_logits": enc.mid_logits,
                 "enc.cat_out": torch.cat(enc.taps, dim=-1), "enc.pooled": enc.pooled,
                 "enc.bpe_logits": enc.bpe_logits, "proj.out": proj * (cfg.text.embedding_multiplier
                                                                       if cfg.scale_projected_embeddings else 1.0),
