@@ -16,6 +16,26 @@ MODELS = REPO / "tests" / "models"
 torch.set_flush_denormal(True)
 
 
+def hub_snapshot(monkeypatch, tmp_path: Path, repo_id: str) -> Path:
+    """An empty snapshot folder of `repo_id` in a huggingface_hub cache under tmp_path, the cache
+    pointed at and the hub offline: files the test puts there load as that hub id, no network."""
+    owner, name = repo_id.split("/")
+    repo = tmp_path / "hub" / f"models--{owner}--{name}"
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    snap = repo / "snapshots" / commit
+    snap.mkdir(parents=True)
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setenv("HF_HOME", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    import huggingface_hub.constants as hc
+
+    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
+    return snap
+
+
 
 @pytest.fixture(scope="session")
 def default_whisper_dir() -> Path:

@@ -25,7 +25,7 @@ from transcribe.granite.config import parse_config
 from transcribe.granite.frontend import GraniteFrontEnd
 from transcribe.granite.model import build
 
-from .conftest import SHARED
+from .conftest import SHARED, hub_snapshot
 
 TINY = SHARED / "models" / "granite-nar-tiny"
 REFS = json.loads((TINY / "references.json").read_text())
@@ -324,21 +324,9 @@ def test_options_of_other_families_are_refused():
 def test_hub_alias_resolves_from_the_local_cache_offline(monkeypatch, tmp_path):
     """`granite-speech-4.1-2b-nar` stands for IBM's hub id; a snapshot in huggingface_hub's cache
     (here the tiny model's files) loads without a network."""
-    repo = tmp_path / "hub" / "models--ibm-granite--granite-speech-4.1-2b-nar"
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    snap = repo / "snapshots" / commit
-    snap.mkdir(parents=True)
+    snap = hub_snapshot(monkeypatch, tmp_path, "ibm-granite/granite-speech-4.1-2b-nar")
     for f in ("config.json", "model.safetensors", "tokenizer.json"):
         shutil.copy(TINY / f, snap / f)
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    import huggingface_hub.constants as hc
-
-    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
     m = transcribe.load_model("granite-speech-4.1-2b-nar")
     assert m.name == "granite-speech-4.1-2b-nar"
     t = m.transcribe(str(TINY / "wave_C.wav"))

@@ -17,7 +17,7 @@ import torch
 import transcribe
 from transcribe.errors import ModelError
 
-from .conftest import AUDIO, TINY, REPO
+from .conftest import AUDIO, REPO, TINY, hub_snapshot
 
 
 def _clips():
@@ -240,20 +240,8 @@ def test_own_mel_filterbank_equals_the_stored_one(path):
 
 def test_hub_id_resolves_from_the_local_cache_offline(monkeypatch, tmp_path):
     """A Hugging Face id is found in huggingface_hub's cache without a network."""
-    repo = tmp_path / "hub" / "models--someone--parakeet-tiny"
-    commit = "0123456789abcdef0123456789abcdef01234567"
-    snap = repo / "snapshots" / commit
-    snap.mkdir(parents=True)
+    snap = hub_snapshot(monkeypatch, tmp_path, "someone/parakeet-tiny")
     (snap / "parakeet-tiny.nemo").write_bytes((TINY / "tiny-tdt-fit.nemo").read_bytes())
-    (repo / "refs").mkdir()
-    (repo / "refs" / "main").write_text(commit)
-    monkeypatch.setenv("HF_HOME", str(tmp_path))
-    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    import huggingface_hub.constants as hc
-
-    monkeypatch.setattr(hc, "HF_HUB_CACHE", str(tmp_path / "hub"))
-    monkeypatch.setattr(hc, "HF_HUB_OFFLINE", True)
     model = transcribe.load_model("someone/parakeet-tiny")
     r = model.transcribe(str(AUDIO / "jfk.wav"))
     assert r.text.startswith("and so my fellow americans")
