@@ -39,14 +39,18 @@ def long_audio():
 
 def test_long_input_is_the_join_of_its_pieces(model, long_audio):
     pcm, _ = long_audio
-    pieces = split_at_pauses(pcm, 16000, max_s=30.0, min_s=10.0, detector="energy")
+    pieces = [(start, len(piece)) for _, start, piece in model._pieces([(0, pcm)], 30.0, "energy")]
     assert len(pieces) >= 5
+    # contiguous, covering the input, cut on whole 20 ms frames, each within the limit
+    assert pieces[0][0] == 0 and sum(n for _, n in pieces) == len(pcm)
+    assert all(a + n == b for (a, n), (b, _) in zip(pieces, pieces[1:]))
+    assert all(a % 320 == 0 and n <= 30 * 16000 + 320 for a, n in pieces)
     whole = model.transcribe(pcm, max_piece_s=30.0, detector="energy")
     assert whole.duration == pytest.approx(len(pcm) / 16000)
     ids, starts, words = [], [], []
-    for p in pieces:
-        part = model.transcribe(pcm[p.start:p.end], max_piece_s=30.0, detector="energy")
-        off = p.start / 16000
+    for a, n in pieces:
+        part = model.transcribe(pcm[a:a + n], max_piece_s=30.0, detector="energy")
+        off = a / 16000
         ids += [t.id for t in part.tokens]
         starts += [round(off + t.start, 3) for t in part.tokens]
         words += [w.word for w in part.words]
@@ -56,7 +60,7 @@ def test_long_input_is_the_join_of_its_pieces(model, long_audio):
     assert [t.start for t in whole.tokens] == sorted(t.start for t in whole.tokens)
     assert all(0.0 <= t.start < t.end <= whole.duration for t in whole.tokens)
     # a segment never spans a cut between pieces
-    cuts = [p.start / 16000 for p in pieces[1:]]
+    cuts = [a / 16000 for a, _ in pieces[1:]]
     for s in whole.segments:
         assert not any(s.start < c < s.end - 1e-6 for c in cuts), (s.start, s.end, cuts)
 

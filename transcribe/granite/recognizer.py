@@ -176,10 +176,15 @@ class GraniteASR:
                 continue
             cuts = split_at_pauses(pcm, self.sample_rate, max_s=max_piece_s, min_s=min(10.0, max_piece_s / 3),
                                    detector=detector)
-            log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / self.sample_rate, len(cuts))
-            for c in cuts:
-                if c.end - c.start >= SAMPLES_PER_FRAME:
-                    pieces.append((i, c.start, pcm[c.start:c.end]))
+            # Cuts snap down to whole 20 ms frames, so only the input's own tail (under 20 ms, as when
+            # it runs whole) is left out of the frames; a piece under one frame joins the one before.
+            bounds = sorted({c.start - c.start % SAMPLES_PER_FRAME for c in cuts} | {0})
+            bounds = [b for k, b in enumerate(bounds) if k == 0 or b - bounds[k - 1] >= SAMPLES_PER_FRAME]
+            if len(pcm) - bounds[-1] < SAMPLES_PER_FRAME and len(bounds) > 1:
+                bounds.pop()
+            log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / self.sample_rate, len(bounds))
+            for a, b in zip(bounds, bounds[1:] + [len(pcm)]):
+                pieces.append((i, a, pcm[a:b]))
         return pieces
 
     def _run(self, pieces, batch_size: int, timestamps: bool) -> list[list[TokenSpan]]:
