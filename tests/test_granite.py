@@ -98,7 +98,8 @@ def test_batch_equals_single(model):
         assert together.ids[j] == alone.ids[0] == REFS["cases"][case]["final_ids"][0]
         assert together.first[j] == alone.first[0]
         n = together.bpe_lengths[j]
-        close(together.bpe_logits[j, :n], alone.bpe_logits[0, :n], 1e-5)
+        close(together.stages["enc.bpe_logits"][j, :n], alone.stages["enc.bpe_logits"][0, :n], 1e-5)
+        close(together.bpe_lse[j, :n], alone.bpe_lse[0, :n], 1e-5)
         close(together.stages["text_logits"][j], alone.stages["text_logits"][0], 1e-5)
 
 
@@ -342,3 +343,20 @@ def test_bfloat16_runs():
     t = m.transcribe(str(TINY / "wave_A.wav"))
     assert t.tokens and all(0 <= tok.id < 100 for tok in t.tokens)
     assert [tok.start for tok in t.tokens] == sorted(tok.start for tok in t.tokens)
+
+
+def test_scan_head_equals_the_whole_head(monkeypatch):
+    """The vocabulary-wide heads are scanned a slice at a time (never held whole): the argmax (first
+    on a tie) and the log-sum-exp equal the whole table's, whatever the slice."""
+    from transcribe.granite import model as gm
+
+    g = torch.Generator().manual_seed(0)
+    x, w, b = torch.randn(37, 16, generator=g), torch.randn(1000, 16, generator=g), torch.randn(1000, generator=g)
+    w[777] = w[5]  # an exact tie between two slices: the first wins
+    b[777] = b[5]
+    full = torch.nn.functional.linear(x, w, b)
+    for chunk in (1, 7, 128, 5000):
+        monkeypatch.setattr(gm, "VOCAB_CHUNK", chunk)
+        arg, lse = gm.scan_head(x, w, b, lse=True)
+        assert arg.tolist() == full.argmax(dim=-1).tolist()
+        torch.testing.assert_close(lse, torch.logsumexp(full, dim=-1), atol=1e-5, rtol=1e-6)

@@ -150,7 +150,7 @@ class EncoderOutput:
     taps: list[torch.Tensor]  # the hidden states the projector reads, [B, T, D] each
     mid_logits: torch.Tensor  # char-CTC logits of the self-conditioning block [B, T, C]
     pooled: torch.Tensor  # [B, ceil(T/w), D]
-    bpe_logits: torch.Tensor  # [B, ceil(T/w), V]
+    bpe_logits: Optional[torch.Tensor]  # [B, ceil(T/w), V] when asked (keep); the caller scans the head else
     blocks: Optional[list[torch.Tensor]] = None  # every block's own output (when asked)
     embedded: Optional[torch.Tensor] = None  # the input projection's output (when asked)
 
@@ -208,8 +208,8 @@ class GraniteEncoder(nn.Module):
             if i in self.tap_indices:
                 states[i] = x
         pooled = self._pool(x.float(), 1.0 - blank_prob, lengths).to(dtype)
-        return EncoderOutput([states[i] for i in self.tap_indices], mid_logits, pooled, self.out_bpe(pooled),
-                             blocks, embedded)
+        return EncoderOutput([states[i] for i in self.tap_indices], mid_logits, pooled,
+                             self.out_bpe(pooled) if keep else None, blocks, embedded)
 
     def _pool(self, hidden: torch.Tensor, importance: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """Posterior-weighted pooling over windows of w frames: weights importance / (sum + 1e-8),

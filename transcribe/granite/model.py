@@ -47,14 +47,44 @@ def ctc_collapse(ids: list[int], blank: int) -> list[int]:
 
 @dataclass
 class Pass:
-    """What one batch's pass leaves: each input's final ids and first hypothesis, and the BPE-CTC
-    logits (its frames, for word times) with each input's count of them."""
+    """What one batch's pass leaves: each input's final ids and first hypothesis, and what the
+    BPE-CTC log-probs of chosen ids are made from (for word times): the pooled states, each frame's
+    log-sum-exp over the vocabulary, and each input's count of frames."""
 
     ids: list[list[int]]
     first: list[list[int]]
-    bpe_logits: torch.Tensor  # [B, ceil(T / 4), V], the model's dtype and device
+    pooled: torch.Tensor  # [B, ceil(T / 4), D], the model's dtype and device
+    bpe_lse: torch.Tensor  # [B, ceil(T / 4)] float32
     bpe_lengths: list[int]
     stages: Optional[dict] = None
+
+
+# Rows of a vocabulary-wide head computed at a time: its logits are never held whole ([frames x 100352]
+# would be hundreds of MB), and each matmul reads a slice of the weight (no copy of the whole table).
+VOCAB_CHUNK = 8192
+
+
+def scan_head(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor] = None,
+              lse: bool = False) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
+    """x [N, D] -> the argmax over the head's outputs (the first on a tie, as torch.argmax) and, when
+    asked, the log-sum-exp (float32), a slice of VOCAB_CHUNK outputs at a time."""
+    n = x.shape[0]
+    best = torch.full((n,), float("-inf"), device=x.device)
+    arg = torch.zeros(n, dtype=torch.long, device=x.device)
+    m = torch.full((n,), float("-inf"), device=x.device)
+    total = torch.zeros(n, device=x.device)
+    for v0 in range(0, weight.shape[0], VOCAB_CHUNK):
+        w = weight[v0:v0 + VOCAB_CHUNK]
+        logits = F.linear(x, w, None if bias is None else bias[v0:v0 + VOCAB_CHUNK]).float()
+        val, idx = logits.max(dim=-1)
+        better = val > best
+        best = torch.where(better, val, best)
+        arg = torch.where(better, idx + v0, arg)
+        if lse:
+            new_m = torch.maximum(m, val)
+            total = total * torch.exp(m - new_m) + torch.exp(logits - new_m[:, None]).sum(dim=-1)
+            m = new_m
+    return arg, (m + torch.log(total) if lse else None)
 
 
 class GraniteNAR(nn.Module):
@@ -108,10 +138,10 @@ class GraniteNAR(nn.Module):
         return self.encoder.input_linear.weight.dtype
 
     # ------------------------------------------------------------------------------------------
-    def hypotheses(self, bpe_logits: torch.Tensor, lengths: list[int]) -> list[list[int]]:
-        """Greedy CTC over the BPE head: token ids of each input's first hypothesis."""
+    def hypotheses(self, best: torch.Tensor, lengths: list[int]) -> list[list[int]]:
+        """Greedy CTC over the BPE head's argmax [B, P]: token ids of each input's first hypothesis."""
         cfg = self.cfg
-        best = bpe_logits.argmax(dim=-1).tolist()
+        best = best.tolist()
         out = []
         for row, n in zip(best, lengths):
             ids = ctc_collapse(row[:n], cfg.bpe_blank_channel)
@@ -132,14 +162,17 @@ class GraniteNAR(nn.Module):
         enc: EncoderOutput = self.encoder(features, lengths, keep=keep)
         w = cfg.encoder.bpe_pooling_window
         bpe_lens = [-(-n // w) for n in lens]
-        first = self.hypotheses(enc.bpe_logits, bpe_lens)
+        b, p, d = enc.pooled.shape
+        head = self.encoder.out_bpe
+        best, lse = scan_head(enc.pooled.reshape(b * p, d), head.weight, head.bias, lse=True)
+        first = self.hypotheses(best.view(b, p), bpe_lens)
         proj = self.projector(enc.taps, lengths)
         if cfg.scale_projected_embeddings:
             proj = proj / cfg.text.embedding_multiplier
         audio = [n // cfg.projector.downsample_rate for n in lens]
         templates = [self.template(h) for h in first]
-        logits, inputs, positions, hidden = self._edit(proj, audio, templates, keep)
-        ids = [ctc_collapse(lg.argmax(dim=-1).tolist(), cfg.blank_token_id) for lg in logits]
+        best_text, logits, inputs, positions, hidden = self._edit(proj, audio, templates, keep)
+        ids = [ctc_collapse(row, cfg.blank_token_id) for row in best_text]
         stages = None
         if keep:
             stages = {
@@ -150,7 +183,14 @@ class GraniteNAR(nn.Module):
                 "lm.inputs_embeds": inputs, "lm.position_ids": positions, "lm.last_hidden_state": hidden,
                 "text_logits": logits, "templates": templates,
             }
-        return Pass(ids, first, enc.bpe_logits, bpe_lens, stages)
+        return Pass(ids, first, enc.pooled, lse.view(b, p), bpe_lens, stages)
+
+    def bpe_logprobs(self, pooled: torch.Tensor, lse: torch.Tensor, channels: list[int]) -> torch.Tensor:
+        """Log-probs of the BPE head's `channels` at each frame: [P, len(channels)] float32 from one
+        input's pooled states [P, D] and their log-sum-exp [P]."""
+        head = self.encoder.out_bpe
+        idx = torch.tensor(channels, device=pooled.device)
+        return F.linear(pooled, head.weight[idx], head.bias[idx]).float() - lse[:, None]
 
     def _edit(self, audio_embeds: torch.Tensor, audio: list[int], templates: list[list[int]], keep: bool):
         """One editor pass over every input of the batch; the template positions' logits per input."""
@@ -169,9 +209,13 @@ class GraniteNAR(nn.Module):
         lengths = torch.tensor(sizes, device=dev)
         hidden = lm.model(inputs, positions, lengths)
         rows = torch.cat([hidden[i, a:a + len(t)] for i, (a, t) in enumerate(zip(audio, templates))])
+        sizes_t = [len(t) for t in templates]
+        best, _ = scan_head(rows, lm.head_weight())  # dividing by logits_scaling > 0 keeps the argmax
+        best = [r.tolist() for r in best.split(sizes_t)]
+        if not keep:
+            return best, None, None, None, None
         logits = F.linear(rows, lm.head_weight()).float() / self.cfg.text.logits_scaling
-        per = list(logits.split([len(t) for t in templates]))
-        return per, (inputs if keep else None), (positions if keep else None), (hidden if keep else None)
+        return best, list(logits.split(sizes_t)), inputs, positions, hidden
 
 
 def build(cfg: GraniteConfig, state: dict, tied: bool = True) -> GraniteNAR:

@@ -212,22 +212,21 @@ class GraniteASR:
         lengths = torch.tensor([f.shape[0] for f in feats])
         p = self.model(x.to(self.device), lengths.to(self.device))
         for j, k in enumerate(batch):
-            results[k] = self._spans(p.ids[j], p.bpe_logits[j, : p.bpe_lengths[j]], timestamps)
+            n = p.bpe_lengths[j]
+            results[k] = self._spans(p.ids[j], p.pooled[j, :n], p.bpe_lse[j, :n], timestamps)
 
-    def _spans(self, ids: list[int], logits: torch.Tensor, timestamps: bool) -> list[TokenSpan]:
+    def _spans(self, ids: list[int], pooled: torch.Tensor, lse: torch.Tensor, timestamps: bool) -> list[TokenSpan]:
         """Token spans of one piece's final ids, aligned to its BPE-CTC frames."""
         tok = self.tokenizer
         ids = [i for i in ids if not tok.is_special(i)]
-        n_frames = logits.shape[0]
+        n_frames = pooled.shape[0]
         al = None
         if ids and timestamps:
             cfg = self.model.cfg
-            # Only the columns of the blank and of these ids are needed: log-softmax as logits minus
-            # the log-sum-exp of the row, then the alignment over that small table.
+            # Only the log-probs of the blank and of these ids are needed: a small table.
             cols = sorted(set(i + cfg.bpe_id_offset for i in ids) | {cfg.bpe_blank_channel})
             where = {c: j for j, c in enumerate(cols)}
-            lf = logits.float()
-            small = lf[:, cols] - torch.logsumexp(lf, dim=-1, keepdim=True)
+            small = self.model.bpe_logprobs(pooled, lse, cols)
             al = forced_align(small.cpu(), [where[i + cfg.bpe_id_offset] for i in ids], where[cfg.bpe_blank_channel])
         spans = []
         for n, i in enumerate(ids):
