@@ -114,8 +114,17 @@ class ConvModule(nn.Module):
         x = F.glu(x, dim=-1)
         if valid is not None:
             x = x * valid  # padding reads as the zeros a lone input is padded with
-        x = self.batch_norm(self.depth_conv(x.transpose(1, 2)))
-        x = F.silu(x).transpose(1, 2)
+        if self.folded:
+            # On the frames-last layout as it is: a 2-D convolution over a [B, C, 1, T] view of the
+            # [B, T, C] tensor reads it without the two transposed copies (same products and sums).
+            conv = self.depth_conv.conv
+            k = conv.kernel_size[0]
+            x = F.conv2d(x.transpose(1, 2).unsqueeze(2), conv.weight.unsqueeze(2), conv.bias,
+                         padding=(0, k // 2), groups=self.inner).squeeze(2).transpose(1, 2)
+            x = F.silu(x)
+        else:
+            x = self.batch_norm(self.depth_conv(x.transpose(1, 2)))
+            x = F.silu(x).transpose(1, 2)
         return F.linear(x, self.down_conv.weight[:, :, 0], self.down_conv.bias)
 
 

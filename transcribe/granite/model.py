@@ -115,10 +115,14 @@ class GraniteNAR(nn.Module):
                 elif p.dim() == 1:  # norm scales
                     p.fill_(1.0)
                 else:
+                    # drawn a slice of rows at a time: no float32 copy of a whole table (the
+                    # embedding's would be 800 MB) is left behind in the allocator's heap
                     fan_in = p.shape[-1] if p.dim() > 1 else 1
-                    chunk = torch.randn(p.shape, generator=gen, dtype=torch.float32) * (fan_in ** -0.5)
-                    p.copy_(chunk)
-                    del chunk
+                    rows = p.view(p.shape[0], -1)
+                    step = max(1, (1 << 22) // rows.shape[1])
+                    for r0 in range(0, rows.shape[0], step):
+                        part = rows[r0:r0 + step]
+                        part.copy_(torch.randn(part.shape, generator=gen, dtype=torch.float32) * (fan_in ** -0.5))
             for mod in model.modules():
                 if isinstance(mod, nn.BatchNorm1d):
                     mod.running_mean.zero_()
