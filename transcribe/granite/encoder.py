@@ -75,8 +75,13 @@ class BlockAttention(nn.Module):
         pos = torch.bmm(qc, rel.transpose(1, 2)).view(c, b, nb, h, c).permute(1, 2, 3, 0, 4) * scale
         if key_bias is not None:
             pos = pos + key_bias
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=pos.to(q.dtype), scale=scale)
-        out = out.transpose(2, 3).reshape(b, nb * c, h * self.dim_head)[:, :t]
+        # blocks folded into the batch: 4-D inputs take PyTorch's fused CPU kernel (5-D ones fall back
+        # to its math path, with float32 scores and copies: 145 MiB a call at 200-frame blocks)
+        d = self.dim_head
+        out = F.scaled_dot_product_attention(q.reshape(b * nb, h, c, d), k.reshape(b * nb, h, c, d),
+                                             v.reshape(b * nb, h, c, d), attn_mask=pos.to(q.dtype).reshape(b * nb, h, c, c),
+                                             scale=scale)
+        out = out.view(b, nb, h, c, d).transpose(2, 3).reshape(b, nb * c, h * d)[:, :t]
         return self.to_out(out)
 
 
