@@ -103,6 +103,7 @@ class TextConfig:
     logits_scaling: float
     residual_multiplier: float
     eos_token_id: int
+    tie_word_embeddings: bool = True  # else the head is the weights' language_model.lm_head
 
 
 @dataclass
@@ -271,10 +272,7 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
     layer_types = txt_raw.get("layer_types")
     if layer_types and any(x not in ("attention", "full_attention") for x in layer_types):
         raise ModelError(f"config text_config.layer_types {sorted(set(layer_types))}: only attention layers are implemented")
-    if txt_raw.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True)) is False:
-        tied = False
-    else:
-        tied = True
+    tied = txt_raw.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True)) is not False
     text = TextConfig(
         vocab_size=_positive(t.get("vocab_size"), "text_config.vocab_size"),
         hidden_size=t_hidden,
@@ -291,6 +289,7 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
         logits_scaling=t.get("logits_scaling", kind=float),
         residual_multiplier=t.get("residual_multiplier", kind=float),
         eos_token_id=int(txt_raw.get("eos_token_id", cfg.get("eos_token_id", 0)) or 0),
+        tie_word_embeddings=tied,
     )
     if text.num_attention_heads % text.num_key_value_heads:
         raise ModelError("config text_config.num_attention_heads is not a multiple of num_key_value_heads")
@@ -347,7 +346,5 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
     e.check({"cat_hidden_layers", "hidden_act"})
     p.check({"mlp_ratio", "intermediate_size"})
     t.check()
-    if not tied:
-        pass  # an untied lm_head is read from the weights (language_model.lm_head.weight)
     return GraniteConfig(enc, prj, text, [int(i) for i in indices], editor_blank, bpe_blank, offset,
                          int(min_edit), scale, layout, cfg)

@@ -88,9 +88,10 @@ def scan_head(x: torch.Tensor, weight: torch.Tensor, bias: Optional[torch.Tensor
 
 
 class GraniteNAR(nn.Module):
-    def __init__(self, cfg: GraniteConfig, tied: bool = True):
+    def __init__(self, cfg: GraniteConfig, tied: Optional[bool] = None):
         super().__init__()
         self.cfg = cfg
+        tied = cfg.text.tie_word_embeddings if tied is None else tied
         self.encoder = GraniteEncoder(cfg.encoder, cfg.encoder_layer_indices)
         self.projector = WindowedQFormer(cfg.projector)
         self.language_model = _LanguageModel(cfg, tied)

@@ -99,10 +99,8 @@ class GraniteASR:
             raise ModelError("Granite models run in float32 or bfloat16 (float16 overflows Granite's multipliers)")
         ckpt = read_checkpoint(Path(path), dtype)
         cfg = parse_config(ckpt.config, ckpt.layout)
-        tied = cfg.raw.get("text_config", cfg.raw.get("llm_config", {})).get("tie_word_embeddings",
-                                                                               cfg.raw.get("tie_word_embeddings", True))
         try:
-            model = build(cfg, ckpt.state_dict, tied=bool(tied))
+            model = build(cfg, ckpt.state_dict, tied=cfg.text.tie_word_embeddings)
         except ModelError as e:
             raise ModelError(f"{path}: {e}") from None
         del ckpt.state_dict
