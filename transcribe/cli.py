@@ -2,6 +2,7 @@
 
     transcribe AUDIO... [--model M] [--format txt|json|srt|vtt|all] [--output-dir DIR] ...
     transcribe --stream FILE|- [--model M] [--format txt|jsonl] ...   (live: stream_cli.py)
+    transcribe serve [--model M]... [--host H] [--port P] ...          (HTTP server: server/cli.py)
 
 Exit codes: 0 when every input was transcribed; 2 for a usage error, a model that cannot be
 loaded, or any input that could not be read or transcribed (the others are still processed and
@@ -39,6 +40,12 @@ class _UsageError(Exception):
 
 
 def main(argv: Optional[list[str]] = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    if argv and argv[0] == "serve":  # `transcribe serve ...` (a file named serve: `./serve`)
+        from .server.cli import main as serve
+
+        return serve(argv[1:])
     parser = _parser()
     try:
         args = parser.parse_args(argv)

@@ -1,0 +1,320 @@
+"""The HTTP application: OpenAI's audio endpoints, the model list, health, live streaming.
+
+    POST /v1/audio/transcriptions   multipart: file, model, language, prompt, response_format,
+                                    temperature, timestamp_granularities[], stream (+ extra fields)
+    POST /v1/audio/translations     the same, into English (multilingual Whisper models)
+    GET  /v1/models, /v1/models/{id}
+    GET  /health                    200 once the models are loaded (never needs the API key)
+    WS   /v1/audio/stream           live PCM in, partial text / words / events out (websocket.py)
+
+Errors have OpenAI's body, {"error": {"message", "type", "param", "code"}}; nothing a client
+sends takes the process down, and uploads are spooled to anonymous temporary files that vanish
+when the request ends, however it ends.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import json
+import logging
+import time
+from typing import Any, Optional
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse, PlainTextResponse, Response, StreamingResponse
+from starlette.datastructures import UploadFile
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.formparsers import MultiPartException
+
+from ..errors import AudioError, TranscribeError
+from .engine import Engine, Served
+from .openai_api import ApiError, error_body, render, request_options
+
+log = logging.getLogger("transcribe.server")
+
+OPEN_PATHS = ("/health",)
+
+
+class UploadTooLarge(Exception):
+    pass
+
+
+class _Guard:
+    """ASGI middleware: the API key (every path but /health) and the upload size limit. A body
+    declared larger than the limit is refused before it is read; one that grows past it (no or a
+    false Content-Length) stops being read there."""
+
+    def __init__(self, app, api_key: Optional[str], max_upload_bytes: int):
+        self.app = app
+        self.key = api_key.encode() if api_key else None
+        self.limit = int(max_upload_bytes)
+
+    async def __call__(self, scope, receive, send):
+        kind = scope["type"]
+        if kind not in ("http", "websocket"):
+            return await self.app(scope, receive, send)
+        if self.key is not None and scope.get("path") not in OPEN_PATHS and not self._authorized(scope):
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008, "reason": "invalid API key"})
+                return
+            return await _send_json(send, 401, error_body(
+                401, "Incorrect API key provided: send 'Authorization: Bearer <key>'.", None, "invalid_api_key"))
+        if kind == "websocket":
+            return await self.app(scope, receive, send)
+        length = _header(scope, b"content-length")
+        if length is not None:
+            try:
+                declared = int(length)
+            except ValueError:
+                return await _send_json(send, 400, error_body(400, "invalid Content-Length header"))
+            if declared > self.limit:
+                return await _send_json(send, 413, _too_large(self.limit))
+        seen = 0
+
+        async def counted():
+            nonlocal seen
+            message = await receive()
+            if message["type"] == "http.request":
+                seen += len(message.get("body", b""))
+                if seen > self.limit:
+                    raise UploadTooLarge()
+            return message
+
+        return await self.app(scope, counted, send)
+
+    def _authorized(self, scope) -> bool:
+        auth = _header(scope, b"authorization") or ""
+        token = auth[7:].strip() if auth[:7].lower() == "bearer " else ""
+        if not token and scope["type"] == "websocket":
+            # Browsers cannot set headers on a WebSocket: the key may come as a subprotocol
+            # "openai-insecure-api-key.<key>", as OpenAI's realtime API takes it.
+            for proto in (_header(scope, b"sec-websocket-protocol") or "").split(","):
+                proto = proto.strip()
+                if proto.startswith("openai-insecure-api-key."):
+                    token = proto[len("openai-insecure-api-key."):]
+        return hmac.compare_digest(token.encode(), self.key)
+
+
+def _header(scope, name: bytes) -> Optional[str]:
+    for k, v in scope.get("headers", ()):
+        if k.lower() == name:
+            return v.decode("latin-1")
+    return None
+
+
+def _too_large(limit: int) -> dict:
+    return error_body(413, f"the upload is larger than the server's limit of {limit / 2**20:g} MB",
+                      "file", "file_too_large")
+
+
+async def _send_json(send, status: int, body: dict) -> None:
+    data = json.dumps(body).encode()
+    await send({"type": "http.response.start", "status": status,
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()),
+                            (b"connection", b"close")]})
+    await send({"type": "http.response.body", "body": data})
+
+
+def _error(e: ApiError) -> JSONResponse:
+    return JSONResponse(e.body(), status_code=e.status)
+
+
+class ClientGone(Exception):
+    pass
+
+
+async def _unless_gone(request: Request, awaitable):
+    """Awaits `awaitable`; if the client disconnects first, cancels it (its batch slot is freed)
+    and raises ClientGone."""
+    work = asyncio.ensure_future(awaitable)
+
+    async def gone():
+        while True:
+            message = await request.receive()
+            if message["type"] == "http.disconnect":
+                return
+
+    watch = asyncio.ensure_future(gone())
+    try:
+        done, _ = await asyncio.wait({work, watch}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        work.cancel()
+        watch.cancel()
+        raise
+    if work in done:
+        watch.cancel()
+        return work.result()
+    work.cancel()
+    raise ClientGone()
+
+
+def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: float = 200.0) -> Any:
+    """The ASGI application serving `engine`'s models (wrapped in the key and size guard)."""
+    @contextlib.asynccontextmanager
+    async def lifespan(app):
+        engine.start()
+        try:
+            yield
+        finally:
+            await engine.stop()
+
+    app = FastAPI(title="transcribe", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
+    app.state.engine = engine
+    created = int(time.time())
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http_error(request: Request, exc: StarletteHTTPException):
+        message = {404: f"no such endpoint: {request.method} {request.url.path}",
+                   405: f"method {request.method} is not allowed on {request.url.path}"}.get(
+            exc.status_code, str(exc.detail))
+        return JSONResponse(error_body(exc.status_code, message, None, None), status_code=exc.status_code)
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception):
+        log.exception("internal error on %s %s", request.method, request.url.path)
+        return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}"), status_code=500)
+
+    @app.get("/health")
+    async def health():
+        return {"status": "ok", "models": list(engine.models)}
+
+    def model_object(name: str) -> dict:
+        return {"id": name, "object": "model", "created": created, "owned_by": "transcribe",
+                "family": engine.models[name].family}
+
+    @app.get("/v1/models")
+    async def models():
+        return {"object": "list", "data": [model_object(n) for n in engine.models]}
+
+    @app.get("/v1/models/{name:path}")
+    async def one_model(name: str):
+        if name not in engine.models:
+            return _error(ApiError(404, f"The model '{name}' does not exist", "model", "model_not_found"))
+        return model_object(name)
+
+    @app.post("/v1/audio/transcriptions")
+    async def transcriptions(request: Request):
+        return await _audio(request, "transcribe")
+
+    @app.post("/v1/audio/translations")
+    async def translations(request: Request):
+        return await _audio(request, "translate")
+
+    async def _audio(request: Request, task: str):
+        form = None
+        try:
+            try:
+                form = await request.form(max_files=4, max_fields=200, max_part_size=1024 * 1024)
+            except UploadTooLarge:
+                return JSONResponse(_too_large(int(max_upload_mb * 2**20)), status_code=413,
+                                    headers={"connection": "close"})
+            except (MultiPartException, ValueError, KeyError, AssertionError) as e:
+                raise ApiError(400, f"malformed multipart body: {e}", None, "invalid_multipart") from None
+            fields: dict[str, list[str]] = {}
+            upload = None
+            for key, value in form.multi_items():
+                if isinstance(value, UploadFile):
+                    if key == "file" and upload is None:
+                        upload = value
+                    continue
+                fields.setdefault(key, []).append(value)
+            if upload is None:
+                if "file" in fields:
+                    raise ApiError(400, "'file' must be an uploaded file (multipart/form-data), not a text field",
+                                   "file", "invalid_value")
+                raise ApiError(400, "a 'file' is required: the audio, as multipart/form-data", "file",
+                               "missing_required_parameter")
+            served = _pick(engine, fields.get("model", [None])[-1])
+            model = served.model
+            options, fmt, grains, stream = request_options(model, fields, task)
+            if task == "translate" and not (served.family == "whisper" and getattr(model, "multilingual", False)):
+                raise ApiError(400, f"{served.id} cannot translate (only multilingual Whisper models can)",
+                               "model", "unsupported_task")
+            try:
+                model.transcribe([], **options)  # checks the options, transcribes nothing
+            except TranscribeError as e:
+                raise ApiError(400, str(e), None, "invalid_value") from None
+            try:
+                pcm = await _unless_gone(request, engine.decode_audio(upload.file, int(model.sample_rate)))
+            except AudioError as e:
+                raise ApiError(400, f"could not decode the audio: {e}", "file", "invalid_audio") from None
+            if stream:
+                return StreamingResponse(_sse(engine, served, pcm, options), media_type="text/event-stream",
+                                         headers={"cache-control": "no-cache"})
+            try:
+                transcript = await _unless_gone(request, engine.transcribe(served, pcm, options))
+            except TranscribeError as e:
+                raise ApiError(400, str(e), None, "invalid_value") from None
+            body, media = render(transcript, fmt, grains, task, model)
+            if isinstance(body, dict):
+                return JSONResponse(body)
+            return PlainTextResponse(body, media_type=media) if media.startswith("text/plain") else \
+                Response(body, media_type=media)
+        except ApiError as e:
+            return _error(e)
+        except ClientGone:
+            return Response(status_code=499)  # nobody reads it: the client is gone
+        finally:
+            if form is not None:
+                await form.close()
+
+    from .websocket import add_stream_route
+
+    add_stream_route(app, engine)
+    return _Guard(app, api_key, int(max_upload_mb * 2**20))
+
+
+def _pick(engine: Engine, name: Optional[str]) -> Served:
+    """The model a request names: with one model loaded, whatever it names (clients hard-code
+    'whisper-1'); with several, the one of that id."""
+    if len(engine.models) == 1:
+        return next(iter(engine.models.values()))
+    if not name:
+        raise ApiError(400, f"'model' is required: one of {', '.join(engine.models)}", "model",
+                       "missing_required_parameter")
+    if name not in engine.models:
+        raise ApiError(404, f"The model '{name}' does not exist (this server has {', '.join(engine.models)})",
+                       "model", "model_not_found")
+    return engine.models[name]
+
+
+def sse_deltas(transcript) -> list[str]:
+    """The text in pieces, a segment each, whose concatenation is exactly `transcript.text`."""
+    text = transcript.text
+    out: list[str] = []
+    pos = 0
+    for seg in transcript.segments:
+        piece = seg.text.strip()
+        if not piece:
+            continue
+        at = text.find(piece, pos)
+        if at < 0:
+            continue
+        out.append(text[pos: at + len(piece)])
+        pos = at + len(piece)
+    if pos < len(text):
+        if out:
+            out[-1] += text[pos:]
+        else:
+            out.append(text[pos:])
+    return out
+
+
+async def _sse(engine: Engine, served: Served, pcm, options: dict):
+    """Server-sent events as OpenAI sends them: transcript.text.delta ..., transcript.text.done."""
+    def event(obj: dict) -> bytes:
+        return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
+
+    try:
+        transcript = await engine.transcribe(served, pcm, options)
+    except TranscribeError as e:
+        yield event({"type": "error", "error": ApiError(400, str(e)).body()["error"]})
+        return
+    except Exception as e:  # noqa: BLE001 - told to the client; the server goes on
+        log.exception("internal error in a streamed transcription")
+        yield event({"type": "error", "error": ApiError(500, f"internal error: {type(e).__name__}").body()["error"]})
+        return
+    for delta in sse_deltas(transcript):
+        yield event({"type": "transcript.text.delta", "delta": delta})
+    yield event({"type": "transcript.text.done", "text": transcript.text})

@@ -1,0 +1,187 @@
+"""The server's models and the one lane that runs them, with dynamic batching.
+
+Every model call (a batch of uploads, a step of a live stream) runs on one inference thread, off
+the event loop: PyTorch already spreads one call over the cores, and two calls at once would only
+split them. Requests for the same model and the same decoding options that arrive while the lane
+is busy, or within `wait_ms` of each other, are gathered and run as one `model.transcribe(list)`
+call of at most `max_batch` inputs; each request gets its own transcript back. A request whose
+client went away before its batch started is dropped from it.
+
+Audio is decoded on a small pool of its own (decoding runs while the lane transcribes).
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Callable, Optional
+
+from ..errors import TranscribeError
+
+log = logging.getLogger("transcribe.server")
+
+
+@dataclass
+class Job:
+    pcm: Any  # float32 numpy array at the model's rate
+    options: dict
+    future: asyncio.Future
+    key: tuple = ()
+
+
+def options_key(options: dict) -> tuple:
+    """A hashable key of decoding options: requests batch together only when these are equal."""
+    def frozen(v):
+        if isinstance(v, (list, tuple)):
+            return tuple(frozen(x) for x in v)
+        if isinstance(v, dict):
+            return tuple(sorted((k, frozen(x)) for k, x in v.items()))
+        return v
+
+    return tuple(sorted((k, frozen(v)) for k, v in options.items()))
+
+
+@dataclass
+class Served:
+    """One loaded model: the id clients name it by, and its batching queue."""
+
+    id: str
+    model: Any
+    queue: "asyncio.Queue[Job]" = field(default_factory=asyncio.Queue)
+    task: Optional[asyncio.Task] = None
+
+    @property
+    def family(self) -> str:
+        return getattr(self.model, "family", "")
+
+
+class Engine:
+    """Runs the models: `await engine.transcribe(served, pcm, options)` -> Transcript."""
+
+    def __init__(self, models: dict[str, Any], max_batch: int = 8, wait_ms: float = 5.0):
+        if not models:
+            raise ValueError("the server needs at least one model")
+        self.models = {name: Served(name, m) for name, m in models.items()}
+        self.max_batch = max(1, int(max_batch))
+        self.wait_s = max(0.0, float(wait_ms)) / 1000.0
+        self._lane = ThreadPoolExecutor(1, thread_name_prefix="transcribe-model")
+        self._decode = ThreadPoolExecutor(2, thread_name_prefix="transcribe-audio")
+        self._started = False
+        self.batches = 0  # batches run (for tests and logs)
+        self.largest_batch = 0
+        self._stat_lock = threading.Lock()
+
+    # ------------------------------------------------------------------ life
+    def start(self) -> None:
+        """Starts one gathering task per model (on the running event loop)."""
+        if self._started:
+            return
+        for served in self.models.values():
+            served.queue = asyncio.Queue()
+            served.task = asyncio.get_running_loop().create_task(self._gather(served))
+        self._started = True
+
+    async def stop(self) -> None:
+        for served in self.models.values():
+            if served.task is not None:
+                served.task.cancel()
+                try:
+                    await served.task
+                except (asyncio.CancelledError, Exception):  # noqa: BLE001 - shutting down
+                    pass
+                served.task = None
+        self._started = False
+        self._lane.shutdown(wait=False, cancel_futures=True)
+        self._decode.shutdown(wait=False, cancel_futures=True)
+
+    # ------------------------------------------------------------------ work
+    async def decode_audio(self, source, sample_rate: int):
+        """Decodes an upload (a file object or bytes) off the event loop."""
+        from ..audio import load_audio
+
+        return await asyncio.get_running_loop().run_in_executor(
+            self._decode, lambda: load_audio(source, sample_rate=sample_rate))
+
+    async def run(self, fn: Callable[[], Any]):
+        """Runs `fn` on the inference lane (a step of a live stream)."""
+        return await asyncio.get_running_loop().run_in_executor(self._lane, fn)
+
+    async def transcribe(self, served: Served, pcm, options: dict):
+        """The transcript of one input, run in a batch with the requests gathered with it.
+        Cancelling the awaiting task drops the request if its batch has not started."""
+        loop = asyncio.get_running_loop()
+        job = Job(pcm, dict(options), loop.create_future(), options_key(options))
+        await served.queue.put(job)
+        return await job.future
+
+    async def _gather(self, served: Served) -> None:
+        loop = asyncio.get_running_loop()
+        held: list[Job] = []  # jobs taken from the queue with other options than the batch run
+        while True:
+            first = held.pop(0) if held else await served.queue.get()
+            batch = [first]
+            deadline = loop.time() + self.wait_s
+            while len(batch) < self.max_batch:
+                same = [j for j in held if j.key == first.key]
+                for j in same[: self.max_batch - len(batch)]:
+                    held.remove(j)
+                    batch.append(j)
+                if len(batch) >= self.max_batch:
+                    break
+                try:
+                    if served.queue.empty():
+                        left = deadline - loop.time()
+                        if left <= 0:
+                            break
+                        job = await asyncio.wait_for(served.queue.get(), left)
+                    else:
+                        job = served.queue.get_nowait()
+                except (asyncio.TimeoutError, asyncio.QueueEmpty):
+                    break
+                (batch if job.key == first.key else held).append(job)
+            batch = [j for j in batch if not j.future.done()]  # clients that went away
+            if not batch:
+                continue
+            try:
+                results = await loop.run_in_executor(self._lane, self._run_batch, served.model, batch)
+            except Exception as e:  # noqa: BLE001 - handed to every request of the batch
+                for j in batch:
+                    if not j.future.done():
+                        j.future.set_exception(e)
+                continue
+            for j, r in zip(batch, results):
+                if j.future.done():
+                    continue
+                if isinstance(r, BaseException):
+                    j.future.set_exception(r)
+                else:
+                    j.future.set_result(r)
+
+    def _run_batch(self, model, batch: list[Job]) -> list:
+        """On the lane: one model call for the batch; on a refused input, each alone (so the
+        others still get their transcript and the bad one its error)."""
+        with self._stat_lock:
+            self.batches += 1
+            self.largest_batch = max(self.largest_batch, len(batch))
+        options = batch[0].options
+        pcms = [j.pcm for j in batch]
+        if len(batch) == 1:
+            try:
+                return [model.transcribe(pcms[0], batch_size=1, **options)]
+            except TranscribeError as e:
+                return [e]
+        try:
+            results = list(model.transcribe(pcms, batch_size=len(batch), **options))
+            if len(results) != len(batch):
+                raise RuntimeError(f"model returned {len(results)} transcripts for {len(batch)} inputs")
+            return results
+        except TranscribeError:
+            out = []
+            for pcm in pcms:
+                try:
+                    out.append(model.transcribe(pcm, batch_size=1, **options))
+                except TranscribeError as e:
+                    out.append(e)
+            return out

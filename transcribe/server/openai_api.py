@@ -1,0 +1,271 @@
+"""The OpenAI audio API's request fields and response shapes, on our `Transcript`.
+
+`request_options` turns the form fields of `POST /v1/audio/transcriptions` (and `translations`)
+into the model's decoding options, raising `ApiError` (400) for a value the model cannot honour;
+`render` turns a transcript into the body of each `response_format`. Fields the API defines that
+mean nothing here (`chunking_strategy`, `include[]`, ...) and unknown fields are ignored.
+"""
+from __future__ import annotations
+
+import math
+import zlib
+from typing import Any, Optional
+
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+GRANULARITIES = ("word", "segment")
+
+# Extra form fields (not in OpenAI's API) passed on to a model family's `transcribe`: name ->
+# (family, parser). Parakeet's beam search and hotwords; Whisper's beam options.
+_INT, _FLOAT = "int", "float"
+
+
+def _bool(s: str) -> bool:
+    v = s.strip().lower()
+    if v in ("1", "true", "yes", "on"):
+        return True
+    if v in ("0", "false", "no", "off", ""):
+        return False
+    raise ValueError(f"not a boolean: {s!r}")
+
+
+EXTRA_FIELDS = {
+    "beam_size": (("parakeet", "whisper"), int),
+    "nbest": (("parakeet",), int),
+    "beam": (("parakeet",), str),
+    "score_norm": (("parakeet",), _bool),
+    "hotwords": (("parakeet",), str),
+    "hotword_weight": (("parakeet",), float),
+    "head": (("parakeet",), str),
+    "patience": (("whisper",), float),
+    "best_of": (("whisper",), int),
+    "length_penalty": (("whisper",), float),
+    "condition_on_previous_text": (("whisper",), _bool),
+    "no_speech_threshold": (("whisper",), float),
+    "logprob_threshold": (("whisper",), float),
+    "compression_ratio_threshold": (("whisper",), float),
+    "max_piece_s": (("granite",), float),
+}
+
+
+class ApiError(Exception):
+    """An error answered with OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
+
+    def __init__(self, status: int, message: str, param: Optional[str] = None, code: Optional[str] = None,
+                 kind: Optional[str] = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.param = param
+        self.code = code
+        self.kind = kind or {401: "invalid_request_error", 404: "invalid_request_error",
+                             413: "invalid_request_error", 429: "rate_limit_error"}.get(
+            status, "invalid_request_error" if status < 500 else "server_error")
+
+    def body(self) -> dict:
+        return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}
+
+
+def error_body(status: int, message: str, param: Optional[str] = None, code: Optional[str] = None) -> dict:
+    return ApiError(status, message, param, code).body()
+
+
+def request_options(model, fields: dict[str, list[str]], task: str) -> tuple[dict, str, set[str], bool]:
+    """(decoding options, response_format, timestamp granularities, stream) from the form fields
+    (each a list of the values given). Raises ApiError(400) on a bad value."""
+    family = getattr(model, "family", "")
+
+    def one(name: str) -> Optional[str]:
+        values = fields.get(name)
+        return values[-1] if values else None
+
+    fmt = (one("response_format") or "json").strip()
+    if fmt not in FORMATS:
+        raise ApiError(400, f"response_format must be one of {', '.join(FORMATS)}; got {fmt!r}",
+                       "response_format", "invalid_value")
+    grains = set()
+    for name in ("timestamp_granularities[]", "timestamp_granularities"):
+        for v in fields.get(name, []):
+            for g in v.split(","):
+                g = g.strip()
+                if not g:
+                    continue
+                if g not in GRANULARITIES:
+                    raise ApiError(400, f"timestamp_granularities must be word and/or segment; got {g!r}",
+                                   "timestamp_granularities", "invalid_value")
+                grains.add(g)
+    if not grains:
+        grains = {"segment"}
+    stream_value = one("stream")
+    try:
+        stream = _bool(stream_value) if stream_value is not None else False
+    except ValueError:
+        raise ApiError(400, f"stream must be true or false; got {stream_value!r}", "stream", "invalid_value") from None
+
+    options: dict[str, Any] = {}
+    if family == "whisper":
+        options["task"] = task
+        if "word" in grains and fmt == "verbose_json":
+            options["word_timestamps"] = True
+    elif task == "translate":
+        raise ApiError(400, f"{model_name(model)} cannot translate (only multilingual Whisper models can)",
+                       "model", "unsupported_task")
+
+    language = one("language")
+    if language is not None and language.strip():
+        options.update(_language(model, language.strip().lower(), task))
+
+    prompt = one("prompt")
+    if prompt and prompt.strip() and family == "whisper":
+        options["initial_prompt"] = prompt
+
+    temperature = one("temperature")
+    if temperature is not None and temperature.strip():
+        try:
+            t = float(temperature)
+        except ValueError:
+            raise ApiError(400, f"temperature must be a number; got {temperature!r}", "temperature",
+                           "invalid_value") from None
+        if not (0.0 <= t <= 1.0) or math.isnan(t):
+            raise ApiError(400, f"temperature must lie between 0 and 1; got {t}", "temperature", "invalid_value")
+        if family == "whisper" and t > 0:
+            # As openai-whisper's command: fall back from t in steps of 0.2 up to 1.0 (0: the
+            # default schedule from 0, which is what the API's temperature 0 means).
+            steps = []
+            v = t
+            while v <= 1.0 + 1e-9:
+                steps.append(round(v, 6))
+                v += 0.2
+            options["temperature"] = tuple(steps)
+
+    for name, (families, parse) in EXTRA_FIELDS.items():
+        value = one(name)
+        if value is None or family not in families or not value.strip():
+            continue
+        try:
+            options[name] = parse(value)
+        except ValueError:
+            raise ApiError(400, f"{name}: invalid value {value!r}", name, "invalid_value") from None
+    return options, fmt, grains, stream
+
+
+def _language(model, code: str, task: str) -> dict:
+    family = getattr(model, "family", "")
+    code = LANGUAGE_CODES.get(code, code)  # "english" -> "en"
+    if family == "whisper":
+        if getattr(model, "multilingual", False):
+            known = getattr(getattr(model, "tokenizer", None), "languages", {}) or {}
+            if code not in known:
+                raise ApiError(400, f"unknown language {code!r} for {model_name(model)}", "language", "invalid_value")
+            return {"language": code}
+        if code != "en":
+            raise ApiError(400, f"{model_name(model)} is an English-only model; language {code!r} is not available",
+                           "language", "invalid_value")
+        return {}
+    if code not in LANGUAGE_NAMES:
+        raise ApiError(400, f"unknown language {code!r} (an ISO 639-1 code such as en, de, fr)", "language",
+                       "invalid_value")
+    return {}  # Parakeet and Granite find the language themselves: a valid hint is not needed
+
+
+def model_name(model) -> str:
+    return getattr(model, "name", "the model")
+
+
+def duration_seconds(transcript) -> int:
+    return int(math.ceil(float(transcript.duration or 0.0)))
+
+
+def render(transcript, fmt: str, grains: set[str], task: str, model) -> tuple[Any, str]:
+    """The response body (a dict for json kinds, a str otherwise) and its media type."""
+    from ..writers import WRITERS
+
+    if fmt == "json":
+        return {"text": transcript.text, "usage": {"type": "duration", "seconds": duration_seconds(transcript)}}, \
+            "application/json"
+    if fmt == "text":
+        return WRITERS["txt"](transcript), "text/plain; charset=utf-8"
+    if fmt == "srt":
+        return WRITERS["srt"](transcript), "text/plain; charset=utf-8"
+    if fmt == "vtt":
+        return WRITERS["vtt"](transcript), "text/vtt; charset=utf-8"
+    return verbose(transcript, grains, task, model), "application/json"
+
+
+def verbose(transcript, grains: set[str], task: str, model) -> dict:
+    body: dict[str, Any] = {
+        "task": "translate" if task == "translate" else "transcribe",
+        "language": language_name(transcript.language),
+        "duration": round(float(transcript.duration), 3),
+        "text": transcript.text,
+    }
+    if "segment" in grains:
+        body["segments"] = [_segment(i, s, transcript, model) for i, s in enumerate(transcript.segments)]
+    if "word" in grains:
+        body["words"] = [{"word": w.word, "start": round(float(w.start), 3), "end": round(float(w.end), 3)}
+                         for w in transcript.words]
+    body["usage"] = {"type": "duration", "seconds": duration_seconds(transcript)}
+    return body
+
+
+def _segment(index: int, seg, transcript, model) -> dict:
+    """OpenAI's segment: Whisper's statistics where the model has them; for other families the
+    mean log-prob of the segment's tokens (where the model gives one), no-speech 0 and temperature 0."""
+    text = seg.text
+    toks = [t for t in transcript.tokens if seg.start - 1e-6 <= 0.5 * (t.start + t.end) <= seg.end + 1e-6]
+    if toks:
+        ids = [int(t.id) for t in toks]
+    else:  # Whisper without word times keeps no token list: the text's tokens
+        encode = getattr(getattr(model, "tokenizer", None), "encode", None)
+        ids = list(encode(text)) if callable(encode) and text.strip() else []
+    avg = seg.avg_logprob
+    if avg is None:
+        lps = [t.logprob for t in toks if t.logprob is not None]
+        avg = sum(lps) / len(lps) if lps else 0.0
+    ratio = seg.compression_ratio
+    if ratio is None:
+        data = text.strip().encode("utf-8")
+        ratio = len(data) / len(zlib.compress(data)) if data else 0.0
+    return {
+        "id": index,
+        "seek": int(round(float(seg.start) * 100)),
+        "start": round(float(seg.start), 3),
+        "end": round(float(seg.end), 3),
+        "text": text,
+        "tokens": ids,
+        "temperature": float(seg.temperature or 0.0),
+        "avg_logprob": float(avg),
+        "compression_ratio": float(ratio),
+        "no_speech_prob": float(seg.no_speech_prob or 0.0),
+    }
+
+
+def language_name(code: Optional[str]) -> str:
+    """OpenAI names the language in words ("english"); "unknown" when the model does not say."""
+    if not code:
+        return "unknown"
+    return LANGUAGE_NAMES.get(code, code)
+
+
+# ISO 639-1 codes (and Whisper's extra codes) -> the lowercase English names the API returns.
+LANGUAGE_NAMES = {
+    "en": "english", "zh": "chinese", "de": "german", "es": "spanish", "ru": "russian", "ko": "korean",
+    "fr": "french", "ja": "japanese", "pt": "portuguese", "tr": "turkish", "pl": "polish", "ca": "catalan",
+    "nl": "dutch", "ar": "arabic", "sv": "swedish", "it": "italian", "id": "indonesian", "hi": "hindi",
+    "fi": "finnish", "vi": "vietnamese", "he": "hebrew", "uk": "ukrainian", "el": "greek", "ms": "malay",
+    "cs": "czech", "ro": "romanian", "da": "danish", "hu": "hungarian", "ta": "tamil", "no": "norwegian",
+    "th": "thai", "ur": "urdu", "hr": "croatian", "bg": "bulgarian", "lt": "lithuanian", "la": "latin",
+    "mi": "maori", "ml": "malayalam", "cy": "welsh", "sk": "slovak", "te": "telugu", "fa": "persian",
+    "lv": "latvian", "bn": "bengali", "sr": "serbian", "az": "azerbaijani", "sl": "slovenian",
+    "kn": "kannada", "et": "estonian", "mk": "macedonian", "br": "breton", "eu": "basque",
+    "is": "icelandic", "hy": "armenian", "ne": "nepali", "mn": "mongolian", "bs": "bosnian",
+    "kk": "kazakh", "sq": "albanian", "sw": "swahili", "gl": "galician", "mr": "marathi",
+    "pa": "punjabi", "si": "sinhala", "km": "khmer", "sn": "shona", "yo": "yoruba", "so": "somali",
+    "af": "afrikaans", "oc": "occitan", "ka": "georgian", "be": "belarusian", "tg": "tajik",
+    "sd": "sindhi", "gu": "gujarati", "am": "amharic", "yi": "yiddish", "lo": "lao", "uz": "uzbek",
+    "fo": "faroese", "ht": "haitian creole", "ps": "pashto", "tk": "turkmen", "nn": "nynorsk",
+    "mt": "maltese", "sa": "sanskrit", "lb": "luxembourgish", "my": "myanmar", "bo": "tibetan",
+    "tl": "tagalog", "mg": "malagasy", "as": "assamese", "tt": "tatar", "haw": "hawaiian",
+    "ln": "lingala", "ha": "hausa", "ba": "bashkir", "jw": "javanese", "su": "sundanese",
+    "yue": "cantonese", "ga": "irish", "ky": "kyrgyz", "zu": "zulu", "xh": "xhosa", "ig": "igbo",
+}
+LANGUAGE_CODES = {name: code for code, name in LANGUAGE_NAMES.items()}
