@@ -177,7 +177,7 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
 
     @app.get("/health")
     async def health():
-        return {"status": "ok", "models": list(engine.models)}
+        return {"status": "ok", "models": list(engine.models), "stats": engine.stats()}
 
     def model_object(name: str) -> dict:
         return {"id": name, "object": "model", "created": created, "owned_by": "transcribe",
@@ -202,6 +202,7 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
         return await _audio(request, "translate")
 
     async def _audio(request: Request, task: str):
+        engine.requests += 1
         form = None
         try:
             try:
@@ -254,6 +255,7 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
         except ApiError as e:
             return _error(e)
         except ClientGone:
+            engine.dropped += 1
             return Response(status_code=499)  # nobody reads it: the client is gone
         finally:
             if form is not None:

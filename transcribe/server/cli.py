@@ -4,7 +4,8 @@
                      [--max-upload-mb 200] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
                      [--device cpu|cuda] [--dtype T] [--log-level info]
 
-Exit status: 0 after a clean shutdown (Ctrl-C, SIGTERM); 2 for a usage error, a model that cannot
+Exit status: 0 after a clean shutdown on Ctrl-C (on SIGTERM the process ends by that signal once shut
+down cleanly, as uvicorn lets it); 2 for a usage error, a model that cannot
 be loaded or an address that cannot be listened on; 1 for an internal error.
 """
 from __future__ import annotations

@@ -69,9 +69,15 @@ class Engine:
         self._lane = ThreadPoolExecutor(1, thread_name_prefix="transcribe-model")
         self._decode = ThreadPoolExecutor(2, thread_name_prefix="transcribe-audio")
         self._started = False
-        self.batches = 0  # batches run (for tests and logs)
+        self.requests = 0  # transcription requests received
+        self.dropped = 0  # requests given up because their client went away
+        self.batches = 0  # model calls run for them
         self.largest_batch = 0
         self._stat_lock = threading.Lock()
+
+    def stats(self) -> dict:
+        return {"requests": self.requests, "dropped": self.dropped, "batches": self.batches,
+                "largest_batch": self.largest_batch, "max_batch": self.max_batch}
 
     # ------------------------------------------------------------------ life
     def start(self) -> None:
