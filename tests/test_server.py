@@ -578,3 +578,43 @@ def test_serve_command_errors():
     assert main(["serve", "--port", str(_free_port()), "--model", "no-such-model-anywhere"]) == 2
     assert main(["serve", "--max-batch", "0"]) == 2
     assert main(["serve", "--help"]) == 0
+
+
+# ---------------------------------------------------------------------------------------------- translation
+
+
+def test_translation_with_a_multilingual_model():
+    """A multilingual Whisper model (random weights, the tiny test layout) translates: the
+    endpoint gives what the model gives with task='translate', and says so in verbose_json."""
+    import uvicorn
+
+    from transcribe.server import Engine, create_app
+
+    from .test_whisper_multilingual import random_asr
+
+    asr = random_asr("51865")
+    app = create_app(Engine({"random-ml": asr}))
+    port = _free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning", lifespan="on"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert server.started
+        client = openai.OpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="unused")
+        with open(JFK, "rb") as f:
+            r = client.audio.translations.create(model="whisper-1", file=f, response_format="verbose_json")
+        expected = asr.transcribe(str(JFK), task="translate")
+        assert r.text == expected.text and r.task == "translate"
+        from transcribe.server.openai_api import language_name
+
+        assert r.language == language_name(expected.language) != "unknown"
+        with open(JFK, "rb") as f:  # a language the model does not know: 400, named
+            with pytest.raises(openai.BadRequestError) as e:
+                client.audio.transcriptions.create(model="whisper-1", file=f, language="xx")
+        assert e.value.body["param"] == "language"
+    finally:
+        server.should_exit = True
+        thread.join(30)
