@@ -618,3 +618,33 @@ def test_translation_with_a_multilingual_model():
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+# ---------------------------------------------------------------------------------------------- the README
+
+
+def _readme_block(marker: str) -> str:
+    import re
+
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    blocks = [b for b in re.findall(r"```python\n(.*?)```", readme, re.S) if marker in b]
+    assert len(blocks) == 1, marker
+    return blocks[0]
+
+
+def test_readme_openai_call_works_as_written(plain, capsys):
+    code = _readme_block("OpenAI(base_url=").replace("127.0.0.1:8000", f"127.0.0.1:{plain.port}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout == _cli(capsys, str(SAMPLE))
+
+
+def test_readme_websocket_example_works_as_written(plain, model):
+    code = _readme_block("websockets.connect(").replace("127.0.0.1:8000", f"127.0.0.1:{plain.port}")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=300)
+    assert out.returncode == 0, out.stderr
+    import ast
+
+    messages = [ast.literal_eval(line) for line in out.stdout.splitlines()]
+    assert messages[0]["type"] == "session" and messages[-1]["type"] == "final"
+    assert messages[-1]["text"] == _offline_stream(model, _pcm16(JFK))
