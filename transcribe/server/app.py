@@ -233,7 +233,7 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
                 raise ApiError(400, f"{served.id} cannot translate (only multilingual Whisper models can)",
                                "model", "unsupported_task")
             try:
-                model.transcribe([], **options)  # checks the options, transcribes nothing
+                await engine.check_options(model, options)  # transcribes nothing
             except TranscribeError as e:
                 raise ApiError(400, str(e), None, "invalid_value") from None
             try:

@@ -138,7 +138,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     import uvicorn
 
     config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
-                            ws_max_size=MAX_FRAME_BYTES + 4096, timeout_graceful_shutdown=5, lifespan="on")
+                            ws_max_size=MAX_FRAME_BYTES + 4096, ws_max_queue=16,
+                            timeout_graceful_shutdown=5, lifespan="on")
     server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])

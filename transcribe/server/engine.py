@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Callable, Optional
 
 from ..errors import TranscribeError
+from ..runtime import release_memory
 
 log = logging.getLogger("transcribe.server")
 
@@ -110,6 +111,11 @@ class Engine:
         return await asyncio.get_running_loop().run_in_executor(
             self._decode, lambda: load_audio(source, sample_rate=sample_rate))
 
+    async def check_options(self, model, options: dict) -> None:
+        """Raises TranscribeError for options the model refuses (off the event loop: a model
+        call sets per-call runtime modes, which must not wait on the lane's thread team)."""
+        await asyncio.get_running_loop().run_in_executor(self._decode, lambda: model.transcribe([], **options))
+
     async def run(self, fn: Callable[[], Any]):
         """Runs `fn` on the inference lane (a step of a live stream)."""
         return await asyncio.get_running_loop().run_in_executor(self._lane, fn)
@@ -164,6 +170,11 @@ class Engine:
                     j.future.set_exception(r)
                 else:
                     j.future.set_result(r)
+            del results, batch, first
+            if not held and all(s.queue.empty() for s in self.models.values()):
+                # Idle: the batch's working memory goes back to the system (under load it is
+                # kept for the next batch, which needs it again).
+                loop.run_in_executor(self._lane, release_memory)
 
     def _run_batch(self, model, batch: list[Job]) -> list:
         """On the lane: one model call for the batch; on a refused input, each alone (so the

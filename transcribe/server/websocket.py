@@ -19,7 +19,8 @@ frames of mono PCM (16 kHz s16le unless configured otherwise), of any length, an
 
 Each socket has its own session (`model.stream()`); its steps run on the engine's inference lane,
 one frame at a time, so a client that sends faster than the model keeps up is slowed by TCP, not
-buffered. What a session keeps is bounded: words and events are sent and released, the text of
+buffered; a frame holds at most 256 KiB (8 s of 16 kHz s16le) and at most 16 wait unread. What a
+session keeps is bounded: words and events are sent and released, the text of
 the current utterance is kept, and the finished utterances' text (tens of kB an hour) for "final".
 """
 from __future__ import annotations
@@ -39,7 +40,7 @@ log = logging.getLogger("transcribe.server")
 ENCODINGS = {"pcm_s16le": 2, "pcm_f32le": 4}
 STREAM_OPTIONS = ("att_context_size", "eou_reset", "head", "language", "task", "initial_prompt", "chunk_s",
                   "left_s", "right_s")
-MAX_FRAME_BYTES = 1 << 20  # 32 s of 16 kHz s16le: a larger frame is a client error
+MAX_FRAME_BYTES = 256 * 1024  # 8 s of 16 kHz s16le: a larger frame is a client error
 
 
 class _BadMessage(Exception):
