@@ -236,6 +236,16 @@ def test_stream_deltas_join_to_the_text(plain):
     assert "".join(e.delta for e in events[:-1]) == events[-1].text == whole
 
 
+def test_fields_it_does_not_use_are_ignored(plain, capsys):
+    """OpenAI fields that mean nothing here and unknown fields never break a request."""
+    client = openai.OpenAI(base_url=plain.url, api_key="unused")
+    with open(SAMPLE, "rb") as f:
+        r = client.audio.transcriptions.create(
+            model="gpt-4o-transcribe", file=f, include=["logprobs"], chunking_strategy="auto", language="en",
+            prompt="", extra_body={"known_speaker_names[]": "ann", "something_new": "1", "nbest": "2"})
+    assert r.text + "\n" == _cli(capsys, str(SAMPLE))
+
+
 def test_translation_needs_a_multilingual_model(plain, guarded):
     client = openai.OpenAI(base_url=plain.url, api_key="unused")
     with open(SAMPLE, "rb") as f, pytest.raises(openai.BadRequestError) as e:
@@ -423,6 +433,28 @@ def test_websocket_streams_jfk(plain, model):
     words = [e for e in events if e["type"] == "word"]
     assert " ".join(w["word"] for w in words) == final["text"]
     assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
+
+
+def test_websocket_sessions_at_once_and_one_that_leaves(plain, model):
+    """Three sockets stream at once, each its own session; a fourth hangs up mid-stream (its
+    session is dropped) and the others still get their whole text."""
+    pcm = _pcm16(JFK)
+    url = f"ws://127.0.0.1:{plain.port}/v1/audio/stream"
+
+    async def leaver():
+        async with websockets.connect(url) as ws:
+            for i in range(0, len(pcm) // 2, 1600):
+                await ws.send(pcm[i:i + 1600].tobytes())
+        return "left"
+
+    async def all_of_them():
+        return await asyncio.gather(leaver(), *[_stream(url, pcm) for _ in range(3)])
+
+    left, *runs = asyncio.run(all_of_them())
+    expected = _offline_stream(model, pcm)
+    assert left == "left"
+    assert [events[-1]["text"] for events in runs] == [expected] * 3
+    assert plain.request("GET", "/health")[0] == 200
 
 
 def test_websocket_cache_aware_model_at_another_rate(guarded):
