@@ -5,6 +5,9 @@
   of each step; a beam reorder gathers only this cache.
 - Cross-attention keys and values are computed once per 30 s window (`cross_kv`) and shared by
   every beam: a cache's rows map to audio rows through `KVCache.audio_index`.
+- Rows whose prompts differ in length share one cache through left padding (`KVCache.pad`): each
+  row's keys start after its padding slots, which its queries never see, and its tokens keep
+  their own positions (batched decoding of several inputs, transcribe/whisper/batched.py).
 """
 from __future__ import annotations
 
@@ -74,13 +77,14 @@ class MultiHeadAttention(nn.Module):
     def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.split(self.key(x)), self.split(self.value(x))
 
-    def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_from: Optional[int]) -> torch.Tensor:
+    def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_from: Optional[int],
+               mask: Optional[torch.Tensor] = None) -> torch.Tensor:
         """Queries from x attend to k, v. causal_from: the position of x's first row among the keys
-        (self-attention), or None (no mask)."""
+        (self-attention), or None (no mask). mask: instead, the keys each query sees, [B, 1, n, T]
+        (True: seen)."""
         q = self.split(self.query(x))
         n = q.shape[2]
-        mask = None
-        if causal_from is not None and n > 1:
+        if mask is None and causal_from is not None and n > 1:
             # Row i (position causal_from + i) sees keys 0 .. causal_from + i.
             kpos = torch.arange(k.shape[2], device=x.device)
             qpos = causal_from + torch.arange(n, device=x.device)
@@ -141,12 +145,17 @@ class KVCache:
     beams of one audio share its cross-attention tensors. `audio_rows` is the same map as a list
     on the host, when known (read from `audio_index` on first use otherwise): the decoder consults
     it every step, and on a GPU reading the tensor would cost a transfer each time.
+
+    `pad` (host list, one per row, or None: no padding): row r's first pad[r] key slots are
+    padding (rows whose prompts were shorter than the longest, left-padded to a common length);
+    its queries never attend to them, and its tokens' positions are their slot minus pad[r].
     """
 
     keys: list[torch.Tensor]
     values: list[torch.Tensor]
     audio_index: torch.Tensor
     audio_rows: Optional[list[int]] = field(default=None, repr=False, compare=False)
+    pad: Optional[list[int]] = None
 
     @property
     def length(self) -> int:
@@ -168,6 +177,7 @@ class KVCache:
             [v.index_select(0, rows) for v in self.values],
             self.audio_index.index_select(0, rows),
             None if one is None else [one] * rows.shape[0],
+            None if self.pad is None else [self.pad[r] for r in rows.tolist()],
         )
 
 
@@ -204,9 +214,23 @@ class TextDecoder(nn.Module):
         if cache is None:
             cache = KVCache([], [], torch.arange(rows, device=tokens.device), list(range(rows)))
         offset = cache.length
-        if offset + n > self.positional_embedding.shape[0]:
+        pad = cache.pad
+        if offset - min(pad or [0]) + n > self.positional_embedding.shape[0]:
             raise ValueError(f"the decoder holds {self.positional_embedding.shape[0]} tokens at most")
-        x = self.token_embedding(tokens).to(self.positional_embedding.dtype) + self.positional_embedding[offset : offset + n]
+        mask = None
+        if pad is None:
+            pos = self.positional_embedding[offset : offset + n]
+        else:
+            # Row r's new tokens sit at slots offset.. and positions offset - pad[r]..; each sees
+            # its row's keys from slot pad[r] on, up to itself.
+            dev = tokens.device
+            first = torch.tensor(pad, device=dev)[:, None]  # [R, 1]
+            slots = offset + torch.arange(n, device=dev)  # [n]
+            pos = self.positional_embedding[slots[None, :] - first]  # [R, n, C]
+            kslot = torch.arange(offset + n, device=dev)
+            mask = (kslot[None, None, :] >= first[:, :, None]) & (kslot[None, None, :] <= slots[None, :, None])
+            mask = mask[:, None]  # [R, 1, n, T]: the same for every head
+        x = self.token_embedding(tokens).to(self.positional_embedding.dtype) + pos
         x = x.to(cross[0][0].dtype)
         idx = cache.audio_index
         audio_rows = cache.rows_on_host()
@@ -224,7 +248,7 @@ class TextDecoder(nn.Module):
                 v = torch.cat([cache.values[i], v], dim=2)
             keys.append(k)
             values.append(v)
-            x = x + blk.attn.attend(h, k, v, offset)
+            x = x + blk.attn.attend(h, k, v, offset, mask)
             ck, cv = cross[i]
             h = blk.cross_attn_ln(x)
             if shared is not None:
@@ -240,7 +264,7 @@ class TextDecoder(nn.Module):
             x = x + blk.mlp(blk.mlp_ln(x))
         if positions is not None:
             x = x[:, list(positions)]
-        return self.logits(self.ln(x)), KVCache(keys, values, idx, audio_rows), weights
+        return self.logits(self.ln(x)), KVCache(keys, values, idx, audio_rows, pad), weights
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final states [R, n, C] -> logits over the vocabulary [R, n, vocab] (float32), through the

@@ -25,6 +25,7 @@ from .tokenizer import WhisperTokenizer
 from .language import detect_language
 from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION
 from . import transcribe as longform
+from . import batched
 
 
 log = logging.getLogger("transcribe")
@@ -138,6 +139,21 @@ class WhisperASR:
             rules.append(search.ApplyTimestampRules(t.timestamp_begin, t.eot, t.no_timestamps, sample_begin, 50))
         return rules
 
+    def initial_tokens(self, language: Optional[str], task: str = "transcribe", prompt: Sequence[int] = (),
+                       timestamps: bool = True, prefix: Sequence[int] | str = ()) -> tuple[list[int], int]:
+        """A window's forced tokens (openai-whisper's): [<|startofprev|> prompt] <|startoftranscript|>
+        [language task] [<|notimestamps|>] prefix, and the index of <|startoftranscript|> in them."""
+        t = self.tokenizer
+        initial = t.sot_sequence(language, task, self.multilingual)
+        if prompt:
+            initial = [t.sot_prev] + list(prompt)[-(self.model.dims.n_text_ctx // 2 - 1) :] + initial
+        sot_index = initial.index(t.sot)  # (a prompt, when there is one, comes before it)
+        if not timestamps:
+            initial = initial + [t.no_timestamps]
+        if isinstance(prefix, str):
+            prefix = t.encode(" " + prefix.strip()) if prefix.strip() else []
+        return initial + [int(x) for x in prefix], sot_index
+
     @scoped
     @torch.inference_mode()
     def decode_window(
@@ -173,15 +189,7 @@ class WhisperASR:
             cross = self.encode(mel)
         if language is None and self.multilingual:
             language = detect_language(m, t, cross=cross)[0]  # openai-whisper's decode does so too
-        initial = t.sot_sequence(language, task, self.multilingual)
-        if prompt:
-            initial = [t.sot_prev] + list(prompt)[-(m.dims.n_text_ctx // 2 - 1) :] + initial
-        sot_index = initial.index(t.sot)  # (a prompt, when there is one, comes before it)
-        if not timestamps:
-            initial = initial + [t.no_timestamps]
-        if isinstance(prefix, str):
-            prefix = t.encode(" " + prefix.strip()) if prefix.strip() else []
-        initial = initial + [int(x) for x in prefix]
+        initial, sot_index = self.initial_tokens(language, task, prompt, timestamps, prefix)
         sample_begin = len(initial)
         rules = self.logit_rules(sample_begin, timestamps)
         device = cross[0][0].device  # every tensor of the search lives with the weights
@@ -237,10 +245,13 @@ class WhisperASR:
     @torch.inference_mode()
     def encode(self, mel: torch.Tensor) -> list:
         """One window's mel [n_mels, 3000] -> the cross-attention keys and values of every decoder
-        layer (computed once per window, shared by every decoding of it)."""
+        layer (computed once per window, shared by every decoding of it), [1, heads, frames, d]
+        each; or windows [B, n_mels, 3000] -> the same with B rows."""
         m = self.model
         w = m.decoder.positional_embedding
-        audio = m.encoder(mel[None].to(device=w.device, dtype=w.dtype))
+        if mel.ndim == 2:
+            mel = mel[None]
+        audio = m.encoder(mel.to(device=w.device, dtype=w.dtype))
         return m.decoder.cross_kv(audio)
 
     def window_mel(self, audio) -> torch.Tensor:
@@ -282,6 +293,11 @@ class WhisperASR:
         above the threshold) or too unlikely (average log-prob below `logprob_threshold`, unless it
         is silence) is decoded again at the next temperature. A list gives a list.
 
+        batch_size: with a list, up to this many inputs run their window loops in lockstep
+        (transcribe/whisper/batched.py): their pending windows go through the encoder together and
+        their first (greedy) decodings are one batched search; each result is the one the input
+        gets alone, up to float rounding. 1: one input after the other.
+
         initial_prompt: text before the first window (as if it had been said before); prefix: text
         the first window's transcript starts with (the first window only, as faster-whisper does:
         openai-whisper forces it on every window).
@@ -310,6 +326,8 @@ class WhisperASR:
             raise TranscribeError(f"task must be transcribe or translate, got {task!r}")
         if word_timestamps and not self.alignment_heads():
             raise TranscribeError(f"{self.name}: the model's config names no alignment heads, needed for word timestamps")
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise TranscribeError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
@@ -319,6 +337,13 @@ class WhisperASR:
                         logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
                         generator=torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None)
         words = (prepend_punctuations, append_punctuations) if word_timestamps else None
+        if not single and batch_size > 1 and len(items) > 1:
+            # Each input samples from its own generator, as it would alone.
+            return batched.transcribe_batch(
+                self, items, lambda a: model_input(a, self.sample_rate, sample_rate), batch_size, language, task,
+                condition_on_previous_text, initial_prompt, no_speech_threshold, logprob_threshold, search_opts,
+                lambda: {**fallback, "generator": None if seed is None else
+                         torch.Generator(device=self.device).manual_seed(seed)}, words)
         out = [longform.transcribe_one(self, model_input(a, self.sample_rate, sample_rate), language, task,
                                        condition_on_previous_text, initial_prompt, no_speech_threshold,
                                        logprob_threshold, search_opts, fallback, words)

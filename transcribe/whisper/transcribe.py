@@ -5,6 +5,12 @@ conditioned on the earlier text, again at the next temperature when its text is 
 or too unlikely, and cut into segments at its timestamp pairs; with word timestamps, its words
 are aligned to the audio and the next window starts after the last word.
 
+The loop of one input is a generator (`window_loop`): for each window it yields a `WindowRequest`
+and is sent back the window's audio features and its first decoding (at the first temperature of
+the schedule); the rest (fallback, segments, words, seeking) it does itself. `transcribe_one`
+answers each request at once, one window at a time; transcribe/whisper/batched.py answers the
+requests of several inputs together (one encoder pass, one batched greedy search).
+
 The functions take the recognizer (`WhisperASR`) as their first argument and use only its public
 surface (tokenizer, model, sample_rate, multilingual, encode, decode_window, detect_language,
 alignment_heads, name); this module does not import the recognizer's (which imports this one).
@@ -12,12 +18,14 @@ alignment_heads, name); this module does not import the recognizer's (which impo
 from __future__ import annotations
 
 import zlib
-from typing import Optional
+from dataclasses import dataclass
+from typing import Generator, Optional
 
 import torch
 
 from ..results import Segment, Token, Transcript, Word
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
+from .decoding import WindowResult
 from .timing import add_word_timestamps, find_alignment
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
@@ -29,14 +37,39 @@ def compression_ratio(text: str) -> float:
     return len(data) / len(zlib.compress(data)) if data else 0.0
 
 
+@dataclass
+class WindowRequest:
+    """A window of one input waiting for its audio features and its first decoding: the arguments
+    of `first_decoding`."""
+
+    window: torch.Tensor  # [n_mels, 3000] log-mel, padded
+    language: Optional[str]
+    task: str
+    prompt: list[int]  # earlier text tokens (conditioning)
+    search_opts: dict  # decode_window's search options (beam_size, patience, ..., prefix)
+    temperature: float  # the first temperature of the fallback schedule
+    generator: Optional[torch.Generator]
+
+
+def first_decoding(asr, req: WindowRequest, cross) -> WindowResult:
+    """The first decoding of a requested window (the one the fallback starts from)."""
+    return asr.decode_window(req.window, True, req.language, req.task, req.prompt, temperature=req.temperature,
+                             generator=req.generator, cross=cross, **req.search_opts)
+
+
 def decode_with_fallback(asr, window, cross, language, task, prompt, search_opts, temperatures,
-                         compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator):
+                         compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator,
+                         first: Optional[WindowResult] = None):
     """Decode at each temperature in turn until the result passes the checks; returns the
-    result, its average log-prob, its compression ratio and the temperature used."""
+    result, its average log-prob, its compression ratio and the temperature used. first: the
+    decoding at the first temperature, when the caller has it already."""
     t = asr.tokenizer
-    for temp in temperatures:
-        r = asr.decode_window(window, True, language, task, prompt, temperature=temp, generator=generator,
-                              cross=cross, **search_opts)
+    for i, temp in enumerate(temperatures):
+        if i == 0 and first is not None:
+            r = first
+        else:
+            r = asr.decode_window(window, True, language, task, prompt, temperature=temp, generator=generator,
+                                  cross=cross, **search_opts)
         tokens = r.tokens[0]
         avg = r.sum_logprobs[0] / (len(tokens) + 1)
         ratio = compression_ratio(t.decode(tokens).strip())
@@ -56,6 +89,22 @@ def transcribe_one(asr, pcm, language, task, condition, initial_prompt, no_speec
     """One input (mono float32 at the model's rate) -> its Transcript. The options are
     WhisperASR.transcribe's, checked there: search_opts go to decode_window, fallback to
     `decode_with_fallback`, words_opts is (prepended, appended punctuation) or None (no words)."""
+    loop = window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
+                       search_opts, fallback, words_opts)
+    try:
+        req = next(loop)
+        while True:
+            cross = asr.encode(req.window)
+            req = loop.send((cross, first_decoding(asr, req, cross)))
+    except StopIteration as done:
+        return done.value
+
+
+def window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
+                search_opts, fallback, words_opts) -> Generator[WindowRequest, tuple, Transcript]:
+    """openai-whisper's window loop over one input, as a generator: it yields a `WindowRequest`
+    per window and must be sent (cross-attention keys and values of the window, with one row;
+    `first_decoding` of the request, or its equal); it returns the input's Transcript."""
     t = asr.tokenizer
     duration = len(pcm) / asr.sample_rate
     mel = whisper_log_mel(pcm, asr.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
@@ -71,6 +120,7 @@ def transcribe_one(asr, pcm, language, task, condition, initial_prompt, no_speec
     last_speech = 0.0
     segments: list[Segment] = []
     token_list: list[Token] = []
+    temperatures = fallback["temperatures"]
     while seek < content:
         offset = seek * 160 / asr.sample_rate
         size = min(WHISPER_CHUNK_FRAMES, content - seek)
@@ -78,9 +128,11 @@ def transcribe_one(asr, pcm, language, task, condition, initial_prompt, no_speec
         window = mel[:, seek : seek + size]
         if window.shape[-1] < WHISPER_CHUNK_FRAMES:
             window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
-        cross = asr.encode(window)
+        prompt = all_tokens[reset_since:]
+        cross, first = yield WindowRequest(window, language, task, prompt, search_opts,
+                                           temperatures[0], fallback["generator"])
         r, avg_logprob, ratio, temp = decode_with_fallback(
-            asr, window, cross, language, task, all_tokens[reset_since:], search_opts, **fallback)
+            asr, window, cross, language, task, prompt, search_opts, **fallback, first=first)
         search_opts = {**search_opts, "prefix": ()}  # the prefix starts the first window only
         tokens = r.tokens[0]
         no_speech = r.no_speech_probs[0]
