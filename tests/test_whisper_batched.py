@@ -209,3 +209,21 @@ def test_batches_from_several_threads(asr):
     for th in threads:
         th.join()
     assert got == want
+
+
+def test_batched_tensors_are_made_on_the_model_device(asr, monkeypatch):
+    """Every tensor of a batched transcription is made where the weights are (the harness of
+    tests/test_whisper_device.py: under the meta device context, a tensor made with no device is a
+    meta one, and MixedDevices refuses it), left-padded rows included; the result is the normal
+    one. (Word alignment runs per input, as in test_whisper_device's "words" case.)"""
+    from transcribe.runtime import model_call
+
+    from .test_whisper_device import MixedDevices
+
+    inputs = [pcm("jfk"), long_input(3, 35.0), long_input(10, 38.0)]
+    normal = asr.transcribe(inputs, batch_size=3)
+    spy = Spy(monkeypatch)
+    with model_call(asr.threads), torch.device("meta"), MixedDevices():
+        meta = asr.transcribe(inputs, batch_size=3)
+    assert [r.to_dict() for r in meta] == [r.to_dict() for r in normal]
+    assert any(p is not None and len(set(p)) > 1 for p in spy.pads), spy.pads
