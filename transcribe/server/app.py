@@ -239,7 +239,10 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
             try:
                 pcm = await _unless_gone(request, engine.decode_audio(upload.file, int(model.sample_rate)))
             except AudioError as e:
-                raise ApiError(400, f"could not decode the audio: {e}", "file", "invalid_audio") from None
+                message = str(e)
+                if message.startswith("<file object>: "):  # the spooled upload: name it by its filename
+                    message = f"{(upload.filename or 'file')[:200]}: {message[len('<file object>: '):]}"
+                raise ApiError(400, f"could not decode the audio: {message}", "file", "invalid_audio") from None
             if stream:
                 return StreamingResponse(_sse(engine, served, pcm, options), media_type="text/event-stream",
                                          headers={"cache-control": "no-cache"})
