@@ -14,7 +14,10 @@ the work of the windows pending at the same time, one per input:
 - the rest (a fallback at a higher temperature, beam search, best-of sampling, word alignment)
   runs per input, as in the single-input path, on that input's row of the features.
 
-Up to `batch_size` inputs run together; when one ends the next waiting input takes its place.
+Up to `batch_size` inputs run together; when one ends the next waiting input takes its place
+(an input's audio is read when it joins). The batch's cross-attention keys and values are held
+together: per window 2 x layers x 1500 x d_model values (18 MB for tiny.en, 491 MB for a large
+model in float32), so batch_size bounds that memory.
 Each input's result is the one it gets alone, up to float rounding: batched products round
 differently in the last bits (tests/test_whisper_batched.py states the tolerances). Each input
 samples its fallbacks from its own generator seeded with `seed`, as it would alone.
@@ -63,6 +66,7 @@ def transcribe_batch(asr, inputs: Sequence, load: Callable, batch_size: int, lan
         answers = first_decodings(asr, requests, cross)
         for i, answer in zip(order, answers):
             advance(i, running[i][0], answer)
+        del cross, answers  # nothing holds this round's features while the next round's are made
     return results
 
 

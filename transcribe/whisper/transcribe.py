@@ -129,6 +129,7 @@ def window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_t
         if window.shape[-1] < WHISPER_CHUNK_FRAMES:
             window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
         prompt = all_tokens[reset_since:]
+        cross = None  # the last window's features are not kept while the next ones are made
         cross, first = yield WindowRequest(window, language, task, prompt, search_opts,
                                            temperatures[0], fallback["generator"])
         r, avg_logprob, ratio, temp = decode_with_fallback(
