@@ -204,6 +204,7 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
     async def _audio(request: Request, task: str):
         engine.requests += 1
         form = None
+        served, counted = None, False
         try:
             try:
                 form = await request.form(max_files=4, max_fields=200, max_part_size=1024 * 1024)
@@ -227,6 +228,8 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
                 raise ApiError(400, "a 'file' is required: the audio, as multipart/form-data", "file",
                                "missing_required_parameter")
             served = _pick(engine, fields.get("model", [None])[-1])
+            served.preparing += 1
+            counted = True
             model = served.model
             options, fmt, grains, stream = request_options(model, fields, task)
             if task == "translate" and not (served.family == "whisper" and getattr(model, "multilingual", False)):
@@ -244,10 +247,13 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
                     message = f"{(upload.filename or 'file')[:200]}: {message[len('<file object>: '):]}"
                 raise ApiError(400, f"could not decode the audio: {message}", "file", "invalid_audio") from None
             if stream:
-                return StreamingResponse(_sse(engine, served, pcm, options), media_type="text/event-stream",
+                counted = False
+                return StreamingResponse(_sse(engine.submit(served, pcm, options, prepared=True)),
+                                         media_type="text/event-stream",
                                          headers={"cache-control": "no-cache"})
             try:
-                transcript = await _unless_gone(request, engine.transcribe(served, pcm, options))
+                counted = False  # engine.transcribe takes the request off the count as it queues it
+                transcript = await _unless_gone(request, engine.transcribe(served, pcm, options, prepared=True))
             except TranscribeError as e:
                 raise ApiError(400, str(e), None, "invalid_value") from None
             body, media = render(transcript, fmt, grains, task, model)
@@ -261,6 +267,8 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
             engine.dropped += 1
             return Response(status_code=499)  # nobody reads it: the client is gone
         finally:
+            if counted:
+                served.preparing -= 1
             if form is not None:
                 await form.close()
 
@@ -306,13 +314,17 @@ def sse_deltas(transcript) -> list[str]:
     return out
 
 
-async def _sse(engine: Engine, served: Served, pcm, options: dict):
-    """Server-sent events as OpenAI sends them: transcript.text.delta ..., transcript.text.done."""
+async def _sse(future: asyncio.Future):
+    """Server-sent events as OpenAI sends them: transcript.text.delta ..., transcript.text.done.
+    `future`: the queued request (cancelled if the client goes before its batch starts)."""
     def event(obj: dict) -> bytes:
         return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
     try:
-        transcript = await engine.transcribe(served, pcm, options)
+        transcript = await future
+    except asyncio.CancelledError:
+        future.cancel()
+        raise
     except TranscribeError as e:
         yield event({"type": "error", "error": ApiError(400, str(e)).body()["error"]})
         return

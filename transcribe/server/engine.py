@@ -24,6 +24,10 @@ from ..runtime import release_memory
 log = logging.getLogger("transcribe.server")
 
 
+# How long a batch waits for requests of its model whose audio is being decoded (at most).
+INFLIGHT_WAIT_S = 0.05
+
+
 @dataclass
 class Job:
     pcm: Any  # float32 numpy array at the model's rate
@@ -52,6 +56,7 @@ class Served:
     model: Any
     queue: "asyncio.Queue[Job]" = field(default_factory=asyncio.Queue)
     task: Optional[asyncio.Task] = None
+    preparing: int = 0  # requests for this model whose audio is being decoded: soon in the queue
 
     @property
     def family(self) -> str:
@@ -120,13 +125,20 @@ class Engine:
         """Runs `fn` on the inference lane (a step of a live stream)."""
         return await asyncio.get_running_loop().run_in_executor(self._lane, fn)
 
-    async def transcribe(self, served: Served, pcm, options: dict):
-        """The transcript of one input, run in a batch with the requests gathered with it.
-        Cancelling the awaiting task drops the request if its batch has not started."""
-        loop = asyncio.get_running_loop()
-        job = Job(pcm, dict(options), loop.create_future(), options_key(options))
-        await served.queue.put(job)
-        return await job.future
+    def submit(self, served: Served, pcm, options: dict, prepared: bool = False) -> asyncio.Future:
+        """Queues one input; the future gets its transcript, run in a batch with the requests
+        gathered with it. Cancelling the future drops the request if its batch has not started.
+        prepared: the request was counted in `served.preparing` (it leaves the count as it joins
+        the queue, with no pause in between)."""
+        job = Job(pcm, dict(options), asyncio.get_running_loop().create_future(), options_key(options))
+        served.queue.put_nowait(job)
+        if prepared:
+            served.preparing -= 1
+        return job.future
+
+    async def transcribe(self, served: Served, pcm, options: dict, prepared: bool = False):
+        """`submit`, awaited."""
+        return await self.submit(served, pcm, options, prepared)
 
     async def _gather(self, served: Served) -> None:
         loop = asyncio.get_running_loop()
@@ -134,7 +146,8 @@ class Engine:
         while True:
             first = held.pop(0) if held else await served.queue.get()
             batch = [first]
-            deadline = loop.time() + self.wait_s
+            start = loop.time()
+            deadline = start + self.wait_s
             while len(batch) < self.max_batch:
                 same = [j for j in held if j.key == first.key]
                 for j in same[: self.max_batch - len(batch)]:
@@ -144,7 +157,11 @@ class Engine:
                     break
                 try:
                     if served.queue.empty():
-                        left = deadline - loop.time()
+                        # Requests still decoding their audio are worth waiting for, a little:
+                        # without that, clients whose answers just went out miss every other
+                        # batch, and batches settle at half their size.
+                        end = max(deadline, start + INFLIGHT_WAIT_S) if served.preparing > 0 else deadline
+                        left = end - loop.time()
                         if left <= 0:
                             break
                         job = await asyncio.wait_for(served.queue.get(), left)

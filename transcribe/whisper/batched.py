@@ -4,7 +4,8 @@ Each input keeps openai-whisper's own loop (transcribe/whisper/transcribe.py `wi
 seeking, prompt conditioning, temperature fallback, segments, word timestamps); what is shared is
 the work of the windows pending at the same time, one per input:
 
-- the encoder runs once on the stacked windows [B, n_mels, 3000];
+- the encoder runs once on the stacked windows [B, n_mels, 3000] (on a GPU; on a CPU window by
+  window, see `encode_windows`);
 - their first decodings, when that is greedy at temperature 0 (the default), are one batched
   greedy search whose rows are the inputs, each reading its own cross-attention keys and values.
   Rows whose forced tokens (start of transcript, the prompt from the earlier text, a prefix) differ
@@ -65,12 +66,24 @@ def transcribe_batch(asr, inputs: Sequence, load: Callable, batch_size: int, lan
             continue
         order = list(running)
         requests = [running[i][1] for i in order]
-        cross = asr.encode(torch.stack([r.window for r in requests]))
+        cross = encode_windows(asr, [r.window for r in requests])
         answers = first_decodings(asr, requests, cross)
         for i, answer in zip(order, answers):
             advance(i, running[i][0], answer)
         del cross, answers  # nothing holds this round's features while the next round's are made
     return results
+
+
+def encode_windows(asr, windows: Sequence[torch.Tensor]) -> list:
+    """The cross-attention keys and values of the windows, one row each. On a GPU the encoder
+    runs on the stacked windows; on a CPU it runs window by window (a batch gains no speed
+    there: its activations leave the caches, 8 windows of tiny.en took 2.4 s stacked against
+    2.0 s one by one) and the rows are joined, so each row is exactly the single path's."""
+    if len(windows) == 1 or asr.device.type != "cpu":
+        return asr.encode(torch.stack(list(windows)))
+    parts = [asr.encode(w) for w in windows]
+    return [(torch.cat([p[layer][0] for p in parts]), torch.cat([p[layer][1] for p in parts]))
+            for layer in range(len(parts[0]))]
 
 
 def row(cross: list, j: int) -> list:
