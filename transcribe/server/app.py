@@ -28,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
 from ..errors import AudioError, TranscribeError
-from .engine import Engine, Served
+from .engine import Engine, NoSuchModel, Served
 from .openai_api import ApiError, error_body, render, request_options
 
 log = logging.getLogger("transcribe.server")
@@ -279,17 +279,14 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
 
 
 def _pick(engine: Engine, name: Optional[str]) -> Served:
-    """The model a request names: with one model loaded, whatever it names (clients hard-code
-    'whisper-1'); with several, the one of that id."""
-    if len(engine.models) == 1:
-        return next(iter(engine.models.values()))
-    if not name:
-        raise ApiError(400, f"'model' is required: one of {', '.join(engine.models)}", "model",
-                       "missing_required_parameter")
-    if name not in engine.models:
-        raise ApiError(404, f"The model '{name}' does not exist (this server has {', '.join(engine.models)})",
-                       "model", "model_not_found")
-    return engine.models[name]
+    try:
+        return engine.pick(name)
+    except NoSuchModel as e:
+        if not name:
+            raise ApiError(400, f"'model' is required: one of {', '.join(e.known)}", "model",
+                           "missing_required_parameter") from None
+        raise ApiError(404, f"The model '{name}' does not exist (this server has {', '.join(e.known)})",
+                       "model", "model_not_found") from None
 
 
 def sse_deltas(transcript) -> list[str]:

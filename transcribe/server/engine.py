@@ -30,6 +30,14 @@ INFLIGHT_WAIT_S = 0.05
 IDLE_TRIM_S = 1.0
 
 
+class NoSuchModel(LookupError):
+    """A request names no model (`name` None) or one the server does not have."""
+
+    def __init__(self, name: Optional[str], known: list[str]):
+        super().__init__(name)
+        self.name, self.known = name, known
+
+
 @dataclass
 class Job:
     pcm: Any  # float32 numpy array at the model's rate
@@ -84,6 +92,15 @@ class Engine:
         self.batches = 0  # model calls run for them
         self.largest_batch = 0
         self._stat_lock = threading.Lock()
+
+    def pick(self, name: Optional[str]) -> Served:
+        """The model a request names: with one model loaded, whatever it names (clients hard-code
+        'whisper-1'); with several, the one of that id. Raises NoSuchModel."""
+        if len(self.models) == 1:
+            return next(iter(self.models.values()))
+        if name not in self.models:
+            raise NoSuchModel(name, list(self.models))
+        return self.models[name]
 
     def stats(self) -> dict:
         return {"requests": self.requests, "dropped": self.dropped, "batches": self.batches,

@@ -14,11 +14,6 @@ from typing import Any, Optional
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("word", "segment")
 
-# Extra form fields (not in OpenAI's API) passed on to a model family's `transcribe`: name ->
-# (family, parser). Parakeet's beam search and hotwords; Whisper's beam options.
-_INT, _FLOAT = "int", "float"
-
-
 def _bool(s: str) -> bool:
     v = s.strip().lower()
     if v in ("1", "true", "yes", "on"):
@@ -28,6 +23,8 @@ def _bool(s: str) -> bool:
     raise ValueError(f"not a boolean: {s!r}")
 
 
+# Extra form fields (not in OpenAI's API) passed on to a model family's `transcribe`: name ->
+# (families, parser). Parakeet's beam search and hotwords; Whisper's beam options; Granite's pieces.
 EXTRA_FIELDS = {
     "beam_size": (("parakeet", "whisper"), int),
     "nbest": (("parakeet",), int),
@@ -50,16 +47,13 @@ EXTRA_FIELDS = {
 class ApiError(Exception):
     """An error answered with OpenAI's error body: {"error": {"message", "type", "param", "code"}}."""
 
-    def __init__(self, status: int, message: str, param: Optional[str] = None, code: Optional[str] = None,
-                 kind: Optional[str] = None):
+    def __init__(self, status: int, message: str, param: Optional[str] = None, code: Optional[str] = None):
         super().__init__(message)
         self.status = status
         self.message = message
         self.param = param
         self.code = code
-        self.kind = kind or {401: "invalid_request_error", 404: "invalid_request_error",
-                             413: "invalid_request_error", 429: "rate_limit_error"}.get(
-            status, "invalid_request_error" if status < 500 else "server_error")
+        self.kind = "invalid_request_error" if status < 500 else "server_error"
 
     def body(self) -> dict:
         return {"error": {"message": self.message, "type": self.kind, "param": self.param, "code": self.code}}

@@ -33,7 +33,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..errors import TranscribeError
 from ..results import Word
-from .engine import Engine
+from .engine import Engine, NoSuchModel
 
 log = logging.getLogger("transcribe.server")
 
@@ -78,23 +78,12 @@ async def _close_with_error(ws: WebSocket, message: str, code: int) -> None:
             pass
 
 
-def _config(values: dict) -> dict:
-    out = {}
-    for key, value in values.items():
-        if key in ("type",):
-            continue
-        out[key] = value
-    return out
-
-
 def _query_config(ws: WebSocket) -> dict:
     out: dict = {}
     for key, value in ws.query_params.items():
         if key == "att_context_size":
             out[key] = [int(x) for x in value.split(",")]
-        elif key in ("sample_rate",):
-            out[key] = value
-        elif key in ("eou_reset",):
+        elif key == "eou_reset":
             out[key] = value.lower() in ("1", "true", "yes")
         elif key in ("chunk_s", "left_s", "right_s"):
             out[key] = float(value)
@@ -120,7 +109,7 @@ async def _serve(ws: WebSocket, engine: Engine) -> None:
         elif kind not in ("start", "config", "session.update"):
             raise _BadMessage(f"the first text message must be {{\"type\": \"start\", ...}}; got type {kind!r}")
         else:
-            config.update(_config(message))
+            config.update({k: v for k, v in message.items() if k != "type"})
     else:
         pending_audio = first.get("bytes") or b""
 
@@ -185,13 +174,12 @@ async def _serve(ws: WebSocket, engine: Engine) -> None:
 
 
 def _pick(engine: Engine, name):
-    if len(engine.models) == 1:
-        return next(iter(engine.models.values()))
-    if not name:
-        raise _BadMessage(f"name the model in the start message: one of {', '.join(engine.models)}")
-    if name not in engine.models:
-        raise _BadMessage(f"the model '{name}' does not exist (this server has {', '.join(engine.models)})")
-    return engine.models[name]
+    try:
+        return engine.pick(name)
+    except NoSuchModel as e:
+        if not name:
+            raise _BadMessage(f"name the model in the start message: one of {', '.join(e.known)}") from None
+        raise _BadMessage(f"the model '{name}' does not exist (this server has {', '.join(e.known)})") from None
 
 
 def _json(text: str) -> dict:
