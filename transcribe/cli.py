@@ -108,7 +108,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="inputs decoded together (default: 8)")
     p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads for PyTorch")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
                    help="compute precision (default: the model's choice for the device)")
     b = p.add_argument_group("Beam search")
     b.add_argument("--beam-size", type=_positive_int, metavar="N", help="beam search with N beams (default: greedy)")

@@ -16,7 +16,7 @@ from .hub import resolve
 
 _DTYPES = {
     "float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
-    "float16": "float16", "fp16": "float16",
+    "float16": "float16", "fp16": "float16", "int8": "int8",
 }
 
 
@@ -49,8 +49,9 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     `.transcribe()` takes audio and gives `Transcript`s.
 
     device: "cpu", "cuda" or "cuda:N". dtype: None (the family's choice for the device: float32 on
-    a CPU; Whisper takes float16 on a GPU, as openai-whisper does), "float32", "bfloat16" or
-    "float16". threads: PyTorch's CPU threads while this model runs (restored after every call; the
+    a CPU; Whisper takes float16 on a GPU, as openai-whisper does), "float32", "bfloat16",
+    "float16" or "int8" (linear layers with int8 weights and per-row int8 activations, transcribe/quant.py;
+    Parakeet and Whisper). threads: PyTorch's CPU threads while this model runs (restored after every call; the
     process's setting is left alone)."""
     import torch
 
@@ -59,10 +60,10 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
             raise ModelError(f"threads must be a positive integer, got {threads!r}")
     if isinstance(dtype, str):
         if dtype not in _DTYPES:
-            raise ModelError(f"unknown dtype {dtype!r} (float32, bfloat16, float16)")
+            raise ModelError(f"unknown dtype {dtype!r} (float32, bfloat16, float16, int8)")
         dtype = getattr(torch, _DTYPES[dtype])
-    elif dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16):
-        raise ModelError(f"unsupported dtype {dtype!r} (float32, bfloat16, float16)")
+    elif dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16, torch.int8):
+        raise ModelError(f"unsupported dtype {dtype!r} (float32, bfloat16, float16, int8)")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:

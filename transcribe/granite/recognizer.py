@@ -95,6 +95,8 @@ class GraniteASR:
         bfloat16 on a GPU (the front end stays float32)."""
         if dtype is None:
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+        if dtype == torch.int8:
+            raise ModelError("dtype int8 is not implemented for Granite Speech (float32, bfloat16)")
         if dtype == torch.float16:
             raise ModelError("Granite models run in float32 or bfloat16 (float16 overflows Granite's multipliers)")
         ckpt = read_checkpoint(Path(path), dtype)

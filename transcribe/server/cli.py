@@ -47,7 +47,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-threads", type=_positive_int, default=None, metavar="N",
                    help="CPU threads the models run on (default: PyTorch's, one per core)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16"),
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
                    help="compute precision (default: the model's choice for the device)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")

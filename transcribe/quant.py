@@ -1,0 +1,73 @@
+"""int8 linear layers: weights quantized once per output channel, activations per row at run time.
+
+`Int8Linear` holds a weight as int8 [N, K] with one float32 scale per output channel (symmetric,
+absmax / 127). A call quantizes each input row with its own absmax scale, multiplies int8 x int8
+with int32 accumulation (`torch._int_mm`: oneDNN's AMX/VNNI int8 kernels on a CPU), and rescales.
+Every row is quantized and multiplied on its own, so a row's result does not depend on the other
+rows of the call: a batch gives each input what it gets alone.
+
+`quantize_linears(module)` swaps a module's `nn.Linear` children for `Int8Linear` in place (the
+float weight is freed). The accuracy cost is reported by the benchmarks, never assumed; int8 is
+an option (`load_model(..., dtype="int8")`), never a default.
+"""
+from __future__ import annotations
+
+from typing import Callable, Optional
+
+import torch
+from torch import nn
+
+# torch._int_mm on a CPU takes any M; on CUDA it wants M > 16 and K, N multiples of 8: rows are
+# padded up to this many there.
+_CUDA_MIN_ROWS = 17
+
+
+class Int8Linear(nn.Module):
+    """y = x W^T + b with W int8 per output channel and x quantized per row (dynamic)."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        super().__init__()
+        w = weight.detach().to(torch.float32)
+        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+        q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+        self.in_features = w.shape[1]
+        self.out_features = w.shape[0]
+        # [K, N] column-major (the transpose of a contiguous [N, K]): the layout _int_mm reads fastest.
+        self.register_buffer("weight_t", q.t())
+        self.register_buffer("weight_scale", scale)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
+        return cls(linear.weight, linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        dtype = x.dtype
+        x2 = x.reshape(-1, shape[-1]).to(torch.float32)
+        m = x2.shape[0]
+        sx = x2.abs().amax(dim=1, keepdim=True).clamp_min_(1e-12).div_(127.0)
+        xq = torch.round(x2 / sx).clamp_(-127, 127).to(torch.int8)
+        if xq.is_cuda and m < _CUDA_MIN_ROWS:
+            xq = torch.cat([xq, xq.new_zeros(_CUDA_MIN_ROWS - m, xq.shape[1])])
+        acc = torch._int_mm(xq, self.weight_t)[:m]
+        y = acc.to(torch.float32).mul_(sx).mul_(self.weight_scale)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.to(dtype).reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+def quantize_linears(module: nn.Module, keep: Optional[Callable[[str, nn.Linear], bool]] = None) -> int:
+    """Replace every nn.Linear under `module` by an Int8Linear, in place, except those for which
+    keep(qualified_name, linear) is true. Returns how many were replaced."""
+    n = 0
+    for name, child in list(module.named_modules()):
+        for attr, sub in list(child.named_children()):
+            full = f"{name}.{attr}" if name else attr
+            if isinstance(sub, nn.Linear) and not (keep is not None and keep(full, sub)):
+                setattr(child, attr, Int8Linear.from_linear(sub))
+                n += 1
+    return n
