@@ -50,6 +50,7 @@ class ConvSubsampling(nn.Module):
         if 2**n != factor or n < 1:
             raise ValueError(f"encoder.subsampling_factor = {factor!r} is not implemented (a power of 2)")
         self.factor = factor
+        self.kind = kind
         self.stages = n
         self.kernel = 3
         self.stride = 2
@@ -87,6 +88,8 @@ class ConvSubsampling(nn.Module):
 
     def _convs(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
         """x [B, 1, T, F] -> [B, C, T', F'], zeroing frames past each length before every layer."""
+        if self.kind == "dw_striding":
+            return self._convs_channels_last(x[:, 0], lengths).permute(0, 3, 1, 2)
         cur = lengths.tolist()
         x = _zero_tails(x.clone(), cur)
         left, right = self.pad
@@ -103,6 +106,43 @@ class ConvSubsampling(nn.Module):
                 x = layer(x)
             x = _zero_tails(x, cur)
         return x
+
+    def _convs_channels_last(self, x: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+        """dw_striding on x [B, T, F] -> [B, T', F', C] (channels last), the same layers as `_convs`.
+
+        The first convolution has one input channel, which oneDNN runs at a few percent of the
+        machine's speed (and slower still in bfloat16); here it is one matrix product of the 9
+        strided views of the input with the [C, 9] kernel. Every later layer reads and writes
+        channels last: the depthwise convolutions take that layout natively, the pointwise ones
+        are plain matrix products over the channels."""
+        cur = lengths.tolist()
+        left, right = self.pad
+        k, st = self.kernel, self.stride
+        b = x.shape[0]
+        xp = F.pad(_zero_tails(x.clone()[:, None], cur)[:, 0], (left, right, left, right))
+        t1 = (xp.shape[1] - k) // st + 1
+        f1 = (xp.shape[2] - k) // st + 1
+        taps = torch.stack([xp[:, a : a + st * (t1 - 1) + 1 : st, c : c + st * (f1 - 1) + 1 : st]
+                            for a in range(k) for c in range(k)], dim=-1)  # [B, T1, F1, k*k]
+        w0 = self.conv[0]
+        y = torch.relu_(F.linear(taps, w0.weight.view(w0.out_channels, k * k), w0.bias))  # [B, T1, F1, C]
+        cur = [(n + left + right - k) // st + 1 for n in cur]
+        y = _zero_tails_last(y, cur)
+        layers = list(self.conv[2:])
+        i = 0
+        while i < len(layers):
+            dw, pw = layers[i], layers[i + 1]
+            z = y.permute(0, 3, 1, 2)  # NCHW view of channels-last memory
+            if left == right:
+                z = F.conv2d(z, dw.weight, dw.bias, st, left, 1, dw.groups)
+            else:
+                z = F.conv2d(F.pad(z, (left, right, left, right)), dw.weight, dw.bias, st, 0, 1, dw.groups)
+            cur = [(n + left + right - k) // st + 1 for n in cur]
+            z = _zero_tails(z, cur).permute(0, 2, 3, 1)  # [B, T', F', C]
+            y = torch.relu_(F.linear(z, pw.weight.view(pw.out_channels, pw.in_channels), pw.bias))
+            y = _zero_tails_last(y, cur)
+            i += 3  # depthwise, pointwise, ReLU
+        return y
 
     def forward(self, feats: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """feats [B, T, F] -> [B, T', d_model]."""
@@ -133,6 +173,15 @@ class ConvSubsampling(nn.Module):
             n_out = min(step // self.factor, out_total - start // self.factor)
             outs.append(y[:, :, first : first + n_out])
         return torch.cat(outs, dim=2)
+
+
+def _zero_tails_last(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
+    """Zero time frames (dim 1 of [B, T, F, C]) at and past each item's length, in place."""
+    t = x.shape[1]
+    for i, n in enumerate(lengths):
+        if n < t:
+            x[i, max(n, 0) :].zero_()
+    return x
 
 
 def _zero_tails(x: torch.Tensor, lengths: list[int]) -> torch.Tensor:
@@ -224,38 +273,57 @@ class RelPositionMultiHeadAttention(nn.Module):
         pos_emb: torch.Tensor,
         pad_mask: torch.Tensor,
         att_mask: Optional[torch.Tensor] = None,
+        valid: Optional[Sequence[int]] = None,
     ) -> torch.Tensor:
-        """x [B, T, D]; pos_emb [2T-1, D]; pad_mask [B, T] True at padding; att_mask [T, T] True = blocked."""
+        """x [B, T, D]; pos_emb [2T-1, D]; pad_mask [B, T] True at padding (a tail: frames at and past
+        each length); att_mask [T, T] True = blocked; valid: each item's length (from pad_mask when None).
+
+        Each item attends over its valid frames only: a padded key's score is NeMo's -10000, whose
+        exp underflows to exactly 0 in the softmax, so leaving it out is the same sum, and padded
+        query rows give 0, as NeMo's masked attention weights do. So no padding mask is built, and
+        the scores run in blocks of `block` query rows: memory stays linear in T."""
         b, t, _ = x.shape
-        q = self._heads(self.linear_q(x))
-        k = self._heads(self.linear_k(x))
-        v = self._heads(self.linear_v(x))
-        p = self.linear_pos(pos_emb).view(-1, self.h, self.d_k).transpose(0, 1)  # [h, 2T-1, d_k]
+        if valid is None:
+            valid = (~pad_mask).sum(dim=1).tolist()
         scale = 1.0 / math.sqrt(self.d_k)
-        qu = q + self.pos_bias_u[None, :, None, :]
-        qv = (q + self.pos_bias_v[None, :, None, :]) * scale
-        padded = bool(pad_mask.any())
-        blk = self.block if t > 2 * self.block else t
-        out = q.new_empty(q.shape) if blk < t else None
-        for s in range(0, t, blk):
-            e = min(t, s + blk)
-            # Relative positions i - j for queries s..e-1 and all keys: rows (T-1-(e-1)) .. (2T-2-s) of
-            # the table, which runs from position T-1 down to -(T-1).
-            pb = p[:, t - e : 2 * t - 1 - s]
-            bd = _rel_shift_block(torch.matmul(qv[:, :, s:e], pb.transpose(-2, -1)), t)
-            if padded or att_mask is not None:
-                mask = pad_mask[:, None, None, :]
-                if att_mask is not None:
-                    mask = mask | att_mask[None, None, s:e, :]
-                bd = bd.masked_fill(mask, _MASK_VALUE)
-            o = F.scaled_dot_product_attention(qu[:, :, s:e], k, v, attn_mask=bd)
+        q = self.linear_q(x).view(b, t, self.h, self.d_k)
+        qu = (q + self.pos_bias_u).transpose(1, 2).contiguous()
+        qv = ((q + self.pos_bias_v) * scale).transpose(1, 2).contiguous()
+        k = self.linear_k(x).view(b, t, self.h, self.d_k).transpose(1, 2).contiguous()
+        v = self.linear_v(x).view(b, t, self.h, self.d_k).transpose(1, 2).contiguous()
+        # Position projections as [h, d_k, 2T-1] (columns: relative positions T-1 ... -(T-1)),
+        # computed transposed so that no copy is needed: W_pos @ pos_emb^T.
+        pt = torch.matmul(self.linear_pos.weight, pos_emb.t()).view(self.h, self.d_k, -1)
+        if b == 1 and valid[0] == t:
+            out = self._attend(qu[0], qv[0], k[0], v[0], pt, t, att_mask)[None]
+        else:
+            out = q.new_zeros(b, self.h, t, self.d_k)
+            for i, n in enumerate(valid):
+                if n > 0:
+                    m = None if att_mask is None else att_mask[:n, :n]
+                    out[i, :, :n] = self._attend(qu[i, :, :n], qv[i, :, :n], k[i, :, :n], v[i, :, :n], pt, t, m)
+        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
+
+    def _attend(self, qu, qv, k, v, pt, t_table: int, mask: Optional[torch.Tensor]) -> torch.Tensor:
+        """One item's attention of its n valid frames over themselves ([h, n, d_k] each), in blocks of
+        query rows; pt holds the position projections of the table for length t_table; mask
+        [n, n] True = blocked (NeMo's -10000) or None. qv carries the 1/sqrt(d_k) scale, qu not."""
+        n = k.shape[1]
+        blk = self.block if n > 2 * self.block else n
+        out = None if blk == n else torch.empty_like(qu)
+        for s in range(0, n, blk):
+            e = min(n, s + blk)
+            # Relative positions i - j for queries s..e-1 and keys 0..n-1 run from e-1 down to
+            # s-(n-1): columns (t_table-1) - (e-1) ... (t_table-1) - (s-n+1) of the table.
+            bd = _rel_shift_block(torch.bmm(qv[:, s:e], pt[:, :, t_table - e : t_table - s + n - 1])[None], n)
+            if mask is not None:
+                bd = bd.masked_fill(mask[s:e], _MASK_VALUE)
+            o = F.scaled_dot_product_attention(qu[None, :, s:e], k[None], v[None], attn_mask=bd)[0]
             if out is None:
                 out = o
             else:
-                out[:, :, s:e] = o
-        if padded:
-            out = out.masked_fill(pad_mask[:, None, :, None], 0.0)
-        return self.linear_out(out.transpose(1, 2).reshape(b, t, self.h * self.d_k))
+                out[:, s:e] = o
+        return out
 
     def forward_local(
         self, x: torch.Tensor, pos_local: torch.Tensor, pad_mask: torch.Tensor, left: int, right: int
@@ -410,11 +478,12 @@ class ConformerLayer(nn.Module):
         self.feed_forward2 = FeedForward(d_model, d_ff, bias)
         self.norm_out = nn.LayerNorm(d_model)
 
-    def forward(self, x, pos_emb, pad_mask, att_mask=None, local: Optional[tuple[int, int]] = None):
+    def forward(self, x, pos_emb, pad_mask, att_mask=None, local: Optional[tuple[int, int]] = None,
+                valid: Optional[Sequence[int]] = None):
         x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
         h = self.norm_self_att(x)
         if local is None:
-            x = x + self.self_attn(h, pos_emb, pad_mask, att_mask)
+            x = x + self.self_attn(h, pos_emb, pad_mask, att_mask, valid)
         else:
             x = x + self.self_attn.forward_local(h, pos_emb, pad_mask, local[0], local[1])
         x = x + self.conv(self.norm_conv(x), pad_mask)
@@ -577,8 +646,9 @@ class ConformerEncoder(nn.Module):
         else:
             pos = self.pos_enc.local(local[0], local[1], x.dtype)
             att_mask = None
+        valid = [min(int(n), t) for n in lengths.tolist()]
         for layer in self.layers:
-            x = layer(x, pos, pad_mask, att_mask, local)
+            x = layer(x, pos, pad_mask, att_mask, local, valid)
         return x.transpose(1, 2), lengths
 
     def fold_batch_norm(self) -> None:
