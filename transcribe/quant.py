@@ -41,13 +41,30 @@ class Int8Linear(nn.Module):
     def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
         return cls(linear.weight, linear.bias)
 
+    @staticmethod
+    def _quantize_rows(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """[M, K] float -> int8 [M, K] and the per-row scales [M, 1]."""
+        amax = x2.abs().amax(dim=1, keepdim=True).clamp_min_(1e-12)
+        # |x| * (127 / amax) <= 127 (one rounding above it still rounds to 127): no clamp needed.
+        xq = torch.mul(x2, 127.0 / amax).round_().to(torch.int8)
+        return xq, amax.div_(127.0)
+
+    def forward_transposed(self, x: torch.Tensor) -> torch.Tensor:
+        """(x W^T + b)^T for x [M, K]: [N, M], computed in that layout (W x^T), with x quantized
+        per row as in forward, so equal to forward(x).t() up to float rounding."""
+        xq, sx = self._quantize_rows(x.to(torch.float32))
+        acc = torch._int_mm(self.weight_t.t(), xq.t())
+        y = acc.to(torch.float32).mul_(self.weight_scale[:, None]).mul_(sx.t())
+        if self.bias is not None:
+            y.add_(self.bias[:, None])
+        return y.to(x.dtype)
+
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         shape = x.shape
         dtype = x.dtype
         x2 = x.reshape(-1, shape[-1]).to(torch.float32)
         m = x2.shape[0]
-        sx = x2.abs().amax(dim=1, keepdim=True).clamp_min_(1e-12).div_(127.0)
-        xq = torch.round(x2 / sx).clamp_(-127, 127).to(torch.int8)
+        xq, sx = self._quantize_rows(x2)
         if xq.is_cuda and m < _CUDA_MIN_ROWS:
             xq = torch.cat([xq, xq.new_zeros(_CUDA_MIN_ROWS - m, xq.shape[1])])
         acc = torch._int_mm(xq, self.weight_t)[:m]

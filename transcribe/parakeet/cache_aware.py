@@ -246,8 +246,7 @@ def _layer_step(layer: ConformerLayer, x, p, blocked, pad, kbuf, vbuf, lo: int, 
 
 def _conv_step(conv, x, pad, cache_time):
     """The convolution module with the depthwise convolution's left padding taken from the cache."""
-    w1, b1 = conv.pointwise_conv1.weight, conv.pointwise_conv1.bias
-    x = F.glu(F.linear(x, w1.view(w1.shape[0], w1.shape[1]), b1), dim=-1)
+    x = F.glu(conv.pointwise(conv.pointwise_conv1, x), dim=-1)
     x = x.masked_fill(pad[None, :, None], 0.0)
     x = x.transpose(1, 2)  # [1, D, t]
     left, right = conv.context
@@ -258,8 +257,7 @@ def _conv_step(conv, x, pad, cache_time):
         x = conv.batch_norm(x.transpose(1, 2))
     else:
         x = conv.batch_norm(x).transpose(1, 2)
-    w2, b2 = conv.pointwise_conv2.weight, conv.pointwise_conv2.bias
-    return F.linear(F.silu(x), w2.view(w2.shape[0], w2.shape[1]), b2), next_time
+    return conv.pointwise(conv.pointwise_conv2, F.silu(x)), next_time
 
 
 class Chunker:

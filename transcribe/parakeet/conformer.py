@@ -14,6 +14,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..quant import Int8Linear, quantize_linears
+
 # `ConformerEncoder.forward`'s default: the attention the model was loaded with.
 MODEL_DEFAULT = object()
 
@@ -293,7 +295,10 @@ class RelPositionMultiHeadAttention(nn.Module):
         v = self.linear_v(x).view(b, t, self.h, self.d_k).transpose(1, 2).contiguous()
         # Position projections as [h, d_k, 2T-1] (columns: relative positions T-1 ... -(T-1)),
         # computed transposed so that no copy is needed: W_pos @ pos_emb^T.
-        pt = torch.matmul(self.linear_pos.weight, pos_emb.t()).view(self.h, self.d_k, -1)
+        if isinstance(self.linear_pos, Int8Linear):
+            pt = self.linear_pos.forward_transposed(pos_emb).view(self.h, self.d_k, -1)
+        else:
+            pt = torch.matmul(self.linear_pos.weight, pos_emb.t()).view(self.h, self.d_k, -1)
         if b == 1 and valid[0] == t:
             out = self._attend(qu[0], qv[0], k[0], v[0], pt, t, att_mask)[None]
         else:
@@ -445,10 +450,24 @@ class ConvModule(nn.Module):
         self.batch_norm = nn.Identity()
         self.norm_kind = "folded"
 
+    def pointwise(self, conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        """A pointwise convolution as a matrix product over the last dimension of x [..., D]."""
+        if isinstance(conv, Int8Linear):
+            return conv(x)
+        w = conv.weight
+        return F.linear(x, w.view(w.shape[0], w.shape[1]), conv.bias)
+
+    def quantize_int8(self) -> None:
+        """The pointwise convolutions as int8 matrix products (transcribe/quant.py)."""
+        for name in ("pointwise_conv1", "pointwise_conv2"):
+            conv = getattr(self, name)
+            if not isinstance(conv, Int8Linear):
+                w = conv.weight
+                setattr(self, name, Int8Linear(w.view(w.shape[0], w.shape[1]), conv.bias))
+
     def forward(self, x: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
         """x [B, T, D]. The pointwise convolutions run as matrix products in [B, T, D] layout."""
-        w1, b1 = self.pointwise_conv1.weight, self.pointwise_conv1.bias
-        x = F.glu(F.linear(x, w1.view(w1.shape[0], w1.shape[1]), b1), dim=-1)
+        x = F.glu(self.pointwise(self.pointwise_conv1, x), dim=-1)
         if bool(pad_mask.any()):
             x = x.masked_fill(pad_mask[:, :, None], 0.0)
         x = x.transpose(1, 2)
@@ -461,8 +480,7 @@ class ConvModule(nn.Module):
             x = self.batch_norm(x.transpose(1, 2))
         else:
             x = self.batch_norm(x).transpose(1, 2)
-        w2, b2 = self.pointwise_conv2.weight, self.pointwise_conv2.bias
-        return F.linear(F.silu(x), w2.view(w2.shape[0], w2.shape[1]), b2)
+        return self.pointwise(self.pointwise_conv2, F.silu(x))
 
 
 class ConformerLayer(nn.Module):
@@ -654,3 +672,11 @@ class ConformerEncoder(nn.Module):
     def fold_batch_norm(self) -> None:
         for layer in self.layers:
             layer.conv.fold_batch_norm()
+
+    def quantize_int8(self) -> None:
+        """Every linear layer and pointwise convolution of the conformer layers, and the
+        subsampling's output projection, as int8 matrix products (transcribe/quant.py); the
+        subsampling convolutions, norms and the attention's own products stay in floating point."""
+        quantize_linears(self)
+        for layer in self.layers:
+            layer.conv.quantize_int8()

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..modules import embedding_weight
+from ..quant import Int8Linear, quantize_linears
 
 from .frontend import NemoMelFrontEnd
 from .conformer import MODEL_DEFAULT, ConformerEncoder
@@ -146,6 +147,7 @@ class Predictor(nn.Module):
         self.hidden = pred_hidden
         self.layers = pred_rnn_layers
         self.prediction = _Prediction(vocab_size + 1, pred_hidden, pred_rnn_layers)
+        self.int8 = False
 
     def initial_state(self, batch: int, device=None, dtype=torch.float32):
         z = torch.zeros(self.layers, batch, self.hidden, device=device, dtype=dtype)
@@ -166,10 +168,16 @@ class Predictor(nn.Module):
         for layer in range(self.layers):
             if layer == 0:
                 table, w_hh = self._first_layer()
-                gates = torch.addmm(table.index_select(0, labels), h0[0], w_hh.t())
+                if isinstance(w_hh, Int8Linear):
+                    gates = table.index_select(0, labels) + w_hh(h0[0])
+                else:
+                    gates = torch.addmm(table.index_select(0, labels), h0[0], w_hh.t())
             else:
                 w, b = self._step_weights(layer)
-                gates = F.linear(torch.cat([x, h0[layer]], dim=1), w, b)
+                if isinstance(w, Int8Linear):
+                    gates = w(torch.cat([x, h0[layer]], dim=1))
+                else:
+                    gates = F.linear(torch.cat([x, h0[layer]], dim=1), w, b)
             i, f, g, o = gates.chunk(4, dim=1)
             c = torch.sigmoid(f) * c0[layer] + torch.sigmoid(i) * torch.tanh(g)
             x = torch.sigmoid(o) * torch.tanh(c)
@@ -186,7 +194,8 @@ class Predictor(nn.Module):
             emb = self.prediction.embed.weight.detach().clone()
             emb[self.blank] = 0.0
             table = torch.addmm(lstm.bias_ih_l0 + lstm.bias_hh_l0, emb.to(w_ih.dtype), w_ih.t()).detach()
-            cache[key] = (table, lstm.weight_hh_l0.detach())
+            w_hh = lstm.weight_hh_l0.detach()
+            cache[key] = (table, Int8Linear(w_hh, None) if self.int8 else w_hh)
         return cache[key]
 
     def _step_weights(self, layer: int):
@@ -197,8 +206,14 @@ class Predictor(nn.Module):
         if key not in cache:
             w = torch.cat([w_ih, getattr(lstm, f"weight_hh_l{layer}")], dim=1).detach()
             b = (getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}")).detach()
-            cache[key] = (w, b)
+            cache[key] = (Int8Linear(w, b), None) if self.int8 else (w, b)
         return cache[key]
+
+    def quantize_int8(self) -> None:
+        """The LSTM's matrix products on the hidden state (and a later layer's input) in int8
+        (transcribe/quant.py); the first layer's input table stays in floating point."""
+        self.int8 = True
+        self.__dict__.pop("_fused", None)
 
 
 class Joint(nn.Module):
@@ -224,7 +239,8 @@ class Joint(nn.Module):
     def forward(self, enc_proj: torch.Tensor, pred_proj: torch.Tensor) -> torch.Tensor:
         """Projected encoder frames and predictor outputs of the same leading shape -> logits."""
         x = enc_proj + pred_proj
-        if x.dim() == 2 and 1 < x.shape[0] <= 16 and not torch.is_grad_enabled():
+        if (x.dim() == 2 and 1 < x.shape[0] <= 16 and not torch.is_grad_enabled()
+                and isinstance(self.joint_net[-1], nn.Linear)):
             # a few rows (a beam's hypotheses, a small batch): the output layer as one product with
             # its weight stored transposed, which MKL ran ~1.5-2x faster than nn.Linear's layout at
             # 2-16 rows here (TDT 0.6B malsd beam 4, 60 s: joint 77 -> 58 ms)
@@ -518,6 +534,17 @@ class ParakeetModel(nn.Module):
         for name, t in list(self.named_parameters()) + list(self.named_buffers()):
             if t.is_meta and not name.endswith("num_batches_tracked"):
                 raise KeyError(f"checkpoint lacks {name}")
+
+    @torch.no_grad()
+    def quantize_int8(self) -> None:
+        """dtype int8: the encoder's linear layers and pointwise convolutions, the predictor's LSTM
+        products and the joint's linear layers run as int8 matrix products (transcribe/quant.py:
+        weights per output channel, activations per row); everything else stays float32."""
+        self.encoder.quantize_int8()
+        if getattr(self, "decoder", None) is not None:
+            self.decoder.quantize_int8()
+        if getattr(self, "joint", None) is not None:
+            quantize_linears(self.joint)
 
     @torch.no_grad()
     def features(self, audio: torch.Tensor, lengths: torch.Tensor):

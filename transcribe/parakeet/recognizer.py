@@ -1,6 +1,8 @@
 """The Parakeet recognizer behind `load_model`: audio in, `Transcript` out."""
 from __future__ import annotations
 
+import itertools
+
 import logging
 from pathlib import Path
 from typing import Optional, Sequence, Union
@@ -66,7 +68,8 @@ class ParakeetASR:
     @classmethod
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "ParakeetASR":
         """A `.nemo` file or NeMo directory -> a recognizer on `device`; `dtype` (bfloat16, float16)
-        applies to the encoder, the front end stays in float32."""
+        applies to the encoder, the front end stays in float32; int8 quantizes the encoder's,
+        predictor's and joint's matrix products (`ParakeetModel.quantize_int8`)."""
         ckpt = read_nemo(path)
         if ckpt.tokenizer is None:
             raise ModelError(f"{path}: the config names no SentencePiece tokenizer (tokenizer.model_path)")
@@ -87,7 +90,9 @@ class ParakeetASR:
         model.encoder.fold_batch_norm()
         model.eval()
         model.to(device)
-        if dtype is not None and dtype != torch.float32:
+        if dtype == torch.int8:
+            model.quantize_int8()
+        elif dtype is not None and dtype != torch.float32:
             model.encoder.to(dtype)
         return cls(model, tokenizer, name, str(device))
 
@@ -266,8 +271,8 @@ class ParakeetASR:
         m = self.model
         if not m.transducer:
             raise TranscribeError(f"{self.name} has no transducer head")
-        dtype = next(m.joint.parameters()).dtype
-        device = next(m.joint.parameters()).device
+        dtype = _first_float(m.joint).dtype
+        device = _first_float(m.joint).device
 
         @torch.inference_mode()
         def predict(labels, state):
@@ -284,7 +289,7 @@ class ParakeetASR:
     def project_encoder(self, enc: torch.Tensor) -> torch.Tensor:
         """Encoder output [B, D, T] -> frames projected for the joint [B, T, H]."""
         m = self.model
-        return m.joint.project_encoder(enc.transpose(1, 2).to(next(m.joint.parameters()).dtype))
+        return m.joint.project_encoder(enc.transpose(1, 2).to(_first_float(m.joint).dtype))
 
     def _greedy_transducer(self, enc: torch.Tensor, enc_len: torch.Tensor, confidence: str) -> list[Decoded]:
         steps = self.transducer_steps()
@@ -347,3 +352,9 @@ def token_offsets(head: str, frames: Sequence[int], durations: Sequence[int]) ->
         start = max(0, f - 1) if i == 0 else frames[i - 1]
         out.append((start, f))
     return out
+
+
+def _first_float(module: torch.nn.Module) -> torch.Tensor:
+    """A module's first floating-point parameter or buffer: its compute dtype and device (an
+    int8-quantized module keeps its scales and biases in buffers)."""
+    return next(t for t in itertools.chain(module.parameters(), module.buffers()) if t.is_floating_point())
