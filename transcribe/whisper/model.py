@@ -69,20 +69,40 @@ class MultiHeadAttention(nn.Module):
         self.key = nn.Linear(n_state, n_state, bias=False)
         self.value = nn.Linear(n_state, n_state)
         self.out = nn.Linear(n_state, n_state)
+        # Set only by the int8 form (transcribe/whisper/int8.py): a fused query-key-value
+        # projection for self-attention, and the dtype attention itself runs in (None: the
+        # activations'); keys and values from `kv` are then stored in that dtype.
+        self.qkv: Optional[nn.Module] = None
+        self.compute_dtype: Optional[torch.dtype] = None
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         return x.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
 
     def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.compute_dtype is not None:  # stored contiguous: read every step (cross-attention)
+            dt = self.compute_dtype
+            return (self.split(self.key(x)).to(dt).contiguous(), self.split(self.value(x)).to(dt).contiguous())
         return self.split(self.key(x)), self.split(self.value(x))
 
+    def project(self, x: torch.Tensor) -> tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+        """Self-attention's (queries or None, keys, values) of x: one fused projection when the
+        model has one (int8), else the keys and values (the queries are made by `attend`)."""
+        if self.qkv is None:
+            return (None, *self.kv(x))
+        b, t, c = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.n_head, c // self.n_head).permute(2, 0, 3, 1, 4)
+        return qkv[0], qkv[1], qkv[2]
+
     def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_from: Optional[int],
-               mask: Optional[torch.Tensor] = None) -> torch.Tensor:
-        """Queries from x attend to k, v. causal_from: the position of x's first row among the keys
-        (self-attention), or None (no mask). mask: instead, the keys each query sees, [B, 1, n, T]
-        (True: seen)."""
-        q = self.split(self.query(x))
+               mask: Optional[torch.Tensor] = None, q: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Queries from x (or `q`, when made already) attend to k, v. causal_from: the position of
+        x's first row among the keys (self-attention), or None (no mask). mask: instead, the keys
+        each query sees, [B, 1, n, T] (True: seen)."""
+        if q is None:
+            q = self.split(self.query(x))
+        if self.compute_dtype is not None:
+            q, k, v = q.to(self.compute_dtype), k.to(self.compute_dtype), v.to(self.compute_dtype)
         n = q.shape[2]
         if mask is None and causal_from is not None and n > 1:
             # Row i (position causal_from + i) sees keys 0 .. causal_from + i.
@@ -91,7 +111,7 @@ class MultiHeadAttention(nn.Module):
             mask = kpos[None, :] <= qpos[:, None]
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         b, h, t, d = o.shape
-        return self.out(o.transpose(1, 2).reshape(b, t, h * d))
+        return self.out(o.transpose(1, 2).reshape(b, t, h * d).to(x.dtype))
 
     def scores(self, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Attention scores before the softmax, q.k / sqrt(d), [B, h, n, T] in float32 (word
@@ -131,8 +151,8 @@ class AudioEncoder(nn.Module):
         x = x + self.positional_embedding.to(x.dtype)
         for blk in self.blocks:
             h = blk.attn_ln(x)
-            k, v = blk.attn.kv(h)
-            x = x + blk.attn.attend(h, k, v, None)
+            q, k, v = blk.attn.project(h)
+            x = x + blk.attn.attend(h, k, v, None, q=q)
             x = x + blk.mlp(blk.mlp_ln(x))
         return self.ln_post(x)
 
@@ -231,7 +251,7 @@ class TextDecoder(nn.Module):
             mask = (kslot[None, None, :] >= first[:, :, None]) & (kslot[None, None, :] <= slots[None, :, None])
             mask = mask[:, None]  # [R, 1, n, T]: the same for every head
         x = self.token_embedding(tokens).to(self.positional_embedding.dtype) + pos
-        x = x.to(cross[0][0].dtype)
+        x = x.to(self.positional_embedding.dtype if self.blocks[0].cross_attn.compute_dtype else cross[0][0].dtype)
         idx = cache.audio_index
         audio_rows = cache.rows_on_host()
         same_rows = audio_rows == list(range(cross[0][0].shape[0]))
@@ -242,13 +262,13 @@ class TextDecoder(nn.Module):
         keys, values, weights = [], [], {}
         for i, blk in enumerate(self.blocks):
             h = blk.attn_ln(x)
-            k, v = blk.attn.kv(h)
+            q, k, v = blk.attn.project(h)
             if offset:
                 k = torch.cat([cache.keys[i], k], dim=2)
                 v = torch.cat([cache.values[i], v], dim=2)
             keys.append(k)
             values.append(v)
-            x = x + blk.attn.attend(h, k, v, offset, mask)
+            x = x + blk.attn.attend(h, k, v, offset, mask, q=q)
             ck, cv = cross[i]
             h = blk.cross_attn_ln(x)
             if shared is not None:
@@ -275,6 +295,9 @@ class TextDecoder(nn.Module):
         the float32 ones, but each step reads half the bytes (the projection is the largest
         read of a decoding step: 80 MB in float32 for 51864 x 384).
         """
+        project = getattr(self.token_embedding, "project", None)
+        if project is not None:  # int8 (transcribe/whisper/int8.py)
+            return project(x).float()
         w = self.token_embedding.weight
         if w.dtype == x.dtype or x.device.type != "cpu":
             return F.linear(x, w.to(x.dtype)).float()
@@ -290,6 +313,8 @@ class TextDecoder(nn.Module):
     def compact_embedding(self) -> bool:
         """Store the token embedding in float16 when that loses nothing (weights that came from a
         float16 checkpoint) and the decoder computes in float32 on the CPU. Returns whether it did."""
+        if not isinstance(self.token_embedding, nn.Embedding):
+            return False
         w = self.token_embedding.weight
         if w.dtype != torch.float32 or w.device.type != "cpu":
             return False
@@ -302,6 +327,8 @@ class TextDecoder(nn.Module):
     def expand_embedding(self) -> None:
         """Store the token embedding in the compute dtype again (for a GPU, where the blocked
         float16 projection brings nothing)."""
+        if not isinstance(self.token_embedding, nn.Embedding):
+            return
         w = self.token_embedding.weight
         if w.dtype != self.positional_embedding.dtype:
             self.token_embedding.weight = nn.Parameter(w.detach().to(self.positional_embedding.dtype), requires_grad=False)

@@ -25,11 +25,13 @@ from .tokenizer import WhisperTokenizer
 from .language import detect_language
 from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION
 from . import transcribe as longform
-from . import batched
+from . import batched as lockstep
 
 
 log = logging.getLogger("transcribe")
 
+
+BATCHED_WINDOWS = 8  # windows decoded together by transcribe(batched=True) unless batch_size says
 
 # Options of Parakeet's transcribe() that Whisper does not take (named in the error).
 PARAKEET_OPTIONS = {"nbest", "beam", "score_norm", "hotwords", "hotword_weight", "lm", "lm_weight", "confidence", "attention"}
@@ -45,6 +47,7 @@ class WhisperASR:
         self.config = config
         self.name = name
         self.threads: Optional[int] = None  # CPU threads while this model runs (runtime.model_call)
+        self.quantized = False  # int8 weights (load(..., dtype=torch.int8), transcribe/whisper/int8.py)
 
     @classmethod
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None,
@@ -53,13 +56,27 @@ class WhisperASR:
         Without a dtype: float32 on a CPU, float16 on a GPU (as openai-whisper)."""
         if dtype is None and device.type == "cuda":
             dtype = torch.float16
+        int8 = dtype == torch.int8
         build = {"ctranslate2": cls.from_ctranslate2, "openai": cls.from_openai,
                  "transformers": cls.from_transformers}[kind]
-        asr = build(path, dtype)
+        # int8: the weights are read in float16 (as stored by float16 checkpoints: no float32
+        # copy of the whole model is made) and quantized layer by layer; the rest goes to float32.
+        asr = build(path, torch.float16 if int8 else dtype)
         asr.name = name
         asr.model.to(device)
         if device.type != "cpu":
             asr.model.decoder.expand_embedding()
+        if int8:
+            # int8 weights, float32 activations (transcribe/whisper/int8.py)
+            from .int8 import quantize_whisper
+
+            quantize_whisper(asr.model)
+            asr.model.float()  # layer norms, convolutions, position tables (int8 tensors stay int8)
+            asr.quantized = True
+            if device.type == "cpu":
+                from ..runtime import release_memory
+
+                release_memory()  # the float16 weights just freed go back to the system
         return asr
 
     @classmethod
@@ -265,7 +282,8 @@ class WhisperASR:
         self,
         audio,
         *,
-        batch_size: int = 1,
+        batch_size: Optional[int] = None,
+        batched: bool = False,
         timestamps: bool = True,
         head: Optional[str] = None,
         language: Optional[str] = None,
@@ -306,6 +324,13 @@ class WhisperASR:
         the model's alignment heads; segments then start and end with their words, and the next
         window starts after the last word, as in openai-whisper.
 
+        batched: cut each input at pauses into windows of at most 30 s and decode its windows
+        together, `batch_size` (default 8) at a time (transcribe/whisper/pieces.py); no window is
+        conditioned on another's text (condition_on_previous_text does not apply), an initial_prompt
+        goes to every window, and `prefix` is refused. A list is transcribed one input after the
+        other, each that way. Without it (the default), openai-whisper's sequential loop, and
+        `batch_size` (default 1) batches across the inputs of a list.
+
         sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own."""
         if options:
             theirs = sorted(set(options) & PARAKEET_OPTIONS)
@@ -326,8 +351,15 @@ class WhisperASR:
             raise TranscribeError(f"task must be transcribe or translate, got {task!r}")
         if word_timestamps and not self.alignment_heads():
             raise TranscribeError(f"{self.name}: the model's config names no alignment heads, needed for word timestamps")
+        if batch_size is None:
+            batch_size = BATCHED_WINDOWS if batched is True else 1
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TranscribeError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
+        if not isinstance(batched, bool):
+            raise TranscribeError(f"batched must be True or False, got {batched!r}")
+        if batched and prefix:
+            raise TranscribeError("prefix forces the start of the first window of the sequential loop; "
+                                  "batched=True has no first window to force it on (use initial_prompt)")
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
@@ -337,9 +369,17 @@ class WhisperASR:
                         logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
                         generator=torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None)
         words = (prepend_punctuations, append_punctuations) if word_timestamps else None
+        if batched:
+            from .pieces import transcribe_pieces
+
+            out = [transcribe_pieces(self, model_input(a, self.sample_rate, sample_rate), language, task,
+                                     initial_prompt, no_speech_threshold, logprob_threshold, search_opts,
+                                     fallback, words, batch_size)
+                   for a in items]
+            return out[0] if single else out
         if not single and batch_size > 1 and len(items) > 1:
             # Each input samples from its own generator, as it would alone.
-            return batched.transcribe_batch(
+            return lockstep.transcribe_batch(
                 self, items, lambda a: model_input(a, self.sample_rate, sample_rate), batch_size, language, task,
                 condition_on_previous_text, initial_prompt, no_speech_threshold, logprob_threshold, search_opts,
                 lambda: {**fallback, "generator": None if seed is None else
