@@ -297,6 +297,11 @@ class ParakeetASR:
         def merge(mask, new, old):
             return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
 
+        if enc.shape[0] == 1:
+            return [transducer_search.greedy_one(
+                self.project_encoder(enc)[0], int(enc_len[0]), steps.predict, steps.joint, steps.init_state(1),
+                steps.blank, steps.durations, self.model.max_symbols, confidence,
+            )]
         return transducer_search.greedy_batch(
             self.project_encoder(enc), enc_len, steps.predict, steps.joint, merge, steps.init_state(enc.shape[0]),
             steps.blank, steps.durations, self.model.max_symbols, confidence,

@@ -113,3 +113,69 @@ def greedy_batch(
             time = time + force.long()
             active = time < lengths
     return hyps
+
+
+def greedy_one(
+    enc: torch.Tensor,
+    length: int,
+    predict: Callable,
+    joint: Callable,
+    init_state,
+    blank: int,
+    durations: Optional[Sequence[int]] = None,
+    max_symbols: Optional[int] = 10,
+    confidence: Optional[str] = "entropy",
+    alpha: float = 0.33,
+) -> Decoded:
+    """`greedy_batch` for one utterance, with Python integers for time, labels and durations.
+
+    enc [T, H] (projected for the joint). The same decisions in the same order as greedy_batch
+    on a batch of one; a step costs one joint call and one transfer of its decision instead of
+    the batch's two dozen small tensor operations, which dominate on a CPU when B = 1."""
+    n_tok = blank + 1
+    tdt = durations is not None
+    dur_values = list(durations) if tdt else None
+    hyp = Decoded(ids=[], frames=[], durations=[] if tdt else [], confidences=[])
+    labels = torch.full((1,), blank, dtype=torch.long, device=enc.device)
+    pred, state = predict(labels, init_state)
+
+    def step(frame: int):
+        logits = joint(enc[frame : frame + 1], pred)
+        tok = logits[:, :n_tok]
+        lab = int(tok.max(dim=-1)[1])  # the same call as greedy_batch: the same index on a tie
+        if tdt:
+            dur = dur_values[int(logits[:, n_tok:].argmax(dim=-1))]
+            if lab == blank and dur == 0:
+                dur = 1
+        else:
+            dur = 1 if lab == blank else 0
+        return tok, lab, dur
+
+    time = 0
+    last_frame = -1
+    run = 0
+    while time < length:
+        tok, lab, dur = step(time)
+        label_time = time
+        time += dur
+        while time < length and lab == blank:
+            label_time = time
+            tok, lab, dur = step(time)
+            time += dur
+        if lab != blank:
+            logp = torch.log_softmax(tok.float(), dim=-1)
+            lp = float(logp[0, lab])
+            hyp.ids.append(lab)
+            hyp.frames.append(label_time)
+            if tdt:
+                hyp.durations.append(dur)
+            if confidence:
+                hyp.confidences.append(float(confidence_measure(logp, confidence, alpha)[0]))
+            hyp.logprobs.append(lp)
+            hyp.score += lp
+            run = run + 1 if label_time == last_frame else 1
+            last_frame = label_time
+            pred, state = predict(torch.full((1,), lab, dtype=torch.long, device=enc.device), state)
+            if max_symbols is not None and time < length and run >= max_symbols and last_frame == time:
+                time += 1
+    return hyp
