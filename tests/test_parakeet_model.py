@@ -258,3 +258,18 @@ def test_token_logprobs_and_confidences(name, head):
     assert np.mean([np.exp(t.logprob) for t in r.tokens]) > 0.5
     for w in r.words:
         assert w.start <= w.end
+
+
+def test_default_batch_size_follows_device_and_dtype():
+    path = str(TINY / "tiny-tdt-fit.nemo")
+    f32 = transcribe.load_model(path)
+    assert f32.default_batch_size == 1  # float32 on a CPU: batches were slower (benchmarks/parakeet_batching.py)
+    assert transcribe.load_model(path, dtype="bfloat16").default_batch_size == 8
+    assert transcribe.load_model(path, dtype="int8").default_batch_size == 1
+    clips = _clips()
+    default = f32.transcribe(clips)
+    explicit = f32.transcribe(clips, batch_size=3)
+    assert [[t.id for t in a.tokens] for a in default] == [[t.id for t in b.tokens] for b in explicit]
+    for bad in (0, 2.5, True):
+        with pytest.raises(transcribe.TranscribeError, match="batch_size"):
+            f32.transcribe(clips, batch_size=bad)

@@ -33,6 +33,9 @@ FORMATS = ("txt", "json", "srt", "vtt")
 
 # A single input at least this long (seconds of audio) gets a progress display too.
 LONG_AUDIO_S = 60.0
+# Inputs held in memory together (decoded PCM) when --batch-size is not given; the model then
+# batches them as it does best (its own default batch size).
+GROUP_INPUTS = 8
 
 
 class _UsageError(Exception):
@@ -104,8 +107,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="replace files of the same name already in --output-dir (default: refuse, before any work)")
     p.add_argument("--head", choices=("tdt", "rnnt", "ctc"),
                    help="decoder head of a hybrid model (default: the model's own)")
-    p.add_argument("--batch-size", type=_positive_int, default=8, metavar="N",
-                   help="inputs decoded together (default: 8)")
+    p.add_argument("--batch-size", type=_positive_int, metavar="N",
+                   help="inputs decoded together (default: the model's choice for its device and dtype)")
     p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads for PyTorch")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
@@ -293,7 +296,7 @@ def _run(args, progress: "_Progress") -> int:
 
     from .audio import GROUP_AUDIO_S, load_audio  # numpy and the decoders: not before the checks above
 
-    # Inputs are decoded one at a time and run in groups of at most --batch-size inputs and
+    # Inputs are decoded one at a time and run in groups of at most --batch-size (else GROUP_INPUTS) inputs and
     # GROUP_AUDIO_S seconds of audio (a longer input runs alone), so memory holds one group's PCM.
     group: list = []
     held = 0
@@ -308,7 +311,7 @@ def _run(args, progress: "_Progress") -> int:
             continue
         if len(pcm) >= LONG_AUDIO_S * rate:
             progress.start()
-        if group and (len(group) >= args.batch_size or held + len(pcm) > GROUP_AUDIO_S * rate):
+        if group and (len(group) >= (args.batch_size or GROUP_INPUTS) or held + len(pcm) > GROUP_AUDIO_S * rate):
             run(group)
             group, held = [], 0
         progress.add_audio(len(pcm) / rate)
@@ -395,8 +398,8 @@ def _options_for_other_families(args, model) -> Optional[str]:
 def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
     """Transcripts for `pcms`, or None for an input the model refused (reported on stderr)."""
     try:
-        results = list(model.transcribe(pcms, batch_size=args.batch_size, timestamps=timestamps,
-                                        **_decoding_options(args)))
+        sizing = {} if args.batch_size is None else {"batch_size": args.batch_size}
+        results = list(model.transcribe(pcms, timestamps=timestamps, **sizing, **_decoding_options(args)))
     except TranscribeError as e:
         if len(pcms) == 1:
             progress.error(f"error: {_display(names[0])}: {_one_line(str(e))}")

@@ -97,6 +97,17 @@ class ParakeetASR:
         return cls(model, tokenizer, name, str(device))
 
     @property
+    def default_batch_size(self) -> int:
+        """Inputs per batch when a call does not say, chosen by measurement
+        (benchmarks/parakeet_batching.py, 8 clips of 10-20 s): on a GPU batches fill the device; on
+        a CPU a bfloat16 encoder gains from batches (bigger matrix products for the AMX units:
+        1.75x at 8), a float32 or int8 one does not (0.90x and 1.00x at 8), so it runs one input
+        at a time."""
+        if self.device.type == "cuda":
+            return 16
+        return 8 if _first_float(self.model.encoder).dtype in (torch.bfloat16, torch.float16) else 1
+
+    @property
     def heads(self) -> list[str]:
         return self.model.heads
 
@@ -106,7 +117,7 @@ class ParakeetASR:
         self,
         audio,
         *,
-        batch_size: int = 8,
+        batch_size: Optional[int] = None,
         timestamps: bool = True,
         head: Optional[str] = None,
         confidence: str = "entropy",
@@ -124,6 +135,8 @@ class ParakeetASR:
     ) -> Union[Transcript, list[Transcript]]:
         """Transcribe one input (a path, bytes, file object or array) or a list of them.
 
+        batch_size: inputs encoded together (sorted by length, so a batch pads little); None: the
+        model's default for its device and dtype (`default_batch_size`).
         head: "tdt"/"rnnt" (the transducer, default) or "ctc" (CTC models and hybrids).
         confidence: "entropy" (NeMo's default measure) or "max_prob".
         attention: "auto" (full; local for an input over 20 minutes), "full" or "local"; decided
@@ -153,8 +166,10 @@ class ParakeetASR:
             raise TranscribeError(f"unknown confidence method {confidence!r} (one of {', '.join(CONFIDENCE_METHODS)})")
         if attention not in ("auto", "full", "local"):
             raise TranscribeError(f"attention must be auto, full or local, got {attention!r}")
-        if batch_size < 1:
-            raise TranscribeError("batch_size must be at least 1")
+        if batch_size is None:
+            batch_size = self.default_batch_size
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+            raise TranscribeError(f"batch_size must be a positive integer, got {batch_size!r}")
         search = beams.options(self, head, beam_size, nbest, beam, score_norm, hotwords, hotword_weight, lm, lm_weight)
         out: list[Optional[Transcript]] = [None] * len(items)
         for group in load_groups(items, lambda a: model_input(a, self.sample_rate, sample_rate), self.sample_rate):
