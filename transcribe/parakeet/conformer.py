@@ -402,7 +402,7 @@ class FeedForward(nn.Module):
         self.linear2 = nn.Linear(d_ff, d_model, bias=bias)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.linear2(F.silu(self.linear1(x)))
+        return self.linear2(F.silu(self.linear1(x), inplace=True))
 
 
 class ConvModule(nn.Module):
@@ -498,14 +498,14 @@ class ConformerLayer(nn.Module):
 
     def forward(self, x, pos_emb, pad_mask, att_mask=None, local: Optional[tuple[int, int]] = None,
                 valid: Optional[Sequence[int]] = None):
-        x = x + 0.5 * self.feed_forward1(self.norm_feed_forward1(x))
+        x = torch.add(x, self.feed_forward1(self.norm_feed_forward1(x)), alpha=0.5)  # = x + 0.5 * ff, one pass
         h = self.norm_self_att(x)
         if local is None:
             x = x + self.self_attn(h, pos_emb, pad_mask, att_mask, valid)
         else:
             x = x + self.self_attn.forward_local(h, pos_emb, pad_mask, local[0], local[1])
         x = x + self.conv(self.norm_conv(x), pad_mask)
-        x = x + 0.5 * self.feed_forward2(self.norm_feed_forward2(x))
+        x = torch.add(x, self.feed_forward2(self.norm_feed_forward2(x)), alpha=0.5)
         return self.norm_out(x)
 
 
