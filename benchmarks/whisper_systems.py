@@ -3,7 +3,9 @@
 Imported by whisper_wer.py and whisper_speed.py inside their workers, under each system's own
 Python (the project's, openai-whisper's venv, faster-whisper's venv), so it needs only numpy and
 the system itself. Every system decodes alike: language en, temperature 0 only (no fallback),
-timestamps on, greedy or beam 5.
+timestamps on, greedy or beam 5. "ours-int8" is ours loaded with dtype="int8" (transcribe/whisper/int8.py);
+"-batched" systems cut the audio into windows of at most 30 s and decode 8 at a time (ours:
+transcribe(batched=True); faster-whisper: its BatchedInferencePipeline).
 """
 from __future__ import annotations
 
@@ -53,9 +55,15 @@ def model_dir() -> str:
 
 
 def load_system(system: str, threads: int, beam: Optional[int], ct2_dir: str, openai_checkpoint: str) -> Callable:
-    """Load one system; returns run(audio float32 array) -> text. Import and load happen here, so
-    a caller times this call as the model load."""
-    if system == "ours":
+    """Load one system; returns run(audio float32 array) -> text, decoding with `beam` (None:
+    greedy). Import and load happen here, so a caller times this call as the model load."""
+    run = load_runner(system, threads, ct2_dir, openai_checkpoint)
+    return lambda x: run(x, beam)
+
+
+def load_runner(system: str, threads: int, ct2_dir: str, openai_checkpoint: str) -> Callable:
+    """Load one system; returns run(audio float32 array, beam or None) -> text."""
+    if system in ("ours", "ours-int8", "ours-batched", "ours-int8-batched"):
         import torch
 
         torch.set_num_threads(threads)
@@ -65,8 +73,10 @@ def load_system(system: str, threads: int, beam: Optional[int], ct2_dir: str, op
         import transcribe.runtime
 
         transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
-        model = transcribe.load_model()
-        return lambda x: model.transcribe(x, language="en", temperature=0.0, beam_size=beam).text
+        model = transcribe.load_model(dtype="int8" if system.startswith("ours-int8") else None)
+        batched = system.endswith("-batched")  # windows cut at pauses, decoded 8 at a time
+        return lambda x, beam: model.transcribe(x, language="en", temperature=0.0, beam_size=beam,
+                                                batched=batched).text
     if system == "openai":
         import torch
         import whisper
@@ -74,14 +84,27 @@ def load_system(system: str, threads: int, beam: Optional[int], ct2_dir: str, op
         torch.set_num_threads(threads)
         torch.set_flush_denormal(True)
         model = whisper.load_model(openai_checkpoint, device="cpu")
-        kw = {} if beam is None else {"beam_size": beam}
-        return lambda x: model.transcribe(x, language="en", temperature=0.0, fp16=False, **kw)["text"]
+        return lambda x, beam: model.transcribe(x, language="en", temperature=0.0, fp16=False,
+                                                **({} if beam is None else {"beam_size": beam}))["text"]
     if system.startswith("faster-"):
         from faster_whisper import WhisperModel
 
-        model = WhisperModel(ct2_dir, device="cpu", compute_type=system.split("-", 1)[1], cpu_threads=threads)
+        batched = system.endswith("-batched")
+        compute_type = system.split("-")[1]
+        model = WhisperModel(ct2_dir, device="cpu", compute_type=compute_type, cpu_threads=threads)
+        if batched:  # faster-whisper's BatchedInferencePipeline: Silero VAD chunks of <= 30 s, 8 at a time
+            from faster_whisper import BatchedInferencePipeline
 
-        def run(x):
+            pipeline = BatchedInferencePipeline(model)
+
+            def run(x, beam):
+                segments, _ = pipeline.transcribe(x, language="en", beam_size=beam or 1, temperature=0.0,
+                                                  batch_size=8)
+                return "".join(s.text for s in segments)
+
+            return run
+
+        def run(x, beam):
             segments, _ = model.transcribe(x, language="en", beam_size=beam or 1, temperature=0.0)
             return "".join(s.text for s in segments)
 

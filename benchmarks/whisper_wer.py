@@ -19,7 +19,8 @@ with a note): openai-whisper's is made as in tools/whisper_mel_reference.py, fas
 Options: --manifest PATH (default ../shared/audio/dev/manifest.jsonl), --openai-python (default
 .venv-whisper/bin/python), --openai-checkpoint (default local-models/tiny.en.pt), --fw-python
 (default .venv-fw/bin/python); those defaults are relative to the repository root and git-ignored,
-paths given on the command line relative to the working directory; --systems ours,openai,faster,
+paths given on the command line relative to the working directory; --systems ours,openai,faster
+(ours runs both float32 and dtype="int8"),
 --decodings greedy,beam5, --threads N, --json PATH,
 --hyp-dir DIR (where the per-run hypothesis files go; default a temporary directory), --reuse
 (score files already in --hyp-dir instead of running those again), --no-run (score only those).
@@ -46,6 +47,8 @@ DEFAULT_MANIFEST = REPO / ".." / "shared" / "audio" / "dev" / "manifest.jsonl"
 RUNS = [
     ("ours", "greedy", "ours"),
     ("ours", "beam5", "ours"),
+    ("ours-int8", "greedy", "ours int8"),
+    ("ours-int8", "beam5", "ours int8"),
     ("openai", "greedy", "openai-whisper"),
     ("openai", "beam5", "openai-whisper"),
     ("faster-int8", "greedy", "faster-whisper int8"),
@@ -168,10 +171,14 @@ def main() -> None:
                         "ref_words": words, "seconds": data["seconds"], "hypotheses": data["hypotheses"]})
 
     baseline = {r["decoding"]: r["wer"] for r in results if r["system"] == "openai-whisper"}
+    ours_fp32 = {r["decoding"]: r["wer"] for r in results if r["system"] == "ours"}
+    for r in results:
+        if r["system"] == "ours int8" and r["decoding"] in ours_fp32:
+            r["diff_vs_ours_fp32_points"] = r["wer"] - ours_fp32[r["decoding"]]
     print(f"\n{'system':<24} {'decoding':<8} {'WER %':>7} {'edits':>6} {'words':>6} {'time s':>7} {'ours - openai':>14}")
     for r in results:
         diff = ""
-        if r["system"] == "ours" and r["decoding"] in baseline:
+        if r["system"] in ("ours", "ours int8") and r["decoding"] in baseline:
             r["diff_vs_openai_points"] = r["wer"] - baseline[r["decoding"]]
             diff = f"{r['diff_vs_openai_points']:+.2f}"
         print(f"{r['system']:<24} {r['decoding']:<8} {r['wer']:7.2f} {r['edits']:6d} {r['ref_words']:6d} "

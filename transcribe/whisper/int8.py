@@ -103,9 +103,7 @@ class RowInt8Linear(nn.Module):
         s = x2.abs().amax(dim=1, keepdim=True).clamp_min_(1e-30)
         xs = torch.cat([x2 / s, self.anchor])
         y = torch.ops.quantized.linear_dynamic(xs, self._packed, self.reduce_range)[:m]
-        y.mul_(s)
-        if self.bias is not None:
-            y.add_(self.bias)
+        y = y.mul_(s) if self.bias is None else torch.addcmul(self.bias, y, s)
         return y.reshape(*shape[:-1], self.out_features)
 
     def extra_repr(self) -> str:
@@ -165,8 +163,10 @@ def cpu_has_bf16() -> bool:
 # What the int8 form does besides int8 weights (decided by measurement; benchmarks/README.md).
 FUSE_QKV = True            # one projection for self-attention's queries, keys and values
 BF16_ATTENTION = "auto"    # attention in bfloat16: True, False, or "auto" (where the CPU has it)
-FLOAT_LOOKUP = False       # the token embedding's lookup from a float16 table (else the int8 rows)
+FLOAT_LOOKUP = True        # the token embedding's lookup from a float16 table (else the int8 rows)
 FLOAT_ENCODER = False      # the encoder's linear layers stay float32
+SHARED_PREFIX = True       # beams (and samples) share the keys and values of their forced tokens
+BF16_SELF_CACHE = False    # with bfloat16 attention, the decoder's self-attention cache in bfloat16 too
 
 
 def _fused(attn, fast: bool) -> nn.Module:
@@ -198,6 +198,24 @@ def quantize_whisper(model: nn.Module) -> dict:
             blk.attn.compute_dtype = torch.bfloat16
         for blk in model.decoder.blocks:
             blk.cross_attn.compute_dtype = torch.bfloat16
+            if BF16_SELF_CACHE and blk.attn.qkv is not None:
+                blk.attn.compute_dtype = torch.bfloat16
+    model.decoder.shared_prefix = SHARED_PREFIX
     emb = model.decoder.token_embedding
     model.decoder.token_embedding = Int8Embedding(emb.weight.detach(), fast, FLOAT_LOOKUP)
     return {"linears": n, "fast": fast, "attention": torch.bfloat16 if bf16 else torch.float32}
+
+
+def widen_floats(model: nn.Module) -> None:
+    """Every floating-point parameter and buffer to float32 (layer norms, convolutions, position
+    tables of a model read in float16), except the float16 lookup table of an `Int8Embedding`
+    (exact as it is, and half the bytes)."""
+    for module in model.modules():
+        for store in (module._parameters, module._buffers):
+            for name, t in list(store.items()):
+                if t is None or not t.is_floating_point() or t.dtype == torch.float32:
+                    continue
+                if isinstance(module, Int8Embedding) and name == "table":
+                    continue
+                wide = t.detach().to(torch.float32)
+                store[name] = nn.Parameter(wide, requires_grad=False) if isinstance(t, nn.Parameter) else wide

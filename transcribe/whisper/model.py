@@ -92,6 +92,8 @@ class MultiHeadAttention(nn.Module):
             return (None, *self.kv(x))
         b, t, c = x.shape
         qkv = self.qkv(x).view(b, t, 3, self.n_head, c // self.n_head).permute(2, 0, 3, 1, 4)
+        if self.compute_dtype is not None:  # keys and values are kept (cached) in that dtype
+            qkv = qkv.to(self.compute_dtype)
         return qkv[0], qkv[1], qkv[2]
 
     def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_from: Optional[int],
@@ -112,6 +114,24 @@ class MultiHeadAttention(nn.Module):
         o = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         b, h, t, d = o.shape
         return self.out(o.transpose(1, 2).reshape(b, t, h * d).to(x.dtype))
+
+    def attend_prefixed(self, x: torch.Tensor, q: Optional[torch.Tensor], pk: torch.Tensor, pv: torch.Tensor,
+                        k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        """One new query per row (x [R, 1, C]) attends to keys shared by every row (pk, pv
+        [1, h, P, d], read once for all rows) followed by the row's own (k, v [R, h, S, d], the
+        new token's last): one softmax over both."""
+        if q is None:
+            q = self.split(self.query(x))
+        r, h, n, d = q.shape
+        if n != 1:
+            raise ValueError("attend_prefixed takes one new token per row")
+        qs = q.transpose(0, 2)  # [1, h, R, d]: the rows as the queries of one sequence
+        sp = torch.matmul(qs, pk.transpose(-1, -2)).transpose(0, 2)  # [R, h, 1, P]
+        ss = torch.matmul(q, k.transpose(-1, -2))  # [R, h, 1, S]
+        w = torch.softmax(torch.cat([sp, ss], dim=-1).mul_(d ** -0.5), dim=-1)
+        p = pk.shape[2]
+        o = torch.matmul(w[..., :p].transpose(0, 2), pv).transpose(0, 2) + torch.matmul(w[..., p:], v)
+        return self.out(o.transpose(1, 2).reshape(r, n, h * d).to(x.dtype))
 
     def scores(self, x: torch.Tensor, k: torch.Tensor) -> torch.Tensor:
         """Attention scores before the softmax, q.k / sqrt(d), [B, h, n, T] in float32 (word
@@ -176,10 +196,15 @@ class KVCache:
     audio_index: torch.Tensor
     audio_rows: Optional[list[int]] = field(default=None, repr=False, compare=False)
     pad: Optional[list[int]] = None
+    # (keys, values) per layer, [1, heads, P, d]: the first P tokens, the same for every row (the
+    # forced tokens of beams or samples, computed once; `TextDecoder.shared_prefix`). `keys` and
+    # `values` then hold each row's tokens after them (possibly none yet).
+    prefix: Optional[tuple[list[torch.Tensor], list[torch.Tensor]]] = None
 
     @property
     def length(self) -> int:
-        return 0 if not self.keys else self.keys[0].shape[2]
+        p = 0 if self.prefix is None else self.prefix[0][0].shape[2]
+        return p + (0 if not self.keys else self.keys[0].shape[2])
 
     def rows_on_host(self) -> list[int]:
         """`audio_index` as a list (read once, then kept)."""
@@ -198,6 +223,7 @@ class KVCache:
             self.audio_index.index_select(0, rows),
             None if one is None else [one] * rows.shape[0],
             None if self.pad is None else [self.pad[r] for r in rows.tolist()],
+            self.prefix,
         )
 
 
@@ -210,6 +236,10 @@ class TextDecoder(nn.Module):
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
+        # Set by the int8 form (transcribe/whisper/int8.py): rows that start from the same forced
+        # tokens (beams, samples) compute them once and share their keys and values
+        # (`KVCache.prefix`) instead of holding, reordering and reading a copy each.
+        self.shared_prefix = False
 
     def cross_kv(self, audio: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
         """Cross-attention keys and values of every layer, once per window of audio features."""
@@ -263,12 +293,15 @@ class TextDecoder(nn.Module):
         for i, blk in enumerate(self.blocks):
             h = blk.attn_ln(x)
             q, k, v = blk.attn.project(h)
-            if offset:
+            if cache.keys:
                 k = torch.cat([cache.keys[i], k], dim=2)
                 v = torch.cat([cache.values[i], v], dim=2)
             keys.append(k)
             values.append(v)
-            x = x + blk.attn.attend(h, k, v, offset, mask, q=q)
+            if cache.prefix is not None:
+                x = x + blk.attn.attend_prefixed(h, q, cache.prefix[0][i], cache.prefix[1][i], k, v)
+            else:
+                x = x + blk.attn.attend(h, k, v, offset, mask, q=q)
             ck, cv = cross[i]
             h = blk.cross_attn_ln(x)
             if shared is not None:
@@ -284,7 +317,7 @@ class TextDecoder(nn.Module):
             x = x + blk.mlp(blk.mlp_ln(x))
         if positions is not None:
             x = x[:, list(positions)]
-        return self.logits(self.ln(x)), KVCache(keys, values, idx, audio_rows, pad), weights
+        return self.logits(self.ln(x)), KVCache(keys, values, idx, audio_rows, pad, cache.prefix), weights
 
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final states [R, n, C] -> logits over the vocabulary [R, n, vocab] (float32), through the

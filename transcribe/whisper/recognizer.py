@@ -68,10 +68,10 @@ class WhisperASR:
             asr.model.decoder.expand_embedding()
         if int8:
             # int8 weights, float32 activations (transcribe/whisper/int8.py)
-            from .int8 import quantize_whisper
+            from .int8 import quantize_whisper, widen_floats
 
             quantize_whisper(asr.model)
-            asr.model.float()  # layer norms, convolutions, position tables (int8 tensors stay int8)
+            widen_floats(asr.model)  # layer norms, convolutions, position tables to float32
             asr.quantized = True
             if device.type == "cpu":
                 from ..runtime import release_memory
@@ -224,7 +224,16 @@ class WhisperASR:
             state = {"cache": KVCache([], [], torch.zeros(beam_size, dtype=torch.long, device=device), [0] * beam_size)}
 
         def step(new: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
-            logits, state["cache"], _ = m.decoder(new, cross, state["cache"], positions=positions)
+            cache = state["cache"]
+            rows = new.shape[0]
+            if m.decoder.shared_prefix and rows > 1 and cache is not None and cache.length == 0:
+                # The rows' forced tokens are the same: run them once, share their keys and values.
+                one = KVCache([], [], cache.audio_index[:1], [0])
+                logits, first, _ = m.decoder(new[:1], cross, one, positions=positions)
+                state["cache"] = KVCache([], [], cache.audio_index, cache.rows_on_host(), None,
+                                         (first.keys, first.values))
+                return logits.expand(rows, *logits.shape[1:])
+            logits, state["cache"], _ = m.decoder(new, cross, cache, positions=positions)
             return logits
 
         if sampled:
