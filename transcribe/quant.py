@@ -79,12 +79,15 @@ class Int8Linear(nn.Module):
 
 def quantize_linears(module: nn.Module, keep: Optional[Callable[[str, nn.Linear], bool]] = None) -> int:
     """Replace every nn.Linear under `module` by an Int8Linear, in place, except those for which
-    keep(qualified_name, linear) is true. Returns how many were replaced."""
-    n = 0
-    for name, child in list(module.named_modules()):
-        for attr, sub in list(child.named_children()):
-            full = f"{name}.{attr}" if name else attr
-            if isinstance(sub, nn.Linear) and not (keep is not None and keep(full, sub)):
-                setattr(child, attr, Int8Linear.from_linear(sub))
-                n += 1
-    return n
+    keep(qualified_name, linear) is true. Returns how many were replaced. Each float layer is
+    released as soon as its int8 copy exists (only names are held), so quantizing a model needs
+    about one layer's memory beyond the two models' weights."""
+    targets = [(parent_name, attr)
+               for parent_name, parent in module.named_modules()
+               for attr, sub in parent.named_children()
+               if isinstance(sub, nn.Linear)
+               and not (keep is not None and keep(f"{parent_name}.{attr}" if parent_name else attr, sub))]
+    for parent_name, attr in targets:
+        parent = module.get_submodule(parent_name) if parent_name else module
+        setattr(parent, attr, Int8Linear.from_linear(getattr(parent, attr)))
+    return len(targets)
