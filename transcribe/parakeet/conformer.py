@@ -465,10 +465,15 @@ class ConvModule(nn.Module):
                 w = conv.weight
                 setattr(self, name, Int8Linear(w.view(w.shape[0], w.shape[1]), conv.bias))
 
-    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor) -> torch.Tensor:
-        """x [B, T, D]. The pointwise convolutions run as matrix products in [B, T, D] layout."""
+    def forward(self, x: torch.Tensor, pad_mask: torch.Tensor, valid: Optional[Sequence[int]] = None) -> torch.Tensor:
+        """x [B, T, D]. The pointwise convolutions run as matrix products in [B, T, D] layout.
+        valid: each item's length, when pad_mask is the tail past it (then only the tails are zeroed)."""
         x = F.glu(self.pointwise(self.pointwise_conv1, x), dim=-1)
-        if bool(pad_mask.any()):
+        if valid is not None:
+            for i, n in enumerate(valid):
+                if n < x.shape[1]:
+                    x[i, n:] = 0.0
+        elif bool(pad_mask.any()):
             x = x.masked_fill(pad_mask[:, :, None], 0.0)
         x = x.transpose(1, 2)
         left, right = self.context
@@ -504,7 +509,7 @@ class ConformerLayer(nn.Module):
             x = x + self.self_attn(h, pos_emb, pad_mask, att_mask, valid)
         else:
             x = x + self.self_attn.forward_local(h, pos_emb, pad_mask, local[0], local[1])
-        x = x + self.conv(self.norm_conv(x), pad_mask)
+        x = x + self.conv(self.norm_conv(x), pad_mask, valid)
         x = torch.add(x, self.feed_forward2(self.norm_feed_forward2(x)), alpha=0.5)
         return self.norm_out(x)
 
