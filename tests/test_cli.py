@@ -348,6 +348,7 @@ def test_unwritable_output_dir_is_refused_before_any_work(fake, wavs, tmp_path, 
     (["--patience", "2"], "--patience applies"),
     (["--language", "de", "--temperature", "0.2"], "--language, --temperature apply"),
     (["--temperature-increment", "0.1"], "--temperature-increment applies"),
+    (["--batched"], "--batched applies"),
 ])
 def test_whisper_options_with_a_parakeet_model_are_one_usage_error(fake, wavs, capsys, argv, named):
     code, out, err = run(capsys, wavs / "one.wav", wavs / "notes.wav", "-m", "m", *argv)

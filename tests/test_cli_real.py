@@ -95,6 +95,18 @@ def test_beam_size_option_reaches_whisper():
     assert ref["clips"]["jfk.wav"]["beam"]["beam5"]["text"].startswith("And so, my fellow Americans")
 
 
+def test_batched_option_reaches_whisper(tmp_path):
+    """--batched: the windows cut at pauses and decoded together; on an 11 s clip one window, the
+    same words as the sequential loop."""
+    out = run(str(AUDIO / "jfk.wav"), "--batched", "--format", "json", env={"HF_HUB_OFFLINE": "1"})
+    assert out.returncode == 0, out.stderr
+    doc = json.loads(out.stdout)
+    assert doc["text"].lower().startswith("and so my fellow americans")
+    assert all(0 <= s["start"] <= s["end"] <= doc["duration"] + 0.02 for s in doc["segments"])
+    stream = run("--stream", str(AUDIO / "jfk.wav"), "--batched", env={"HF_HUB_OFFLINE": "1"})
+    assert stream.returncode == 2 and "--batched does not apply to --stream" in stream.stderr
+
+
 def test_whisper_options_refused_by_parakeet():
     """One usage error, before any audio is read, naming the options and not the audio file."""
     out = run(str(AUDIO / "no-such-file.wav"), "--model", MODEL, "--patience", "2", "--language", "de")

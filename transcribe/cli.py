@@ -141,6 +141,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="fallback step after a failed window (default: 0.2; 0 turns fallback off)")
     w.add_argument("--word-timestamps", action="store_true",
                    help="time every word (json output; Parakeet models always give word times)")
+    w.add_argument("--batched", action="store_true", default=None,
+                   help="cut each input at pauses into windows of at most 30 s and decode them together "
+                        "(faster on long audio; no text carried from one window to the next)")
     c = p.add_argument_group("Subtitles (srt, vtt)")
     c.add_argument("--max-line-width", type=_positive_int, default=42, metavar="N",
                    help="characters a subtitle line holds at most (default: 42)")
@@ -355,6 +358,7 @@ _FAMILY_OPTIONS = {
     "language": ("--language", "whisper"), "task": ("--task", "whisper"),
     "initial_prompt": ("--initial-prompt", "whisper"), "temperature": ("--temperature", "whisper"),
     "temperature_increment": ("--temperature-increment", "whisper"), "head": ("--head", "parakeet"),
+    "batched": ("--batched", "whisper"),
 }
 
 
@@ -415,7 +419,7 @@ def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
 def _decoding_options(args) -> dict:
     """The family-specific options the user gave (only those, so other families are not bothered)."""
     names = ("beam_size", "patience", "language", "task", "initial_prompt", "head", "nbest", "beam", "score_norm",
-             "hotwords", "hotword_weight", "lm", "lm_weight")
+             "hotwords", "hotword_weight", "lm", "lm_weight", "batched")
     out = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
     if args.temperature is not None:
         increment = 0.2 if args.temperature_increment is None else args.temperature_increment

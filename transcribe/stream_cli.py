@@ -46,7 +46,7 @@ _NOT_FOR_STREAM = {
     "hotwords": "--hotwords", "hotword_weight": "--hotword-weight", "lm": "--lm", "lm_weight": "--lm-weight",
     "patience": "--patience", "temperature": "--temperature", "temperature_increment": "--temperature-increment",
     "word_timestamps": "--word-timestamps", "max_line_width": "--max-line-width",
-    "max_line_count": "--max-line-count",
+    "max_line_count": "--max-line-count", "batched": "--batched",
 }
 # Options of the stream only (dest -> flag).
 _STREAM_ONLY = {"att_context": "--att-context", "eou_reset": "--no-eou-reset", "realtime": "--realtime"}

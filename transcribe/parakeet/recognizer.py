@@ -44,7 +44,7 @@ MAX_BATCH_AUDIO_S = 8 * 60.0
 # Options of Whisper's transcribe() that Parakeet does not take (named in the error).
 WHISPER_OPTIONS = {"language", "task", "condition_on_previous_text", "initial_prompt", "prefix", "no_speech_threshold",
                    "logprob_threshold", "patience", "length_penalty", "temperature", "best_of",
-                   "compression_ratio_threshold", "seed", "prepend_punctuations", "append_punctuations"}
+                   "compression_ratio_threshold", "seed", "prepend_punctuations", "append_punctuations", "batched"}
 
 
 class ParakeetASR:
