@@ -85,6 +85,11 @@ def test_attention_blocks_match_one_block(local):
         layer.self_attn.block = 7  # several blocks, one partial
     got, _ = m.encode(a, lens)
     torch.testing.assert_close(ref, got, atol=2e-5, rtol=0)
+    if not local:
+        for layer in m.encoder.layers:
+            layer.self_attn.score_elements = 1  # one head per call
+        by_head, _ = m.encode(a, lens)
+        torch.testing.assert_close(ref, by_head, atol=2e-5, rtol=0)
 
 
 def test_local_attention_with_wide_context_equals_full():

@@ -262,8 +262,9 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.linear_pos = nn.Linear(d_model, d_model, bias=False)
         self.pos_bias_u = nn.Parameter(torch.zeros(n_heads, self.d_k))
         self.pos_bias_v = nn.Parameter(torch.zeros(n_heads, self.d_k))
-        # Query rows per block in the blocked paths.
+        # Query rows per block in the blocked paths, and the most position scores one call holds.
         self.block = 256
+        self.score_elements = 1 << 22
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
@@ -315,19 +316,26 @@ class RelPositionMultiHeadAttention(nn.Module):
         [n, n] True = blocked (NeMo's -10000) or None. qv carries the 1/sqrt(d_k) scale, qu not."""
         n = k.shape[1]
         blk = self.block if n > 2 * self.block else n
-        out = None if blk == n else torch.empty_like(qu)
-        for s in range(0, n, blk):
-            e = min(n, s + blk)
-            # Relative positions i - j for queries s..e-1 and keys 0..n-1 run from e-1 down to
-            # s-(n-1): columns (t_table-1) - (e-1) ... (t_table-1) - (s-n+1) of the table.
-            bd = _rel_shift_block(torch.bmm(qv[:, s:e], pt[:, :, t_table - e : t_table - s + n - 1])[None], n)
+        # Heads per call: as many as keep one block's position scores (heads x rows x (n + rows - 1))
+        # within `score_elements`, so that long inputs work on cache-sized pieces.
+        hp = max(1, min(self.h, self.score_elements // (blk * (n + blk - 1))))
+        if blk == n and hp == self.h:
+            bd = _rel_shift_block(torch.bmm(qv, pt[:, :, t_table - n : t_table + n - 1])[None], n)
             if mask is not None:
-                bd = bd.masked_fill(mask[s:e], _MASK_VALUE)
-            o = F.scaled_dot_product_attention(qu[None, :, s:e], k[None], v[None], attn_mask=bd)[0]
-            if out is None:
-                out = o
-            else:
-                out[:, s:e] = o
+                bd = bd.masked_fill(mask, _MASK_VALUE)
+            return F.scaled_dot_product_attention(qu[None], k[None], v[None], attn_mask=bd)[0]
+        out = torch.empty_like(qu)
+        for h0 in range(0, self.h, hp):
+            hs = slice(h0, h0 + hp)
+            for s in range(0, n, blk):
+                e = min(n, s + blk)
+                # Relative positions i - j for queries s..e-1 and keys 0..n-1 run from e-1 down to
+                # s-(n-1): columns (t_table-1) - (e-1) ... (t_table-1) - (s-n+1) of the table.
+                bd = _rel_shift_block(torch.bmm(qv[hs, s:e], pt[hs, :, t_table - e : t_table - s + n - 1])[None], n)
+                if mask is not None:
+                    bd = bd.masked_fill(mask[s:e], _MASK_VALUE)
+                out[hs, s:e] = F.scaled_dot_product_attention(qu[None, hs, s:e], k[None, hs], v[None, hs],
+                                                              attn_mask=bd)[0]
         return out
 
     def forward_local(
