@@ -89,7 +89,7 @@ def worker(args) -> None:
             audio[req["wav"]] = read_wav(req["wav"])
         beam = 5 if req["decoding"] == "beam5" else None
         t0 = time.perf_counter()
-        text = run(audio[req["wav"]], beam)
+        text = run(audio[req["wav"]], beam, req.get("fallback", False))
         sec = time.perf_counter() - t0
         out.write(json.dumps({"seconds": sec, "text": text.strip(), "peak_rss_bytes": peak()}) + "\n")
         out.flush()
@@ -142,8 +142,8 @@ class Worker:
             raise RuntimeError(f"{self.system}: the worker ended (exit {self.proc.wait()})")
         return json.loads(line)
 
-    def call(self, wav: str, decoding: str) -> dict:
-        self.proc.stdin.write(json.dumps({"wav": wav, "decoding": decoding}) + "\n")
+    def call(self, wav: str, decoding: str, fallback: bool = False) -> dict:
+        self.proc.stdin.write(json.dumps({"wav": wav, "decoding": decoding, "fallback": fallback}) + "\n")
         self.proc.stdin.flush()
         return self._read()
 

@@ -61,8 +61,13 @@ def load_system(system: str, threads: int, beam: Optional[int], ct2_dir: str, op
     return lambda x: run(x, beam)
 
 
+FALLBACK = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)  # the temperature schedule of each system's default
+
+
 def load_runner(system: str, threads: int, ct2_dir: str, openai_checkpoint: str) -> Callable:
-    """Load one system; returns run(audio float32 array, beam or None) -> text."""
+    """Load one system; returns run(audio float32 array, beam or None, fallback=False) -> text.
+    fallback: each system's default temperature fallback (0, 0.2, ..., 1.0: a window whose text
+    is too repetitive or too unlikely is decoded again, sampling) instead of temperature 0 only."""
     if system in ("ours", "ours-int8", "ours-batched", "ours-int8-batched"):
         import torch
 
@@ -75,8 +80,8 @@ def load_runner(system: str, threads: int, ct2_dir: str, openai_checkpoint: str)
         transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
         model = transcribe.load_model(dtype="int8" if system.startswith("ours-int8") else None)
         batched = system.endswith("-batched")  # windows cut at pauses, decoded 8 at a time
-        return lambda x, beam: model.transcribe(x, language="en", temperature=0.0, beam_size=beam,
-                                                batched=batched).text
+        return lambda x, beam, fallback=False: model.transcribe(
+            x, language="en", temperature=FALLBACK if fallback else 0.0, beam_size=beam, batched=batched).text
     if system == "openai":
         import torch
         import whisper
@@ -84,8 +89,9 @@ def load_runner(system: str, threads: int, ct2_dir: str, openai_checkpoint: str)
         torch.set_num_threads(threads)
         torch.set_flush_denormal(True)
         model = whisper.load_model(openai_checkpoint, device="cpu")
-        return lambda x, beam: model.transcribe(x, language="en", temperature=0.0, fp16=False,
-                                                **({} if beam is None else {"beam_size": beam}))["text"]
+        return lambda x, beam, fallback=False: model.transcribe(
+            x, language="en", temperature=FALLBACK if fallback else 0.0, fp16=False,
+            **({} if beam is None else {"beam_size": beam}))["text"]
     if system.startswith("faster-"):
         from faster_whisper import WhisperModel
 
@@ -97,15 +103,16 @@ def load_runner(system: str, threads: int, ct2_dir: str, openai_checkpoint: str)
 
             pipeline = BatchedInferencePipeline(model)
 
-            def run(x, beam):
-                segments, _ = pipeline.transcribe(x, language="en", beam_size=beam or 1, temperature=0.0,
-                                                  batch_size=8)
+            def run(x, beam, fallback=False):
+                segments, _ = pipeline.transcribe(x, language="en", beam_size=beam or 1, batch_size=8,
+                                                  temperature=list(FALLBACK) if fallback else 0.0)
                 return "".join(s.text for s in segments)
 
             return run
 
-        def run(x, beam):
-            segments, _ = model.transcribe(x, language="en", beam_size=beam or 1, temperature=0.0)
+        def run(x, beam, fallback=False):
+            segments, _ = model.transcribe(x, language="en", beam_size=beam or 1,
+                                           temperature=list(FALLBACK) if fallback else 0.0)
             return "".join(s.text for s in segments)
 
         return run

@@ -198,3 +198,20 @@ def test_weight_only_int8_linear():
     assert ((y - ref).norm(dim=-1) / (x @ w.t()).norm(dim=-1)).max() < 0.03
     # no activation scale: each row alone gives the same
     assert torch.allclose(layer(x[1:, 2:3]), y[1:, 2:3], rtol=0, atol=0)
+
+
+def test_int8_without_fbgemm_falls_back_to_int_mm(monkeypatch, models):
+    # where fbgemm's kernel is missing (and on a GPU) every layer is transcribe.quant.Int8Linear
+    import transcribe
+    import transcribe.whisper.int8 as int8_module
+    from transcribe.quant import Int8Linear
+
+    monkeypatch.setattr(int8_module, "fbgemm_available", lambda: False)
+    m = transcribe.load_model(dtype="int8")
+    assert not any(isinstance(x, RowInt8Linear) for x in m.model.modules())
+    assert isinstance(m.model.decoder.token_embedding.proj, Int8Linear)
+    x = torch.randn(2, 384)
+    ref = x @ m.model.decoder.token_embedding.weight.t()
+    got = m.model.decoder.token_embedding.project(x)
+    assert ((got - ref).norm(dim=1) / ref.norm(dim=1)).max() < 0.03
+    assert words(m.transcribe(str(AUDIO / "jfk.wav")).text) == words(models[0].transcribe(str(AUDIO / "jfk.wav")).text)
