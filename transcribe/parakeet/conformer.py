@@ -264,7 +264,7 @@ class RelPositionMultiHeadAttention(nn.Module):
         self.pos_bias_v = nn.Parameter(torch.zeros(n_heads, self.d_k))
         # Query rows per block in the blocked paths, and the most position scores one call holds.
         self.block = 256
-        self.score_elements = 1 << 22
+        self.score_elements = 1 << 21
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
         b, t, _ = x.shape
