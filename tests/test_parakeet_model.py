@@ -265,12 +265,11 @@ def test_token_logprobs_and_confidences(name, head):
         assert w.start <= w.end
 
 
-def test_default_batch_size_follows_device_and_dtype():
+def test_default_batch_size_on_a_cpu():
     path = str(TINY / "tiny-tdt-fit.nemo")
     f32 = transcribe.load_model(path)
-    assert f32.default_batch_size == 1  # float32 on a CPU: batches were slower (benchmarks/parakeet_batching.py)
-    assert transcribe.load_model(path, dtype="bfloat16").default_batch_size == 8
-    assert transcribe.load_model(path, dtype="int8").default_batch_size == 1
+    assert f32.default_batch_size == 4  # on a CPU: the size never slower than one at a time (benchmarks/parakeet_batching.py)
+    assert transcribe.load_model(path, dtype="int8").default_batch_size == 4
     clips = _clips()
     default = f32.transcribe(clips)
     explicit = f32.transcribe(clips, batch_size=3)

@@ -99,13 +99,10 @@ class ParakeetASR:
     @property
     def default_batch_size(self) -> int:
         """Inputs per batch when a call does not say, chosen by measurement
-        (benchmarks/parakeet_batching.py, 8 clips of 10-20 s): on a GPU batches fill the device; on
-        a CPU a bfloat16 encoder gains from batches (bigger matrix products for the AMX units:
-        1.75x at 8), a float32 or int8 one does not (0.90x and 1.00x at 8), so it runs one input
-        at a time."""
-        if self.device.type == "cuda":
-            return 16
-        return 8 if _first_float(self.model.encoder).dtype in (torch.bfloat16, torch.float16) else 1
+        (benchmarks/parakeet_batching.py, 8 clips of 10-20 s, full-size TDT 0.6B on 2 CPU threads):
+        batches of 4 were faster than one at a time in every dtype (float32 1.19x, bf16 1.20x,
+        int8 1.06x), batches of 8 not always (float32 1.04x, int8 0.95x); on a GPU, 16."""
+        return 16 if self.device.type == "cuda" else 4
 
     @property
     def heads(self) -> list[str]:
