@@ -36,6 +36,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_MODEL = "local-models/parakeet-tdt-0.6b-v2-random.nemo"
@@ -96,16 +98,6 @@ def encoder_gflop(minutes: float, d: int = 1024, layers: int = 24, ff: int = 409
     linear = layers * t * per_frame
     quad = layers * (2 * t * t * d + 2 * t * (t + block) * d + 2 * t * t * d)
     return linear / 1e9, quad / 1e9
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def main(argv=None) -> int:

@@ -32,6 +32,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 DEFAULT_MODEL = "local-models/parakeet-tdt-0.6b-v2-random.nemo"
@@ -53,16 +55,6 @@ def clips(n: int, lo: float, hi: float, sr: int = 16000):
         out.append(np.ascontiguousarray(base[start : start + k]))
     order = rng.permutation(n)
     return [out[i] for i in order]
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def main(argv=None) -> int:

@@ -27,18 +27,11 @@ import sys
 import time
 from pathlib import Path
 
+from whisper_wer import word_edits  # Levenshtein over any sequence (here token ids)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SHARED = REPO.parent / "shared"
-
-
-def edits(a: list, b: list) -> int:
-    d = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, d[0] = d[0], i
-        for j, y in enumerate(b, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (x != y))
-    return d[-1]
 
 
 def main(argv=None) -> int:
@@ -77,7 +70,7 @@ def main(argv=None) -> int:
                 r_ids = [[t.id for t in ref.transcribe(a, head=head).tokens] for a in audio]
                 o_ids = [[t.id for t in other.transcribe(a, head=head).tokens] for a in audio]
                 n = sum(len(r) for r in r_ids)
-                e = sum(edits(r, o) for r, o in zip(r_ids, o_ids))
+                e = sum(word_edits(r, o) for r, o in zip(r_ids, o_ids))
                 rows.append(dict(model=stem, dtype=dtype, head=head, utterances=len(audio),
                                  encoder_rel_err_median=round(statistics.median(errs), 5),
                                  encoder_rel_err_max=round(max(errs), 5), tokens_fp32=n, token_edits=e,

@@ -61,6 +61,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 # relative to REPO, in git-ignored folders
@@ -236,16 +238,6 @@ def summarize(r: dict) -> dict:
     r["rtfx_best"] = round(r["audio_s"] / t[0], 2)
     r["rtfx_median"] = round(r["audio_s"] / statistics.median(t), 2)
     return r
-
-
-def cpu_model() -> str:
-    try:
-        for line in open("/proc/cpuinfo"):
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def shown(path: str) -> str:

@@ -47,6 +47,8 @@ import time
 import wave
 from pathlib import Path
 
+from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+
 from whisper_systems import FW_PYTHON, OPENAI_CHECKPOINT, OPENAI_PYTHON, load_runner, model_dir, path_option, read_wav
 
 HERE = Path(__file__).resolve().parent
@@ -108,16 +110,6 @@ def write_clip(path: Path, seconds: float) -> None:
         w.setsampwidth(2)
         w.setframerate(16000)
         w.writeframes((np.clip(pcm, -1, 1) * 32767).astype("<i2").tobytes())
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
 
 
 def commit() -> str:
