@@ -26,8 +26,15 @@ def load_audio(source, sample_rate: int = 16000, **kw):
     return _load(source, sample_rate, **kw)
 
 
+def batch(inputs=(), output_dir: str = "transcripts", **options):
+    """Transcribe many files into `output_dir`, resumably, here or on Ray (transcribe/jobs/runner.py)."""
+    from .jobs.runner import batch as _batch
+
+    return _batch(inputs, output_dir, **options)
+
+
 __all__ = [
-    "load_model", "load_audio", "Transcript", "Segment", "Word", "Token",
+    "load_model", "load_audio", "batch", "Transcript", "Segment", "Word", "Token",
     "StreamingSession", "StreamEvent", "Latency",
     "TranscribeError", "AudioError", "ModelError", "__version__",
 ]

@@ -3,6 +3,7 @@
     transcribe AUDIO... [--model M] [--format txt|json|srt|vtt|all] [--output-dir DIR] ...
     transcribe --stream FILE|- [--model M] [--format txt|jsonl] ...   (live: stream_cli.py)
     transcribe serve [--model M]... [--host H] [--port P] ...          (HTTP server: server/cli.py)
+    transcribe batch INPUTS... --output-dir DIR [--workers N] [--ray]  (corpus jobs: jobs/cli.py)
 
 Exit codes: 0 when every input was transcribed; 2 for a usage error, a model that cannot be
 loaded, or any input that could not be read or transcribed (the others are still processed and
@@ -49,6 +50,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         from .server.cli import main as serve
 
         return serve(argv[1:])
+    if argv and argv[0] == "batch":  # `transcribe batch ...`: a corpus into a folder (jobs/cli.py)
+        from .jobs.cli import main as run_batch
+
+        return run_batch(argv[1:])
     parser = _parser()
     try:
         args = parser.parse_args(argv)
@@ -113,6 +118,15 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
                    help="compute precision (default: the model's choice for the device)")
+    add_decoding_arguments(p)
+    stream_cli.add_arguments(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
+    p.add_argument("--version", action="version", version=f"{PROG} {_version()}")
+    return p
+
+
+def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
+    """The decoding and subtitle options (shared with `transcribe batch`)."""
     b = p.add_argument_group("Beam search")
     b.add_argument("--beam-size", type=_positive_int, metavar="N", help="beam search with N beams (default: greedy)")
     b.add_argument("--nbest", type=_positive_int, metavar="N",
@@ -149,10 +163,6 @@ def _parser() -> argparse.ArgumentParser:
                    help="characters a subtitle line holds at most (default: 42)")
     c.add_argument("--max-line-count", type=_positive_int, default=2, metavar="N",
                    help="lines a subtitle cue holds at most (default: 2)")
-    stream_cli.add_arguments(p)
-    p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
-    p.add_argument("--version", action="version", version=f"{PROG} {_version()}")
-    return p
 
 
 def _positive_int(s: str) -> int:

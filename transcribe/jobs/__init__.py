@@ -1,0 +1,6 @@
+"""Batch jobs over corpora: `transcribe batch` and `transcribe.batch(...)` (runner.py).
+
+inputs.py (what to do), job.py (order, tasks, results.jsonl, atomic outputs), work.py (what a
+worker does with its model: decode, cut at pauses, transcribe, join), local.py (this process or
+worker processes), ray_run.py (Ray Data), cli.py (the command).
+"""

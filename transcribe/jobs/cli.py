@@ -1,0 +1,127 @@
+"""`transcribe batch`: transcribe a corpus into a folder, resumably, here or on a Ray cluster.
+
+    transcribe batch INPUTS... | --manifest FILE.jsonl  --output-dir DIR [--model M] [--format json,srt]
+                     [--workers N] [--threads N] [--ray [ADDRESS]] [--resume] [--overwrite]
+                     [--batch-size N] [--piece-s S] [--device cpu|cuda] [--dtype T] [decoding options] [-q]
+
+Exit status: 0 every input transcribed; 3 the job ran to its end but some inputs failed (each has
+its reason in DIR/results.jsonl and on stderr; run again with --resume to retry them); 2 a job that
+cannot start (usage error, no such input, a bad manifest, a model that does not load, an output
+folder in the way); 1 an internal error; 130 interrupted (finished inputs are kept: --resume).
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Optional
+
+from ..errors import TranscribeError
+
+PROG = "transcribe batch"
+EXIT_SOME_FAILED = 3
+
+
+def _parser() -> argparse.ArgumentParser:
+    from ..cli import _positive_int, add_decoding_arguments
+
+    p = argparse.ArgumentParser(
+        prog=PROG,
+        description="Transcribe many files into a folder: each result is written as soon as it is done, with one "
+                    "line per input in DIR/results.jsonl; --resume goes on after a crash; --ray spreads the job "
+                    "over a Ray cluster.",
+        epilog="Exit status: 0 all inputs done, 3 some inputs failed (see DIR/results.jsonl), 2 the job could not "
+               "start, 1 internal error, 130 interrupted.")
+    p.add_argument("inputs", nargs="*", metavar="INPUT",
+                   help="audio files, directories (searched recursively for audio files) or globs ('data/**/*.flac')")
+    p.add_argument("--manifest", metavar="FILE.jsonl",
+                   help='JSONL, one {"audio": path, "id": ...} a line (relative paths from the manifest\'s folder); '
+                        "other fields are carried to results.jsonl")
+    p.add_argument("-o", "--output-dir", required=True, metavar="DIR",
+                   help="where <id>.<format> files and results.jsonl go (created if needed)")
+    p.add_argument("-m", "--model", default=None,
+                   help="model file, directory, short name or hub id (default: Whisper tiny.en, installed)")
+    p.add_argument("-f", "--format", default="json", metavar="F[,F...]",
+                   help="output formats, comma-separated: txt, json, srt, vtt, or all (default: json)")
+    p.add_argument("--workers", type=_positive_int, metavar="N",
+                   help="worker processes, each with the model loaded once (default: the fastest measured here; "
+                        "with --ray: actors, default one per CPU's worth of threads)")
+    p.add_argument("--threads", type=_positive_int, metavar="N",
+                   help="PyTorch threads per worker (default: cores / workers; workers x threads <= cores)")
+    p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
+                   help="run on Ray Data: alone, a Ray instance on this machine; with an address (auto, "
+                        "host:6379, ray://head:10001), a running cluster (needs transcribe[ray])")
+    p.add_argument("--resume", action="store_true",
+                   help="go on with the job in DIR: skip inputs already ok in results.jsonl, retry the failed")
+    p.add_argument("--overwrite", action="store_true", help="replace output files already in DIR")
+    p.add_argument("--batch-size", type=_positive_int, metavar="N",
+                   help="inputs (or pieces) a model call takes together (default: the model's choice; 8 a task)")
+    p.add_argument("--piece-s", type=float, metavar="S",
+                   help="cut inputs longer than S seconds at pauses into pieces of at most S, run in parallel and "
+                        "joined (default: Whisper 30, Parakeet 120, Granite 90; 0: never cut)")
+    p.add_argument("--vad", dest="detector", default="auto", choices=("auto", "silero", "energy"),
+                   help="pause detector for the cuts (default: auto, Silero VAD when installed)")
+    p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
+    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
+                   help="compute precision (default: the model's choice for the device)")
+    add_decoding_arguments(p)
+    p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
+    return p
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    from .. import cli as top
+
+    parser = _parser()
+    try:
+        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    except SystemExit as e:
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    formats = list(top.FORMATS) if args.format == "all" else [f.strip() for f in args.format.split(",") if f.strip()]
+    problem = None
+    if not args.inputs and not args.manifest:
+        problem = "give INPUTS (files, directories, globs) or --manifest FILE.jsonl"
+    elif not formats or any(f not in top.FORMATS for f in formats):
+        problem = f"--format {args.format}: choose from {', '.join(top.FORMATS)} (comma-separated) or all"
+    elif args.nbest is not None and args.nbest > (args.beam_size or 1):
+        problem = f"--nbest {args.nbest} needs --beam-size of at least {args.nbest}"
+    elif args.hotword_weight is not None and not args.hotwords:
+        problem = "--hotword-weight needs --hotwords"
+    elif args.lm_weight is not None and not args.lm:
+        problem = "--lm-weight needs --lm"
+    if problem:
+        parser.print_usage(sys.stderr)
+        print(f"{PROG}: error: {problem}", file=sys.stderr)
+        return 2
+
+    from .runner import batch
+
+    progress = not args.quiet and top._isatty(sys.stderr)
+    try:
+        s = batch(args.inputs, args.output_dir, manifest=args.manifest, model=args.model, formats=formats,
+                  workers=args.workers, threads=args.threads, ray=args.ray, resume=args.resume,
+                  overwrite=args.overwrite, device=args.device, dtype=args.dtype, batch_size=args.batch_size,
+                  piece_s=args.piece_s, detector=args.detector, max_line_width=args.max_line_width,
+                  max_line_count=args.max_line_count, progress=progress, **top._decoding_options(args))
+    except KeyboardInterrupt:
+        print(f"\n{PROG}: interrupted; finished inputs are in {args.output_dir} (--resume goes on)", file=sys.stderr)
+        return 130
+    except TranscribeError as e:
+        print(f"{PROG}: error: {top._one_line(str(e))}", file=sys.stderr)
+        return 2
+    except Exception as e:  # noqa: BLE001 - one line, as the other commands
+        import os
+        import traceback
+
+        if os.environ.get("TRANSCRIBE_DEBUG"):
+            traceback.print_exc()
+        print(f"{PROG}: internal error: {type(e).__name__}: {top._one_line(str(e))}", file=sys.stderr)
+        return 1
+    if not progress:  # on a terminal the bar said them as they came
+        for ident, why in s.errors:
+            print(f"{PROG}: error: {ident}: {why}", file=sys.stderr)
+    if not args.quiet:
+        where = f"{s.workers} Ray actors" if s.mode == "ray" else f"{s.workers} worker{'s' * (s.workers > 1)}"
+        print(f"{PROG}: {s.ok} ok, {s.failed} failed, {s.skipped} already done; {s.audio_s / 3600:.2f} h of audio "
+              f"in {s.wall_s:.1f} s ({s.speed:.1f}x real time, {where} x {s.threads} threads); {s.results}",
+              file=sys.stderr)
+    return EXIT_SOME_FAILED if s.failed else 0

@@ -1,0 +1,254 @@
+"""The driver of a batch job: what is left to do, in what order, and writing what comes back.
+
+Inputs are ordered longest first by the duration their headers give (so batches hold inputs of
+similar length and the longest work starts first), and grouped into tasks of a few inputs. An input
+longer than the pieces is first decoded and cut at pauses by one worker; its pieces then run as
+tasks of their own on every worker, ahead of other work, and are joined here when all are back.
+
+Each finished input is written at once: its output files atomically (a temporary file in the same
+folder, then a rename), then its line in `results.jsonl` (appended, flushed and synced). A job
+killed at any moment leaves complete output files and complete lines; a line cut short by the kill
+is dropped by `--resume`, which skips every input with an `ok` line whose files are all there, and
+rewrites `results.jsonl` without the failed inputs' lines, since they run again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import time
+from collections import deque
+from concurrent.futures import FIRST_COMPLETED, wait
+from concurrent.futures.process import BrokenProcessPool
+from pathlib import Path
+from typing import Iterator, Optional
+
+from ..results import Transcript
+from ..writers import WRITERS
+from .inputs import Item, JobError
+from .local import WorkerSetupError
+from .work import join, piece_error
+
+RESULTS = "results.jsonl"
+SCRATCH = ".transcribe-work"
+# A task holds at most this many inputs (or pieces) and this much audio.
+TASK_INPUTS = 8
+TASK_AUDIO_S = 20 * 60.0
+
+
+# ------------------------------------------------------------------------------------ the results
+
+class Results:
+    """`DIR/results.jsonl`: one line per input, appended as each finishes."""
+
+    def __init__(self, out_dir: Path, resume: bool):
+        self.path = out_dir / RESULTS
+        self.done: dict[str, dict] = {}
+        if self.path.exists():
+            if not resume:
+                raise JobError(f"{self.path} exists: a job ran here; add --resume to go on with it, "
+                               "or give another --output-dir")
+            self._load(out_dir)
+        self.f = open(self.path, "a", encoding="utf-8", newline="\n")
+
+    def _load(self, out_dir: Path) -> None:
+        try:
+            raw = self.path.read_bytes()
+        except OSError as e:
+            raise JobError(f"{self.path}: cannot read: {e.strerror or e}") from None
+        keep = []
+        for line in raw.split(b"\n"):
+            try:
+                d = json.loads(line)
+            except (ValueError, UnicodeDecodeError):
+                continue  # empty, or cut short by a kill
+            if not isinstance(d, dict) or d.get("status") != "ok" or not isinstance(d.get("id"), str):
+                continue  # failed inputs run again
+            if not all((out_dir / o).is_file() for o in d.get("outputs") or []):
+                continue  # its files are gone: again
+            self.done[d["id"]] = d
+        keep = [json.dumps(d, ensure_ascii=False) + "\n" for d in self.done.values()]
+        tmp = self.path.with_name(f".{RESULTS}.{os.getpid()}.tmp")
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.writelines(keep)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, self.path)
+
+    def append(self, line: dict) -> None:
+        self.f.write(json.dumps(line, ensure_ascii=False) + "\n")
+        self.f.flush()
+        try:
+            os.fsync(self.f.fileno())
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self.f.close()
+
+
+class Outputs:
+    """Writes an input's output files: `DIR/<id>.<format>`, each atomically."""
+
+    def __init__(self, out_dir: Path, formats: list[str], cue_options: dict):
+        self.out_dir, self.formats, self.cue_options = out_dir, formats, cue_options
+
+    def paths(self, item: Item) -> list[Path]:
+        return [self.out_dir / f"{item.id}.{fmt}" for fmt in self.formats]
+
+    def write(self, item: Item, result: dict) -> list[str]:
+        t = Transcript.from_dict(result)
+        written = []
+        for fmt, path in zip(self.formats, self.paths(item)):
+            text = WRITERS[fmt](t, **self.cue_options) if fmt in ("srt", "vtt") else WRITERS[fmt](t)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+                f.write(text)
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+            written.append(path.relative_to(self.out_dir).as_posix())
+        return written
+
+
+# ------------------------------------------------------------------------------- pieces to inputs
+
+class Assembler:
+    """Collects events; gives (index, result, error, duration, seconds) once an input is whole."""
+
+    def __init__(self):
+        self.parts: dict[int, dict] = {}
+        self.failed: set[int] = set()  # inputs given up on while some of their pieces were out
+
+    def add(self, ev: dict) -> Optional[tuple]:
+        n = ev.get("pieces", 1)
+        if ev["index"] in self.failed:
+            return None
+        if n == 1:
+            if self.parts.pop(ev["index"], None) is not None:
+                self.failed.add(ev["index"])
+            return ev["index"], ev.get("result"), ev.get("error"), ev.get("duration"), ev.get("seconds", 0.0)
+        st = self.parts.setdefault(ev["index"], {"got": {}, "n": n})
+        st["got"][ev["piece"]] = ev
+        if len(st["got"]) < n:
+            return None
+        del self.parts[ev["index"]]
+        evs = [st["got"][k] for k in range(n)]
+        seconds = sum(e.get("seconds") or 0.0 for e in evs)
+        duration = ev.get("duration")
+        for k, e in enumerate(evs):
+            if e.get("error") is not None:
+                err = piece_error(k, n, (e["start"], e["end"]), e["rate"], e["error"])
+                return ev["index"], None, err, duration, seconds
+        rate = ev["rate"]
+        result = join([e["result"] for e in evs], [e["start"] for e in evs], evs[-1]["end"], rate, ev.get("frame_s"))
+        return ev["index"], result, None, evs[-1]["end"] / rate, seconds
+
+
+# --------------------------------------------------------------------------------- local schedule
+
+def plan(items: list[Item], piece_s: float, group: int) -> tuple[list[Item], list[list[Item]]]:
+    """Long inputs (to split first) and groups of the others, longest first; unknown lengths last."""
+    order = sorted(items, key=lambda it: (it.duration is None, -(it.duration or 0.0), it.index))
+    long = [it for it in order if piece_s and it.duration is not None and it.duration > piece_s]
+    groups, cur, held = [], [], 0.0
+    for it in order:
+        if it in long:
+            continue
+        d = it.duration or 0.0
+        if cur and (len(cur) >= group or held + d > TASK_AUDIO_S):
+            groups.append(cur)
+            cur, held = [], 0.0
+        cur.append(it)
+        held += d
+    if cur:
+        groups.append(cur)
+    return long, groups
+
+
+def local_events(items: list[Item], executor, piece_s: float, group: int, scratch: Path) -> Iterator[dict]:
+    """Runs the job's tasks on `executor` (local.Inline or local.Processes) and yields their events.
+    A worker that dies (killed, out of memory) is replaced and its tasks run again, one input a task;
+    a task that kills a worker twice fails its inputs with the reason."""
+    long, groups = plan(items, piece_s, group)
+    todo: deque = deque(("split", it.index, it.path, str(scratch / f"{it.index}.npy")) for it in long)
+    todo.extend(("files", [(it.index, it.path) for it in g]) for g in groups)
+    tries: dict = {}
+    flight: dict = {}
+
+    def fill():
+        while todo and len(flight) < executor.slots:
+            task = todo.popleft()
+            flight[executor.submit(task)] = task
+
+    fill()
+    while flight:
+        done, _ = wait(list(flight), return_when=FIRST_COMPLETED)
+        broken = []
+        for fut in done:
+            task = flight.pop(fut)
+            try:
+                events = fut.result()
+            except BrokenProcessPool:
+                broken.append(task)
+                continue
+            except WorkerSetupError as e:
+                raise JobError(f"a worker could not load the model: {e}") from None
+            for ev in events:
+                if "split" in ev:
+                    spans, n = ev["split"], len(ev["split"])
+                    pieces = [(ev["index"], k, n, ev["scratch"], a, b) for k, (a, b) in enumerate(spans)]
+                    chunks = [pieces[j:j + group] for j in range(0, n, group)]
+                    todo.extendleft(("pieces", c) for c in reversed(chunks))
+                    continue
+                yield ev
+        if broken:
+            broken += [flight.pop(f) for f in list(flight)]
+            executor.restart()
+            for task in broken:
+                for single in _singles(task):
+                    key = repr(single)
+                    tries[key] = tries.get(key, 0) + 1
+                    if tries[key] >= 2:
+                        yield from _died(single)
+                    else:
+                        todo.appendleft(single)
+        fill()
+
+
+def _singles(task: tuple) -> list[tuple]:
+    if task[0] == "files":
+        return [("files", [f]) for f in task[1]]
+    if task[0] == "pieces":
+        return [("pieces", [p]) for p in task[1]]
+    return [task]
+
+
+def _died(task: tuple) -> Iterator[dict]:
+    why = "a worker process died on this input twice (killed, or out of memory?)"
+    if task[0] == "files":
+        yield {"index": task[1][0][0], "error": why}
+    elif task[0] == "split":
+        yield {"index": task[1], "error": why}
+    else:
+        index, k, n, _, a, b = task[1][0]
+        yield {"index": index, "error": f"piece {k + 1}/{n}: {why}"}
+
+
+def clear_scratch(out_dir: Path) -> Path:
+    scratch = out_dir / SCRATCH
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir(parents=True, exist_ok=True)
+    return scratch
+
+
+def drop_scratch(out_dir: Path, index: int) -> None:
+    try:
+        (out_dir / SCRATCH / f"{index}.npy").unlink()
+    except OSError:
+        pass
+
+
+def now() -> float:
+    return time.monotonic()

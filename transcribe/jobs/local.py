@@ -1,0 +1,174 @@
+"""Running a job's tasks on this machine: in this process (one worker), or in worker processes that
+each load the model once (`--workers N`, started with `spawn`, N x threads <= cores).
+
+A task is a tuple; what it gives back is a list of events (dicts), each about one input or one piece
+of an input (see `job.py`, which makes the tasks and reads the events):
+
+- ``("files", [(index, path), ...])``: decode each file and transcribe them together; a file longer
+  than the pieces is cut and its pieces run in the same call. One event per file.
+- ``("split", index, path, scratch)``: decode a long file and find its cuts; the samples are saved to
+  `scratch` (`.npy`) for the piece tasks, so the pieces can run on every worker. One event with
+  ``split``: the sample ranges (or, when it needs no cut after all, its result).
+- ``("pieces", [(index, k, n, scratch, start, end), ...])``: transcribe pieces of saved inputs
+  together. One event per piece.
+"""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+from concurrent.futures import Future, ProcessPoolExecutor
+from typing import Optional
+
+import numpy as np
+
+from .work import Options, Worker, reason
+
+_worker: Optional[Worker] = None
+_worker_error: Optional[str] = None
+
+
+class WorkerSetupError(RuntimeError):
+    """A worker process could not load the model."""
+
+
+def run_task(worker: Worker, task: tuple) -> list[dict]:
+    kind = task[0]
+    base = {"rate": worker.rate, "frame_s": worker.frame_s}
+    if kind == "files":
+        events, pcms = [], []
+        for index, path in task[1]:
+            try:
+                pcm = worker.decode(path)
+            except Exception as e:  # noqa: BLE001 - an unreadable file is that file's failure
+                events.append(dict(base, index=index, error=reason(e)))
+                continue
+            pcms.append((index, pcm))
+        cut = [(index, pcm, worker.cuts(pcm)) for index, pcm in pcms]
+        short = [(index, pcm) for index, pcm, spans in cut if len(spans) == 1]
+        outs = worker.transcribe([pcm for _, pcm in short])
+        for (index, pcm), (result, err, seconds) in zip(short, outs):
+            events.append(dict(base, index=index, result=result, error=err, seconds=seconds,
+                               duration=len(pcm) / worker.rate))
+        for index, pcm, spans in cut:
+            if len(spans) > 1:
+                result, err, seconds = worker.transcribe_whole(pcm, spans)
+                events.append(dict(base, index=index, result=result, error=err, seconds=seconds,
+                                   duration=len(pcm) / worker.rate))
+        return events
+    if kind == "split":
+        _, index, path, scratch = task
+        try:
+            pcm = worker.decode(path)
+            spans = worker.cuts(pcm)
+        except Exception as e:  # noqa: BLE001
+            return [dict(base, index=index, error=reason(e))]
+        duration = len(pcm) / worker.rate
+        if len(spans) == 1:
+            result, err, seconds = worker.transcribe([pcm])[0]
+            return [dict(base, index=index, result=result, error=err, seconds=seconds, duration=duration)]
+        tmp = f"{scratch}.{os.getpid()}.tmp.npy"
+        np.save(tmp, pcm)
+        os.replace(tmp, scratch)
+        return [dict(base, index=index, split=spans, duration=duration, scratch=scratch)]
+    if kind == "pieces":
+        arrays: dict = {}
+        pcms, events = [], []
+        for index, k, n, scratch, start, end in task[1]:
+            try:
+                if scratch not in arrays:
+                    arrays[scratch] = np.load(scratch, mmap_mode="r")
+                pcms.append(np.array(arrays[scratch][start:end], dtype=np.float32))
+                events.append(dict(base, index=index, piece=k, pieces=n, start=start, end=end))
+            except Exception as e:  # noqa: BLE001
+                events.append(dict(base, index=index, piece=k, pieces=n, start=start, end=end, error=reason(e)))
+        outs = iter(worker.transcribe(pcms))
+        for ev in events:
+            if ev.get("error") is None:
+                result, err, seconds = next(outs)
+                ev.update(result=result, error=err, seconds=seconds)
+        return events
+    raise ValueError(f"unknown task {kind!r}")
+
+
+# ------------------------------------------------------------------------------- worker processes
+
+def _init(options: Options) -> None:
+    global _worker, _worker_error
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    from ..runtime import configure_process
+
+    configure_process(options.threads)  # a process of its own: its threads, its malloc
+    try:
+        _worker = Worker(options)
+    except Exception as e:  # noqa: BLE001 - said to the driver with the first task
+        _worker_error = reason(e)
+
+
+def _run(task: tuple) -> list[dict]:
+    if _worker is None:
+        raise WorkerSetupError(_worker_error or "the worker has no model")
+    return run_task(_worker, task)
+
+
+class Inline:
+    """One worker: tasks run in this process, one at a time, when submitted."""
+
+    slots = 1
+
+    def __init__(self, worker: Worker):
+        self.worker = worker
+
+    def submit(self, task: tuple) -> Future:
+        f: Future = Future()
+        try:
+            f.set_result(run_task(self.worker, task))
+        except BaseException as e:  # noqa: BLE001 - handed to the driver as the future's exception
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            f.set_exception(e)
+        return f
+
+    def restart(self) -> None:
+        pass
+
+    def shutdown(self) -> None:
+        pass
+
+
+class Processes:
+    """`n` worker processes, each with the model loaded once."""
+
+    def __init__(self, options: Options, n: int):
+        self.options, self.n = options, n
+        self.slots = 2 * n  # one task queued behind each running one
+        self.pool = self._pool()
+
+    def _pool(self) -> ProcessPoolExecutor:
+        return ProcessPoolExecutor(max_workers=self.n, mp_context=multiprocessing.get_context("spawn"),
+                                   initializer=_init, initargs=(self.options,))
+
+    def submit(self, task: tuple) -> Future:
+        return self.pool.submit(_run, task)
+
+    def restart(self) -> None:
+        """After a worker died (the pool is broken): a fresh pool."""
+        self._kill()
+        self.pool = self._pool()
+
+    def _kill(self) -> None:
+        procs = list((getattr(self.pool, "_processes", None) or {}).values())
+        self.pool.shutdown(wait=False, cancel_futures=True)
+        for p in procs:
+            try:
+                p.kill()
+            except Exception:  # noqa: BLE001 - already gone
+                pass
+        for p in procs:
+            try:
+                p.join(timeout=5)
+            except Exception:  # noqa: BLE001
+                pass
+
+    def shutdown(self) -> None:
+        self._kill()

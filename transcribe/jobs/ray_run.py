@@ -1,0 +1,157 @@
+"""A batch job on Ray Data (`--ray`; `pip install "transcribe[ray]"`).
+
+The inputs left to do, longest first, become a dataset of `{index, path}` rows:
+
+1. `flat_map(_prepare)`: Ray tasks decode each file and cut a long one at pauses; a row per piece
+   (`pcm` the samples), or one row with `error` for a file that cannot be read.
+2. `map_batches(_Transcriber)`: an actor pool; every actor loads the model once (with `num_cpus`
+   = its threads, `num_gpus=1` on a GPU) and transcribes batches of pieces.
+3. The rows stream back to this process (`iter_rows`), which joins pieces, writes the files and
+   `results.jsonl` exactly as a local job does (`runner._drive`): the same resume and failure rules.
+
+`--ray` alone starts a Ray instance on this machine (all its cores); `--ray ADDRESS` joins a
+running cluster (`auto`, `host:6379`, `ray://head:10001`). On a cluster every node needs this
+package (and the model, or access to the Hugging Face hub), and every node must read the inputs at
+the paths given (a shared file system); outputs are written by this process only.
+"""
+from __future__ import annotations
+
+import json
+import logging
+from typing import Optional
+
+import numpy as np
+
+from .inputs import Item, JobError
+from .work import DEFAULT_PIECE_S, Options, Worker, cut_points, reason
+
+MODEL_RATE = 16000  # every family's rate; each actor checks its model's
+
+
+def _prepare(row: dict, piece_s: float, detector: str) -> list[dict]:
+    from ..audio import load_audio
+
+    index = int(row["index"])
+    empty = np.zeros(0, np.float32)
+    try:
+        pcm = load_audio(str(row["path"]), MODEL_RATE)
+        spans = cut_points(pcm, MODEL_RATE, piece_s, detector)
+    except Exception as e:  # noqa: BLE001 - the file's failure, recorded
+        return [{"index": index, "piece": 0, "pieces": 1, "start": 0, "end": 0, "duration": -1.0,
+                 "pcm": empty, "error": reason(e)}]
+    n = len(spans)
+    return [{"index": index, "piece": k, "pieces": n, "start": a, "end": b, "duration": len(pcm) / MODEL_RATE,
+             "pcm": np.ascontiguousarray(pcm[a:b]), "error": ""} for k, (a, b) in enumerate(spans)]
+
+
+class _Transcriber:
+    def __init__(self, options: Options):
+        from ..runtime import configure_process
+
+        configure_process(options.threads)  # an actor is a process of its own
+        self.worker = Worker(options)
+        if self.worker.rate != MODEL_RATE:
+            raise JobError(f"the model's rate is {self.worker.rate} Hz; Ray jobs read audio at {MODEL_RATE} Hz")
+
+    def __call__(self, batch: dict) -> dict:
+        n = len(batch["index"])
+        errors = [str(e) for e in batch["error"]]
+        todo = [i for i in range(n) if not errors[i]]
+        outs = self.worker.transcribe([np.asarray(batch["pcm"][i], dtype=np.float32) for i in todo])
+        result = [""] * n
+        seconds = [0.0] * n
+        for i, (d, err, s) in zip(todo, outs):
+            result[i] = json.dumps(d) if d is not None else ""
+            errors[i] = err or ""
+            seconds[i] = s
+        return {"index": batch["index"], "piece": batch["piece"], "pieces": batch["pieces"],
+                "start": batch["start"], "end": batch["end"], "duration": batch["duration"],
+                "result": np.array(result, dtype=object), "error": np.array(errors, dtype=object),
+                "seconds": np.array(seconds, dtype=np.float64),
+                "frame_s": np.full(n, self.worker.frame_s or 0.0, dtype=np.float64)}
+
+
+def _family(model: Optional[str]) -> str:
+    """The family of `model` without loading it (for its default piece length)."""
+    from ..loading import family_of
+    from ..hub import resolve
+
+    try:
+        path, _ = resolve(model)
+    except Exception:  # noqa: BLE001 - the actors will say why it does not load
+        return "other"
+    return family_of(path) or "other"
+
+
+def ray_events(todo: list[Item], options: Options, address: str, workers: Optional[int], threads: Optional[int]):
+    """(events, actors, threads): the job's events as rows come back from Ray."""
+    try:
+        import ray
+        import ray.data
+    except ImportError:
+        raise JobError('--ray needs Ray Data: pip install "transcribe[ray]"') from None
+    started = False
+    if not ray.is_initialized():
+        kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        try:
+            if address == "local":
+                from .runner import cores
+
+                ray.init(num_cpus=cores(), **kw)
+            else:
+                ray.init(address=address, **kw)
+        except Exception as e:  # noqa: BLE001 - no cluster there, a bad address
+            raise JobError(f"cannot start or join Ray at {address!r}: {reason(e)}") from None
+        started = True
+    try:
+        ctx = ray.data.DataContext.get_current()
+        ctx.enable_progress_bars = False
+        for name in ("ray.data", "ray.data._internal"):
+            logging.getLogger(name).setLevel(logging.WARNING)
+        res = ray.cluster_resources()
+        cpus, gpus = int(res.get("CPU", 1)), int(res.get("GPU", 0))
+        if options.device != "cpu":
+            if gpus < 1:
+                raise JobError(f"--device {options.device}: the Ray cluster has no GPU")
+            threads = threads or 1
+            actors = workers or gpus
+            per_actor = {"num_gpus": 1, "num_cpus": threads}
+        else:
+            from .runner import default_workers
+
+            actors = workers or default_workers(cpus, "cpu")
+            threads = threads or max(1, cpus // actors)
+            per_actor = {"num_cpus": threads}
+        opts = Options(**{**options.__dict__, "threads": threads, "device": options.device})
+        piece_s = options.piece_s if options.piece_s is not None else DEFAULT_PIECE_S.get(_family(options.model), 120.0)
+        order = sorted(todo, key=lambda it: (it.duration is None, -(it.duration or 0.0), it.index))
+        ds = ray.data.from_items([{"index": it.index, "path": it.path} for it in order],
+                                 override_num_blocks=max(1, min(len(order), 4 * actors)))
+        ds = ds.flat_map(_prepare, fn_kwargs={"piece_s": piece_s, "detector": options.detector},
+                         num_cpus=0, concurrency=max(2, actors))
+        ds = ds.map_batches(_Transcriber, fn_constructor_kwargs={"options": opts}, batch_size=options.batch_size or 8,
+                            batch_format="numpy", concurrency=actors, **per_actor)
+    except BaseException:
+        if started:
+            ray.shutdown()
+        raise
+
+    def events():
+        try:
+            for row in ds.iter_rows():
+                ev = {"index": int(row["index"]), "piece": int(row["piece"]), "pieces": int(row["pieces"]),
+                      "start": int(row["start"]), "end": int(row["end"]), "rate": MODEL_RATE,
+                      "duration": None if float(row["duration"]) < 0 else float(row["duration"]),
+                      "seconds": float(row["seconds"]), "error": str(row["error"]) or None,
+                      "frame_s": float(row["frame_s"]) or None}
+                ev["result"] = json.loads(row["result"]) if row["result"] else None
+                yield ev
+        except JobError:
+            raise
+        except Exception as e:  # noqa: BLE001 - an actor that cannot start, a lost cluster
+            raise JobError(f"the Ray job failed: {reason(e)}") from None
+        finally:
+            if started:
+                ray.shutdown()
+
+    return events(), actors, threads

@@ -1,0 +1,182 @@
+"""The work of a batch job, wherever it runs (this process, a worker process, a Ray actor).
+
+A `Worker` holds one loaded model. It decodes inputs, cuts long ones at pauses
+(`transcribe/pauses.py`) into pieces of at most `piece_s` seconds, transcribes lists of pieces in
+batches, and says for each what came out: a `Transcript` as a dict, or the reason it failed. A
+failure is the input's alone: a batch the model refuses is retried one input at a time, so one bad
+input never fails its neighbours.
+
+`join(...)` puts the transcripts of an input's pieces back together: texts joined by a space,
+segments, words and tokens shifted by their piece's start. Cuts fall on multiples of 80 ms (`GRANULE_S`:
+Parakeet's and Granite's encoder frame, four of Whisper's 20 ms timestamp steps), so a token's
+encoder frame shifts by a whole number too.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Optional
+
+import numpy as np
+
+from ..errors import TranscribeError
+
+GRANULE_S = 0.08
+
+
+@dataclass(frozen=True)
+class Options:
+    """What every worker needs to build its model and run it (picklable)."""
+    model: Optional[str] = None
+    device: str = "cpu"
+    dtype: Optional[str] = None
+    threads: Optional[int] = None
+    batch_size: Optional[int] = None
+    piece_s: Optional[float] = None   # cut inputs longer than this; None: the family's default; 0: never
+    detector: str = "auto"
+    decoding: dict = field(default_factory=dict)  # the family's transcribe() options
+
+
+# Pieces each family gets when `piece_s` is not given: Whisper's window; Parakeet two minutes (full
+# attention over much longer inputs costs more than it gives); Granite its own default.
+DEFAULT_PIECE_S = {"whisper": 30.0, "parakeet": 120.0, "granite": 90.0}
+
+
+def piece_seconds(options: Options, family: str) -> float:
+    if options.piece_s is not None:
+        return float(options.piece_s)
+    return DEFAULT_PIECE_S.get(family, 120.0)
+
+
+def family_name(model) -> str:
+    module = type(model).__module__
+    for name in ("whisper", "parakeet", "granite"):
+        if f".{name}" in module:
+            return name
+    return "other"
+
+
+class Worker:
+    """One loaded model and what a job asks of it."""
+
+    def __init__(self, options: Options):
+        import transcribe
+
+        self.options = options
+        self.model = transcribe.load_model(options.model, device=options.device, dtype=options.dtype,
+                                           threads=options.threads)
+        check = getattr(self.model, "check_options", None)
+        if check is not None:
+            check(**options.decoding)
+        self.rate = int(self.model.sample_rate)
+        self.family = family_name(self.model)
+        self.piece_s = piece_seconds(options, self.family)
+        frame_s = getattr(getattr(self.model, "model", None), "frame_seconds", None)
+        self.frame_s = float(frame_s) if isinstance(frame_s, (int, float)) else None
+
+    # -- audio
+    def decode(self, path: str) -> np.ndarray:
+        from ..audio import load_audio
+
+        return load_audio(path, self.rate)
+
+    def cuts(self, pcm: np.ndarray) -> list[tuple[int, int]]:
+        """Contiguous sample ranges covering `pcm`: one when it is short enough (or cutting is
+        off), else pieces of at most `piece_s` seconds cut at pauses, on the 80 ms grid."""
+        return cut_points(pcm, self.rate, self.piece_s, self.options.detector)
+
+    # -- transcription
+    def transcribe(self, pcms: list) -> list[tuple[Optional[dict], Optional[str], float]]:
+        """For each input (a 1-D float32 array at the model's rate): (transcript dict, None, seconds)
+        or (None, reason, seconds). `seconds` is the model's time, shared by audio length."""
+        if not pcms:
+            return []
+        t0 = time.perf_counter()
+        try:
+            kw = {} if self.options.batch_size is None else {"batch_size": self.options.batch_size}
+            results = list(self.model.transcribe(list(pcms), timestamps=True, **kw, **self.options.decoding))
+            if len(results) != len(pcms):
+                raise RuntimeError(f"the model gave {len(results)} transcripts for {len(pcms)} inputs")
+        except Exception as e:  # noqa: BLE001 - whatever one input does, it must not fail the others
+            if len(pcms) > 1:
+                return [r for pcm in pcms for r in self.transcribe([pcm])]
+            return [(None, reason(e), time.perf_counter() - t0)]
+        spent = time.perf_counter() - t0
+        total = sum(len(p) for p in pcms) or 1
+        return [(r.to_dict(), None, spent * len(p) / total) for r, p in zip(results, pcms)]
+
+    def transcribe_whole(self, pcm: np.ndarray, spans=None) -> tuple[Optional[dict], Optional[str], float]:
+        """One input of any length: cut if long (at `spans` when given), its pieces run as batches
+        and joined."""
+        spans = self.cuts(pcm) if spans is None else spans
+        if len(spans) == 1:
+            return self.transcribe([pcm])[0]
+        outs = self.transcribe([pcm[a:b] for a, b in spans])
+        seconds = sum(o[2] for o in outs)
+        for k, (d, err, _) in enumerate(outs):
+            if err is not None:
+                return None, piece_error(k, len(spans), spans[k], self.rate, err), seconds
+        return join([o[0] for o in outs], [a for a, _ in spans], len(pcm), self.rate, self.frame_s), None, seconds
+
+
+def reason(e: BaseException) -> str:
+    msg = " ".join(str(e).split())
+    if isinstance(e, TranscribeError):
+        return msg or type(e).__name__
+    return f"{type(e).__name__}: {msg}" if msg else type(e).__name__
+
+
+def piece_error(k: int, n: int, span: tuple[int, int], rate: int, err: str) -> str:
+    return f"piece {k + 1}/{n} ({span[0] / rate:.2f}-{span[1] / rate:.2f} s): {err}"
+
+
+def cut_points(pcm: np.ndarray, rate: int, piece_s: float, detector: str = "auto") -> list[tuple[int, int]]:
+    n = len(pcm)
+    if not piece_s or n <= piece_s * rate:
+        return [(0, n)]
+    from ..pauses import split_at_pauses
+
+    pieces = split_at_pauses(pcm, rate, max_s=piece_s, min_s=min(10.0, piece_s / 3), detector=detector)
+    grain = max(1, int(round(GRANULE_S * rate)))
+    bounds = [0]
+    for p in pieces[:-1]:
+        cut = int(p.end // grain) * grain  # down to the grid: a piece never grows past piece_s
+        if cut > bounds[-1]:
+            bounds.append(cut)
+    bounds.append(n)
+    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+
+
+def join(parts: list[dict], starts: list[int], n_samples: int, rate: int, frame_s: Optional[float] = None) -> dict:
+    """One transcript (a dict) from its pieces' transcripts, each placed at its start sample;
+    `frame_s`: the encoder frame's length, by which token frames shift (None: frames dropped)."""
+    out = {"text": "", "language": None, "duration": n_samples / rate, "model": "", "segments": [],
+           "words": [], "tokens": [], "nbest": None}
+    texts = []
+    for d, start in zip(parts, starts):
+        off = start / rate
+        if d.get("text"):
+            texts.append(d["text"])
+        out["model"] = out["model"] or d.get("model", "")
+        out["language"] = out["language"] or d.get("language")
+        for s in d.get("segments") or []:
+            s = dict(s, start=_r(s["start"] + off), end=_r(s["end"] + off))
+            s["words"] = [_shift(w, off) for w in s.get("words") or []]
+            out["segments"].append(s)
+        out["words"] += [_shift(w, off) for w in d.get("words") or []]
+        shift_frames = int(round(off / frame_s)) if frame_s else 0
+        for t in d.get("tokens") or []:
+            t = _shift(t, off)
+            if t.get("frame") is not None:
+                t["frame"] = t["frame"] + shift_frames if frame_s else None
+            out["tokens"].append(t)
+    out["text"] = " ".join(texts).strip()
+    return out
+
+
+def _r(x: float) -> float:
+    return round(float(x), 6)
+
+
+def _shift(d: dict, off: float) -> dict:
+    return dict(d, start=_r(d["start"] + off), end=_r(d["end"] + off))
