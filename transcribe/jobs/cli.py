@@ -95,6 +95,10 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from .runner import batch
 
+    if args.ray:  # Ray's core logs notes of its own on stderr (a program of our own: its environment is ours)
+        import os
+
+        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     progress = not args.quiet and top._isatty(sys.stderr)
     try:
         s = batch(args.inputs, args.output_dir, manifest=args.manifest, model=args.model, formats=formats,

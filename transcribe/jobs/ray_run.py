@@ -92,7 +92,7 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
         raise JobError('--ray needs Ray Data: pip install "transcribe[ray]"') from None
     started = False
     if not ray.is_initialized():
-        kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.WARNING)
+        kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         try:
             if address == "local":
                 from .runner import cores
@@ -103,11 +103,14 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
         except Exception as e:  # noqa: BLE001 - no cluster there, a bad address
             raise JobError(f"cannot start or join Ray at {address!r}: {reason(e)}") from None
         started = True
+    # Ray Data's progress bars and notes would mix with ours: off while the job runs, then restored.
+    ctx = ray.data.DataContext.get_current()
+    quiet = [(logging.getLogger(n), logging.getLogger(n).level) for n in ("ray", "ray.data")]
+    for logger, _ in quiet:
+        logger.setLevel(logging.ERROR)
+    bars = ctx.enable_progress_bars
+    ctx.enable_progress_bars = False
     try:
-        ctx = ray.data.DataContext.get_current()
-        ctx.enable_progress_bars = False
-        for name in ("ray.data", "ray.data._internal"):
-            logging.getLogger(name).setLevel(logging.WARNING)
         res = ray.cluster_resources()
         cpus, gpus = int(res.get("CPU", 1)), int(res.get("GPU", 0))
         if options.device != "cpu":
@@ -126,14 +129,20 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
         piece_s = options.piece_s if options.piece_s is not None else DEFAULT_PIECE_S.get(_family(options.model), 120.0)
         order = sorted(todo, key=lambda it: (it.duration is None, -(it.duration or 0.0), it.index))
         ds = ray.data.from_items([{"index": it.index, "path": it.path} for it in order],
-                                 override_num_blocks=max(1, min(len(order), 4 * actors)))
+                                 override_num_blocks=len(order))  # a block an input: batches form freely
         ds = ds.flat_map(_prepare, fn_kwargs={"piece_s": piece_s, "detector": options.detector},
-                         num_cpus=0, concurrency=max(2, actors))
-        ds = ds.map_batches(_Transcriber, fn_constructor_kwargs={"options": opts}, batch_size=options.batch_size or 8,
-                            batch_format="numpy", concurrency=actors, **per_actor)
+                         num_cpus=0, compute=ray.data.TaskPoolStrategy(size=max(2, actors)))
+        # One batch in flight per actor: a batch queued behind a busy actor would wait while another idles.
+        pool = ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1)
+
+        class Transcriber(_Transcriber):  # the options travel in the class, not as constructor arguments
+            def __init__(self):
+                super().__init__(opts)
+
+        ds = ds.map_batches(Transcriber, batch_size=options.batch_size or 8,
+                            batch_format="numpy", compute=pool, **per_actor)
     except BaseException:
-        if started:
-            ray.shutdown()
+        _end(ray, started, ctx, bars, quiet)
         raise
 
     def events():
@@ -151,7 +160,14 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
         except Exception as e:  # noqa: BLE001 - an actor that cannot start, a lost cluster
             raise JobError(f"the Ray job failed: {reason(e)}") from None
         finally:
-            if started:
-                ray.shutdown()
+            _end(ray, started, ctx, bars, quiet)
 
     return events(), actors, threads
+
+
+def _end(ray, started: bool, ctx, bars, quiet) -> None:
+    if started:
+        ray.shutdown()
+    ctx.enable_progress_bars = bars
+    for logger, level in quiet:
+        logger.setLevel(level)
