@@ -17,6 +17,8 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import threading
+import time
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Optional
 
@@ -96,6 +98,8 @@ def run_task(worker: Worker, task: tuple) -> list[dict]:
 def _init(options: Options) -> None:
     global _worker, _worker_error
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
+    parent = os.getppid()
+    threading.Thread(target=_orphan_watch, args=(parent,), name="transcribe-orphan-watch", daemon=True).start()
     from ..runtime import configure_process
 
     configure_process(options.threads)  # a process of its own: its threads, its malloc
@@ -103,6 +107,14 @@ def _init(options: Options) -> None:
         _worker = Worker(options)
     except Exception as e:  # noqa: BLE001 - said to the driver with the first task
         _worker_error = reason(e)
+
+
+def _orphan_watch(parent: int) -> None:
+    """A worker whose driver died (kill -9) would wait for tasks forever: it ends itself."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)
 
 
 def _run(task: tuple) -> list[dict]:

@@ -71,8 +71,8 @@ class Worker:
         self.rate = int(self.model.sample_rate)
         self.family = family_name(self.model)
         self.piece_s = piece_seconds(options, self.family)
-        frame_s = getattr(getattr(self.model, "model", None), "frame_seconds", None)
-        self.frame_s = float(frame_s) if isinstance(frame_s, (int, float)) else None
+        seconds = getattr(getattr(self.model, "model", None), "frame_seconds", None)  # Parakeet's frames
+        self.frame_s = float(seconds(1)) if self.family == "parakeet" and callable(seconds) else None
 
     # -- audio
     def decode(self, path: str) -> np.ndarray:

@@ -1,0 +1,347 @@
+"""Batch jobs (`transcribe batch`, `transcribe.batch`): inputs, results.jsonl, resume after kill -9,
+failures, cutting long inputs at pauses, local worker processes and Ray Data."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+
+import transcribe
+from transcribe.jobs import inputs as jin
+from transcribe.jobs.job import Assembler, Results, plan
+from transcribe.jobs.work import GRANULE_S, Options, Worker, cut_points, join
+
+HERE = Path(__file__).resolve().parent
+SHARED = HERE.parent.parent / "shared"
+DEV = SHARED / "audio" / "dev"
+JFK = SHARED / "audio" / "jfk.wav"
+TINY = SHARED / "models" / "parakeet-tiny" / "tiny-tdt-fit.nemo"
+
+pytestmark = pytest.mark.skipif(not DEV.is_dir() or not TINY.is_file(), reason="needs ../shared (audio and models)")
+
+
+def _cli(*args, timeout=600, **kw) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "transcribe", "batch", *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, **kw)
+
+
+def _lines(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+
+
+def _texts(out: Path) -> dict:
+    return {d["id"]: json.loads((out / d["outputs"][0]).read_text())["text"] for d in _lines(out)
+            if d["status"] == "ok"}
+
+
+# ------------------------------------------------------------------------------------------ inputs
+
+def test_inputs_from_directories_globs_files_and_manifests(tmp_path):
+    (tmp_path / "a" / "deep").mkdir(parents=True)
+    for rel in ("a/x.wav", "a/deep/y.flac", "a/notes.txt", "b.wav", "c/x.wav"):
+        p = tmp_path / rel
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_bytes(b"")
+    items = jin.collect([str(tmp_path / "a"), str(tmp_path / "b.wav"), str(tmp_path / "c" / "*.wav")])
+    assert [it.id for it in items] == ["deep/y", "x", "b", "x-2"]  # the directory's relative paths; clashes numbered
+    assert all(it.path.endswith((".wav", ".flac")) for it in items)  # notes.txt is not audio
+
+    man = tmp_path / "m.jsonl"
+    man.write_text('{"audio": "b.wav", "id": "first", "speaker": "s1"}\n\n{"audio": "a/x.wav", "lang": "en"}\n')
+    items = jin.collect([], str(man))
+    assert [(it.id, it.audio, it.extra) for it in items] == [("first", "b.wav", {"speaker": "s1"}),
+                                                             ("x", "a/x.wav", {"lang": "en"})]
+    assert items[0].path == str(tmp_path / "b.wav")  # relative to the manifest's folder
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"audio": "a.wav"}\nnot json\n', "m.jsonl:2: not a JSON object"),
+    ('{"id": "a"}\n', 'needs "audio"'),
+    ('{"audio": "a.wav", "id": "k"}\n{"audio": "b.wav", "id": "k"}\n', "same id"),
+    ('{"audio": "a.wav", "id": "../up"}\n', "below the output folder"),
+    ('{"audio": "a.wav", "status": "x"}\n', "field of results.jsonl"),
+    ('\n', "no lines"),
+])
+def test_bad_manifests_are_refused_before_any_work(tmp_path, text, message):
+    man = tmp_path / "m.jsonl"
+    man.write_text(text)
+    with pytest.raises(jin.JobError, match=message.replace("(", r"\(")):
+        jin.collect([], str(man))
+
+
+def test_missing_inputs_are_refused(tmp_path):
+    with pytest.raises(jin.JobError, match="no such file"):
+        jin.collect([str(tmp_path / "nope.wav")])
+    with pytest.raises(jin.JobError, match="no file matches"):
+        jin.collect([str(tmp_path / "*.flac")])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(jin.JobError, match="no audio files"):
+        jin.collect([str(tmp_path / "empty")])
+
+
+def test_durations_come_from_headers_and_order_the_work(tmp_path):
+    for name, seconds in (("s.wav", 1.0), ("l.wav", 3.0), ("m.flac", 2.0)):
+        sf.write(tmp_path / name, np.zeros(int(seconds * 16000), np.float32), 16000)
+    (tmp_path / "bad.wav").write_bytes(b"RIFF....not really")
+    items = jin.collect([str(tmp_path)])
+    jin.probe(items)
+    got = {it.id: it.duration for it in items}
+    assert got == {"bad": None, "l": 3.0, "m": 2.0, "s": 1.0}
+    long, groups = plan(items, piece_s=2.5, group=2)
+    assert [it.id for it in long] == ["l"]  # longer than the pieces: split first
+    assert [[it.id for it in g] for g in groups] == [["m", "s"], ["bad"]]  # longest first, unknown last
+
+
+# ------------------------------------------------------------------------------- cuts and joins
+
+def test_cuts_fall_on_the_grid_in_pauses_and_cover_everything():
+    rate = 16000
+    rng = np.random.default_rng(0)
+    speech = [(0.1 * rng.standard_normal(int(s * rate))).astype(np.float32) for s in (8.0, 9.0, 7.0)]
+    gap = np.zeros(rate, np.float32)
+    x = np.concatenate([speech[0], gap, speech[1], gap, speech[2]])
+    spans = cut_points(x, rate, 12.0, "energy")
+    assert spans[0][0] == 0 and spans[-1][1] == len(x)
+    assert all(a == b for (_, a), (b, _) in zip(spans[:-1], spans[1:]))  # contiguous
+    grain = int(GRANULE_S * rate)
+    for a, _ in spans[1:]:
+        assert a % grain == 0
+        assert not np.any(x[a - 100:a + 100])  # inside a gap: silence on both sides of the cut
+    assert all((b - a) <= 12.0 * rate for a, b in spans)
+    assert cut_points(x, rate, 0, "energy") == [(0, len(x))]  # 0: never cut
+
+
+def test_join_places_pieces_at_their_starts():
+    a = transcribe.Transcript(text="hello there", duration=2.0, model="m",
+                              words=[transcribe.Word("hello", 0.1, 0.5), transcribe.Word("there", 0.6, 1.0)],
+                              segments=[transcribe.Segment("hello there", 0.1, 1.0)],
+                              tokens=[transcribe.Token(5, " hello", 0.08, 0.48, frame=1, duration_frames=5)])
+    b = transcribe.Transcript(text="again", duration=1.0, words=[transcribe.Word("again", 0.2, 0.6)],
+                              tokens=[transcribe.Token(6, " again", 0.16, 0.56, frame=2, duration_frames=5)])
+    d = join([a.to_dict(), b.to_dict()], [0, 32000], 48000, 16000, frame_s=0.08)
+    t = transcribe.Transcript.from_dict(d)
+    assert t.text == "hello there again" and t.duration == 3.0 and t.model == "m"
+    assert [(w.word, w.start, w.end) for w in t.words] == [("hello", 0.1, 0.5), ("there", 0.6, 1.0),
+                                                           ("again", 2.2, 2.6)]
+    assert [(k.frame, k.start) for k in t.tokens] == [(1, 0.08), (27, 2.16)]  # 2 s = 25 frames of 80 ms
+
+
+def test_a_piece_that_failed_fails_its_input():
+    asm = Assembler()
+    ok = {"index": 4, "pieces": 2, "piece": 0, "start": 0, "end": 16000, "rate": 16000,
+          "result": transcribe.Transcript("a", 1.0).to_dict()}
+    assert asm.add(ok) is None
+    index, result, error, _, _ = asm.add(dict(ok, piece=1, start=16000, end=32000, result=None, error="boom"))
+    assert index == 4 and result is None and error == "piece 2/2 (1.00-2.00 s): boom"
+
+
+def test_a_long_parakeet_input_is_cut_in_silence_and_each_piece_is_its_own_transcript():
+    """The tiny model is fit to jfk.wav alone: any other audio, jfk.wav with silence added
+    included, gives it other words, so "the same words as the unsplit file" cannot be asked of it
+    (test_split_equals_unsplit_on_a_real_parakeet does, with real weights). Here: the cut lies in the
+    gap, and the joined transcript is exactly the pieces' own transcripts placed at their starts."""
+    w = Worker(Options(model=str(TINY), piece_s=12.0, detector="energy"))
+    jfk = transcribe.load_audio(str(JFK))
+    x = np.concatenate([jfk, np.zeros(16000, np.float32), jfk])
+    spans = w.cuts(x)
+    assert len(spans) == 2
+    cut = spans[1][0]
+    assert len(jfk) < cut < len(jfk) + 16000  # in the added second of silence
+    d, err, _ = w.transcribe_whole(x, spans)
+    assert err is None
+    alone = [w.model.transcribe(x[a:b]) for a, b in spans]
+    want = [(wd.word, wd.start + a / 16000) for t, (a, _) in zip(alone, spans) for wd in t.words]
+    assert [wd["word"] for wd in d["words"]] == [x for x, _ in want]
+    np.testing.assert_allclose([wd["start"] for wd in d["words"]], [s for _, s in want], atol=1e-6)
+    frames = [t["frame"] for t in d["tokens"]]
+    assert frames == sorted(frames) and frames[-1] < len(x) / 16000 / w.frame_s
+    assert d["text"] == " ".join(t.text for t in alone)
+
+
+def test_split_equals_unsplit_on_a_real_parakeet(tmp_path):
+    """With real weights: a 4-clip file with 2 s of silence between the clips, cut at 30 s, gives the
+    unsplit transcription's words, each within 0.1 s. Needs a real Parakeet model:
+    TRANSCRIBE_TEST_PARAKEET=path/to/parakeet.nemo (none can be downloaded here)."""
+    model = os.environ.get("TRANSCRIBE_TEST_PARAKEET")
+    if not model:
+        pytest.skip("needs a real Parakeet model: set TRANSCRIBE_TEST_PARAKEET to a .nemo file or hub id")
+    man = [json.loads(line) for line in (DEV / "manifest.jsonl").read_text().splitlines()]
+    clips = [d for d in man if d["audio"].startswith("ls_") and "8k" not in d["audio"] and 5 < d["duration"] < 20][:4]
+    gap = np.zeros(32000, np.float32)
+    x = np.concatenate([p for c in clips for p in (transcribe.load_audio(str(DEV / c["audio"])), gap)][:-1])
+    w = Worker(Options(model=model, piece_s=30.0))
+    assert len(w.cuts(x)) >= 2
+    whole = w.model.transcribe(x)
+    d, err, _ = w.transcribe_whole(x)
+    assert err is None
+    assert [wd["word"] for wd in d["words"]] == [wd.word for wd in whole.words]
+    np.testing.assert_allclose([wd["start"] for wd in d["words"]], [wd.start for wd in whole.words], atol=0.1)
+    np.testing.assert_allclose([wd["end"] for wd in d["words"]], [wd.end for wd in whole.words], atol=0.1)
+
+
+# ----------------------------------------------------------------------------------- whole jobs
+
+def _long_file(tmp_path) -> Path:
+    jfk = transcribe.load_audio(str(JFK))
+    x = np.concatenate([jfk, np.zeros(16000, np.float32), jfk, np.zeros(16000, np.float32), jfk])
+    path = tmp_path / "long.wav"
+    sf.write(path, x, 16000)
+    return path
+
+
+def test_long_inputs_give_the_same_result_in_one_process_and_spread_over_workers(tmp_path):
+    """Two workers: the long file is cut by one, its pieces run on both, and the join equals the
+    one-process job's (where the pieces run in one call)."""
+    path = _long_file(tmp_path)
+    short = tmp_path / "jfk.wav"
+    short.write_bytes(JFK.read_bytes())
+    one = transcribe.batch([str(path), str(short)], str(tmp_path / "one"), model=str(TINY), workers=1,
+                           piece_s=12.0, detector="energy")
+    two = transcribe.batch([str(path), str(short)], str(tmp_path / "two"), model=str(TINY), workers=2,
+                           threads=1, piece_s=12.0, detector="energy")
+    assert (one.ok, one.failed, two.ok, two.failed) == (2, 0, 2, 0)
+    a = json.loads((tmp_path / "one" / "long.json").read_text())
+    b = json.loads((tmp_path / "two" / "long.json").read_text())
+    assert a["text"] == b["text"] and a["duration"] == b["duration"] == 35.0
+    assert [w["word"] for w in a["words"]] == [w["word"] for w in b["words"]]
+    np.testing.assert_allclose([w["start"] for w in a["words"]], [w["start"] for w in b["words"]], atol=1e-6)
+    assert not (tmp_path / "two" / ".transcribe-work").exists()  # the decoded audio saved for the pieces is gone
+
+
+def test_a_corrupt_file_is_recorded_and_the_others_succeed(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    good = sorted(DEV.glob("ls_*.wav"))[:2]
+    for g in good:
+        (src / g.name).write_bytes(g.read_bytes())
+    (src / "broken.wav").write_bytes(b"RIFF\x10\x00\x00\x00WAVEfmt garbage that is not audio" * 3)
+    (src / "notes.mp3").write_text("just some text, not an mp3\n" * 20)
+    out = tmp_path / "out"
+    r = _cli(src, "-o", out, "--model", TINY, "-f", "json,txt", "--workers", "1")
+    assert r.returncode == 3, r.stderr  # 3: the job ran to its end, some inputs failed
+    lines = {d["id"]: d for d in _lines(out)}
+    assert sorted(lines) == sorted(["broken", "notes"] + [g.stem for g in good])
+    for bad in ("broken", "notes"):
+        assert lines[bad]["status"] == "error" and lines[bad]["outputs"] == []
+        assert lines[bad]["error"] and f"{bad}." in lines[bad]["error"]  # the reason names the file
+        assert f"error: {bad}:" in r.stderr
+    for g in good:
+        d = lines[g.stem]
+        assert d["status"] == "ok" and d["error"] is None and d["outputs"] == [f"{g.stem}.json", f"{g.stem}.txt"]
+        assert json.loads((out / d["outputs"][0]).read_text())["duration"] == pytest.approx(d["duration"], abs=1e-3)
+    assert "2 ok, 2 failed" in r.stderr
+    # Run again with --resume: only the failed are retried (and fail again); the good lines stay.
+    r2 = _cli(src, "-o", out, "--model", TINY, "-f", "json,txt", "--resume")
+    assert r2.returncode == 3 and "2 ok, 2 failed, 2 already done" not in r2.stderr
+    assert "0 ok, 2 failed, 2 already done" in r2.stderr
+    assert sorted(d["id"] for d in _lines(out)) == sorted(lines)
+
+
+def test_usage_errors_exit_2_before_any_work(tmp_path):
+    out = tmp_path / "out"
+    assert _cli(tmp_path / "missing.wav", "-o", out).returncode == 2
+    r = _cli(JFK, "-o", out, "--format", "json,doc")
+    assert r.returncode == 2 and "--format" in r.stderr
+    r = _cli(JFK, "-o", out, "--workers", "64", "--threads", "64")
+    assert r.returncode == 2 and "cores" in r.stderr
+    r = _cli(JFK, "-o", out, "--model", tmp_path)  # a folder that holds no model
+    assert r.returncode == 2 and "error:" in r.stderr
+    assert not (out / "results.jsonl").exists() or (out / "results.jsonl").read_text() == ""
+    assert _cli("--help").returncode == 0
+
+
+def test_a_finished_job_is_not_overwritten_without_resume(tmp_path):
+    out = tmp_path / "out"
+    r = _cli(JFK, "-o", out, "--model", TINY)
+    assert r.returncode == 0, r.stderr
+    r = _cli(JFK, "-o", out, "--model", TINY)
+    assert r.returncode == 2 and "--resume" in r.stderr
+    r = _cli(JFK, "-o", out, "--model", TINY, "--resume")
+    assert r.returncode == 0 and "0 ok, 0 failed, 1 already done" in r.stderr
+    assert len(_lines(out)) == 1
+
+
+def test_resume_after_kill_9_gives_every_result_once(tmp_path):
+    """A job killed (SIGKILL) part-way, then resumed: every input has exactly one ok line, every
+    output file is whole, the lines written before the kill are kept as they were."""
+    clips = sorted(DEV.glob("*.wav"))[:20]
+    man = tmp_path / "m.jsonl"
+    man.write_text("".join(json.dumps({"audio": str(c), "id": f"r{k}/{c.stem}", "k": k}) + "\n"
+                           for k in range(3) for c in clips))
+    out = tmp_path / "out"
+    args = [sys.executable, "-m", "transcribe", "batch", "--manifest", str(man), "-o", str(out), "--model",
+            str(TINY), "-f", "json,srt", "--batch-size", "1", "--workers", "1", "-q"]
+    proc = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    results = out / "results.jsonl"
+    t0 = time.monotonic()
+    try:
+        while time.monotonic() - t0 < 300:
+            if results.exists() and results.read_text().count("\n") >= 6:
+                break
+            if proc.poll() is not None:
+                pytest.fail(f"the job ended before it could be killed: {proc.stderr.read().decode()}")
+            time.sleep(0.05)
+        os.kill(proc.pid, signal.SIGKILL)
+    finally:
+        proc.wait(timeout=60)
+    before = [line for line in results.read_text().split("\n") if line]
+    assert 6 <= len(before) < 60
+    kept = [json.loads(line) for line in before[:-1]]  # the last may be cut short by the kill
+    r = _cli("--manifest", man, "-o", out, "--model", TINY, "-f", "json,srt", "--resume")
+    assert r.returncode == 0, r.stderr
+    lines = _lines(out)
+    ids = [d["id"] for d in lines]
+    assert len(ids) == len(set(ids)) == 60
+    assert all(d["status"] == "ok" for d in lines)
+    assert all(d in lines for d in kept)  # not run again
+    assert {d["k"] for d in lines} == {0, 1, 2}  # the manifest's fields carried
+    for d in lines:
+        for o in d["outputs"]:
+            text = (out / o).read_text()
+            if o.endswith(".json"):
+                assert json.loads(text)["duration"] == pytest.approx(d["duration"], abs=1e-3)
+            else:
+                assert text == "" or text.rstrip().split("\n")[-1].strip()  # whole, not cut
+    left = [p for p in out.rglob("*") if p.name.endswith(".tmp") or p.name == ".transcribe-work"]
+    assert left == []
+
+
+def test_results_log_drops_a_line_cut_short(tmp_path):
+    ok = {"id": "a", "audio": "a.wav", "status": "ok", "outputs": []}
+    bad = {"id": "b", "audio": "b.wav", "status": "error", "error": "x", "outputs": []}
+    (tmp_path / "results.jsonl").write_text(json.dumps(ok) + "\n" + json.dumps(bad) + '\n{"id": "c", "sta')
+    r = Results(tmp_path, resume=True)
+    r.append({"id": "c", "status": "ok"})
+    r.close()
+    assert [json.loads(x)["id"] for x in (tmp_path / "results.jsonl").read_text().splitlines()] == ["a", "c"]
+
+
+# ------------------------------------------------------------------------- same texts everywhere
+
+def test_ray_and_local_workers_give_the_single_process_texts(tmp_path):
+    """The dev clips with the default model: one process transcribing one file at a time, a job
+    with two local worker processes (the command), and a job on a local Ray instance with 2 CPUs
+    give the same texts, exactly."""
+    ray = pytest.importorskip("ray", reason="needs Ray: pip install 'transcribe[ray]'")
+    clips = sorted(DEV.glob("*.wav"))
+    model = transcribe.load_model()
+    single = {c.stem: model.transcribe(str(c)).text for c in clips}
+    del model
+    r = _cli(DEV, "-o", tmp_path / "local", "--workers", "2", "--threads", "1")
+    assert r.returncode == 0, r.stderr
+    assert _texts(tmp_path / "local") == single
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        s = transcribe.batch([str(DEV)], str(tmp_path / "ray"), ray="local", threads=1)
+    finally:
+        ray.shutdown()
+    assert (s.ok, s.failed, s.mode, s.workers) == (len(clips), 0, "ray", 2)
+    assert _texts(tmp_path / "ray") == single
