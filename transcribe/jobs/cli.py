@@ -19,10 +19,11 @@ from ..errors import TranscribeError
 
 PROG = "transcribe batch"
 EXIT_SOME_FAILED = 3
+FORMATS = ("txt", "json", "srt", "vtt")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..cli import _positive_int, add_decoding_arguments
+    from ..cli_args import add_decoding_arguments, positive_int as _positive_int
 
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -69,19 +70,19 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from .. import cli as top
+    from ..cli_args import decoding_options
 
     parser = _parser()
     try:
         args = parser.parse_args(sys.argv[1:] if argv is None else argv)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    formats = list(top.FORMATS) if args.format == "all" else [f.strip() for f in args.format.split(",") if f.strip()]
+    formats = list(FORMATS) if args.format == "all" else [f.strip() for f in args.format.split(",") if f.strip()]
     problem = None
     if not args.inputs and not args.manifest:
         problem = "give INPUTS (files, directories, globs) or --manifest FILE.jsonl"
-    elif not formats or any(f not in top.FORMATS for f in formats):
-        problem = f"--format {args.format}: choose from {', '.join(top.FORMATS)} (comma-separated) or all"
+    elif not formats or any(f not in FORMATS for f in formats):
+        problem = f"--format {args.format}: choose from {', '.join(FORMATS)} (comma-separated) or all"
     elif args.nbest is not None and args.nbest > (args.beam_size or 1):
         problem = f"--nbest {args.nbest} needs --beam-size of at least {args.nbest}"
     elif args.hotword_weight is not None and not args.hotwords:
@@ -99,18 +100,18 @@ def main(argv: Optional[list[str]] = None) -> int:
         import os
 
         os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
-    progress = not args.quiet and top._isatty(sys.stderr)
+    progress = not args.quiet and _isatty(sys.stderr)
     try:
         s = batch(args.inputs, args.output_dir, manifest=args.manifest, model=args.model, formats=formats,
                   workers=args.workers, threads=args.threads, ray=args.ray, resume=args.resume,
                   overwrite=args.overwrite, device=args.device, dtype=args.dtype, batch_size=args.batch_size,
                   piece_s=args.piece_s, detector=args.detector, max_line_width=args.max_line_width,
-                  max_line_count=args.max_line_count, progress=progress, **top._decoding_options(args))
+                  max_line_count=args.max_line_count, progress=progress, **decoding_options(args))
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted; finished inputs are in {args.output_dir} (--resume goes on)", file=sys.stderr)
         return 130
     except TranscribeError as e:
-        print(f"{PROG}: error: {top._one_line(str(e))}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(str(e))}", file=sys.stderr)
         return 2
     except Exception as e:  # noqa: BLE001 - one line, as the other commands
         import os
@@ -118,7 +119,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
         if os.environ.get("TRANSCRIBE_DEBUG"):
             traceback.print_exc()
-        print(f"{PROG}: internal error: {type(e).__name__}: {top._one_line(str(e))}", file=sys.stderr)
+        print(f"{PROG}: internal error: {type(e).__name__}: {_one_line(str(e))}", file=sys.stderr)
         return 1
     if not progress:  # on a terminal the bar said them as they came
         for ident, why in s.errors:
@@ -129,3 +130,14 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"in {s.wall_s:.1f} s ({s.speed:.1f}x real time, {where} x {s.threads} threads); {s.results}",
               file=sys.stderr)
     return EXIT_SOME_FAILED if s.failed else 0
+
+
+def _one_line(s: str) -> str:
+    return " ".join(s.split()) or "(no message)"
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False

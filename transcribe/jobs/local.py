@@ -93,6 +93,21 @@ def run_task(worker: Worker, task: tuple) -> list[dict]:
     raise ValueError(f"unknown task {kind!r}")
 
 
+def cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def default_workers(n_cores: int, device: str) -> int:
+    """Worker processes when --workers is not given: one on a GPU; on a CPU one per 2 cores...
+    see benchmarks/batch_throughput.py for the measurements behind it."""
+    if device != "cpu":
+        return 1
+    return max(1, n_cores // 1) if n_cores <= 2 else max(1, n_cores // 2)
+
+
 # ------------------------------------------------------------------------------- worker processes
 
 def _init(options: Options) -> None:

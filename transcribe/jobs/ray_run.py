@@ -95,7 +95,7 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
         kw = dict(include_dashboard=False, log_to_driver=False, logging_level=logging.ERROR)
         try:
             if address == "local":
-                from .runner import cores
+                from .local import cores
 
                 ray.init(num_cpus=cores(), **kw)
             else:
@@ -120,7 +120,7 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             actors = workers or gpus
             per_actor = {"num_gpus": 1, "num_cpus": threads}
         else:
-            from .runner import default_workers
+            from .local import default_workers
 
             actors = workers or default_workers(cpus, "cpu")
             threads = threads or max(1, cpus // actors)

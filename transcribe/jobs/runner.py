@@ -24,6 +24,7 @@ from ..errors import TranscribeError
 from ..writers import WRITERS
 from .inputs import Item, JobError, collect, probe
 from .job import TASK_INPUTS, Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events
+from .local import cores, default_workers
 from .work import Options, Worker, reason
 
 
@@ -45,21 +46,6 @@ class JobSummary:
     def speed(self) -> float:
         """Audio seconds per wall second."""
         return self.audio_s / self.wall_s if self.wall_s > 0 else 0.0
-
-
-def cores() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return os.cpu_count() or 1
-
-
-def default_workers(n_cores: int, device: str) -> int:
-    """Worker processes when --workers is not given: one on a GPU; on a CPU one per 2 cores...
-    see benchmarks/batch_throughput.py for the measurements behind it."""
-    if device != "cpu":
-        return 1
-    return max(1, n_cores // 1) if n_cores <= 2 else max(1, n_cores // 2)
 
 
 def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manifest: Optional[str] = None,
