@@ -49,7 +49,7 @@ class Results:
                 raise JobError(f"{self.path} exists: a job ran here; add --resume to go on with it, "
                                "or give another --output-dir")
             self._load(out_dir)
-        self.f = open(self.path, "a", encoding="utf-8", newline="\n")
+        self.f = None  # opened at the first line: a job that never starts leaves no results.jsonl
 
     def _load(self, out_dir: Path) -> None:
         try:
@@ -76,6 +76,8 @@ class Results:
         os.replace(tmp, self.path)
 
     def append(self, line: dict) -> None:
+        if self.f is None:
+            self.f = open(self.path, "a", encoding="utf-8", newline="\n")
         self.f.write(json.dumps(line, ensure_ascii=False) + "\n")
         self.f.flush()
         try:
@@ -84,7 +86,8 @@ class Results:
             pass
 
     def close(self) -> None:
-        self.f.close()
+        if self.f is not None:
+            self.f.close()
 
 
 class Outputs:

@@ -23,7 +23,7 @@ from typing import Optional
 import numpy as np
 
 from .inputs import Item, JobError
-from .work import DEFAULT_PIECE_S, Options, Worker, cut_points, reason
+from .work import DEFAULT_PIECE_S, Options, Worker, cut_points, family_of_model, reason
 
 MODEL_RATE = 16000  # every family's rate; each actor checks its model's
 
@@ -71,18 +71,6 @@ class _Transcriber:
                 "frame_s": np.full(n, self.worker.frame_s or 0.0, dtype=np.float64)}
 
 
-def _family(model: Optional[str]) -> str:
-    """The family of `model` without loading it (for its default piece length)."""
-    from ..loading import family_of
-    from ..hub import resolve
-
-    try:
-        path, _ = resolve(model)
-    except Exception:  # noqa: BLE001 - the actors will say why it does not load
-        return "other"
-    return family_of(path) or "other"
-
-
 def ray_events(todo: list[Item], options: Options, address: str, workers: Optional[int], threads: Optional[int]):
     """(events, actors, threads): the job's events as rows come back from Ray."""
     try:
@@ -126,7 +114,7 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             threads = threads or max(1, cpus // actors)
             per_actor = {"num_cpus": threads}
         opts = Options(**{**options.__dict__, "threads": threads, "device": options.device})
-        piece_s = options.piece_s if options.piece_s is not None else DEFAULT_PIECE_S.get(_family(options.model), 120.0)
+        piece_s = options.piece_s if options.piece_s is not None else DEFAULT_PIECE_S.get(family_of_model(options.model), 120.0)
         order = sorted(todo, key=lambda it: (it.duration is None, -(it.duration or 0.0), it.index))
         ds = ray.data.from_items([{"index": it.index, "path": it.path} for it in order],
                                  override_num_blocks=len(order))  # a block an input: batches form freely

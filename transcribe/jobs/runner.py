@@ -11,7 +11,6 @@ load, an output folder in the way).
 """
 from __future__ import annotations
 
-import gc
 import os
 import sys
 import threading
@@ -25,7 +24,7 @@ from ..writers import WRITERS
 from .inputs import Item, JobError, collect, probe
 from .job import TASK_INPUTS, Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events
 from .local import cores, default_workers
-from .work import Options, Worker, reason
+from .work import Options, Worker, family_of_model, piece_seconds, reason
 
 
 @dataclass
@@ -134,17 +133,16 @@ def _check_out_dir(out_dir: Path) -> None:
 def _local(todo: list[Item], options: Options, out_dir: Path, workers: int):
     from . import local
 
-    try:
-        first = Worker(options)  # loads the model here: a bad model or option stops the job at once
-    except TranscribeError as e:
-        raise JobError(str(e)) from None
-    piece_s, group = first.piece_s, options.batch_size or TASK_INPUTS
+    group = options.batch_size or TASK_INPUTS
     if workers == 1:
-        executor = local.Inline(first)
-    else:
-        del first
-        gc.collect()
+        try:
+            worker = Worker(options)  # a bad model or option stops the job before any input
+        except TranscribeError as e:
+            raise JobError(str(e)) from None
+        executor, piece_s = local.Inline(worker), worker.piece_s
+    else:  # each worker loads the model; one that cannot says so with its first task (JobError)
         executor = local.Processes(options, workers)
+        piece_s = piece_seconds(options, family_of_model(options.model))
     scratch = clear_scratch(out_dir)
 
     def events():

@@ -48,6 +48,18 @@ def piece_seconds(options: Options, family: str) -> float:
     return DEFAULT_PIECE_S.get(family, 120.0)
 
 
+def family_of_model(name: Optional[str]) -> str:
+    """The family of the model `name` names, from its files alone (no PyTorch, no weights read)."""
+    from ..hub import resolve
+    from ..loading import family_of
+
+    try:
+        path, _ = resolve(name)
+    except Exception:  # noqa: BLE001 - loading it will say why
+        return "other"
+    return family_of(path) or "other"
+
+
 def family_name(model) -> str:
     module = type(model).__module__
     for name in ("whisper", "parakeet", "granite"):
