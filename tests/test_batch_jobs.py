@@ -345,3 +345,29 @@ def test_ray_and_local_workers_give_the_single_process_texts(tmp_path):
         ray.shutdown()
     assert (s.ok, s.failed, s.mode, s.workers) == (len(clips), 0, "ray", 2)
     assert _texts(tmp_path / "ray") == single
+
+
+def test_the_progress_line_says_files_hours_speed_and_eta():
+    import io
+
+    from transcribe.jobs.runner import _Progress
+
+    items = [jin.Item(i, str(i), "a.wav", "a.wav", duration=900.0) for i in range(4)]  # an hour in all
+    out = io.StringIO()
+    p = _Progress(items, enabled=True, stream=out)
+    p.t0 -= 100.0  # 100 s in
+    p.update(1, 900.0)
+    p.close()
+    line = p.line()
+    assert "1/4 files" in line and "0.25/1.00 h audio" in line
+    speed = float(line.split("h audio")[1].split("x")[0])
+    assert 8.5 < speed <= 9.0  # 900 s of audio in a little over 100 s
+    eta = line.split("ETA ")[1]
+    h, m, s = map(int, eta.split(":"))
+    assert 290 <= h * 3600 + m * 60 + s <= 300  # 2700 s left at 9x
+    assert "\r" in out.getvalue()
+
+
+def test_nbest_needs_whole_inputs(tmp_path):
+    with pytest.raises(jin.JobError, match="piece_s=0"):
+        transcribe.batch([str(JFK)], str(tmp_path / "o"), model=str(TINY), beam_size=2, nbest=2)
