@@ -127,7 +127,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if not args.quiet:
         where = f"{s.workers} Ray actors" if s.mode == "ray" else f"{s.workers} worker{'s' * (s.workers > 1)}"
         print(f"{PROG}: {s.ok} ok, {s.failed} failed, {s.skipped} already done; {s.audio_s / 3600:.2f} h of audio "
-              f"in {s.wall_s:.1f} s ({s.speed:.1f}x real time, {where} x {s.threads} threads); {s.results}",
+              f"in {s.wall_s:.1f} s ({s.speed:.1f}x real time, {where} x {s.threads} thread{'s' * (s.threads > 1)}); "
+              f"{s.results}",
               file=sys.stderr)
     return EXIT_SOME_FAILED if s.failed else 0
 

@@ -9,7 +9,8 @@ Every input becomes an `Item` with a stable `id`, which names its output files (
 - a glob (`*`, `?`, `[`, `**` recursive): each match as if given by name;
 - a manifest line (`{"audio": path, "id": ...}`): its `id`, else as a file given by name; a
   relative `audio` is relative to the manifest's folder; the line's other fields are carried to the
-  input's line in `results.jsonl`.
+  input's line in `results.jsonl` (one named like a field of that line, `duration` say, as
+  `manifest_duration`).
 
 Two inputs with the same derived id get `-2`, `-3`, ...; two manifest lines with the same `id` are
 an error. An argument that names nothing (no such file, a glob without matches, a directory without
@@ -31,6 +32,9 @@ AUDIO_EXTENSIONS = frozenset({
     ".wav", ".wave", ".flac", ".mp3", ".m4a", ".mp4", ".aac", ".ogg", ".oga", ".opus", ".webm", ".mkv",
     ".mka", ".mov", ".wma", ".aif", ".aiff", ".aifc", ".caf", ".amr", ".3gp", ".ac3", ".au", ".snd", ".w64",
 })
+
+
+RESULT_FIELDS = ("status", "error", "duration", "seconds", "outputs")
 
 
 class JobError(TranscribeError):
@@ -105,10 +109,8 @@ def _read_manifest(path: str) -> list[tuple[str, str, str, dict, bool]]:
         audio = d.get("audio")
         if not isinstance(audio, str) or not audio:
             raise JobError(f'{path}:{n}: needs "audio": a path (a string)')
-        extra = {k: v for k, v in d.items() if k not in ("audio", "id")}
-        for k in ("status", "error", "duration", "seconds", "outputs"):
-            if k in extra:  # they would be overwritten by the job's own fields
-                raise JobError(f'{path}:{n}: "{k}" is a field of results.jsonl; rename it')
+        # The line's other fields are carried; one named as a field of results.jsonl is carried as manifest_<name>.
+        extra = {(f"manifest_{k}" if k in RESULT_FIELDS else k): v for k, v in d.items() if k not in ("audio", "id")}
         resolved = audio if os.path.isabs(audio) else str(base / audio)
         if "id" in d:
             ident = d["id"]

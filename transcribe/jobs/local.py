@@ -100,12 +100,44 @@ def cores() -> int:
         return os.cpu_count() or 1
 
 
-def default_workers(n_cores: int, device: str) -> int:
-    """Worker processes when --workers is not given: one on a GPU; on a CPU one per 2 cores...
-    see benchmarks/batch_throughput.py for the measurements behind it."""
+def default_workers(n_cores: int, device: str, model_bytes: Optional[int] = None) -> int:
+    """Worker processes when --workers is not given. On a GPU one (it batches). On a CPU one per
+    core, as memory allows: separate processes scale better than PyTorch threads in one process,
+    since much of a model call (decoding loops, small matrices) runs on one thread; on 2 cores two
+    workers of one thread beat one of two threads for Whisper tiny.en and a tiny Parakeet
+    (benchmarks/batch_throughput.py). Each worker holds its own copy of the model, so the count is
+    bounded by half the memory available now, at about 1.5x the model's files + 400 MB a worker."""
     if device != "cpu":
         return 1
-    return max(1, n_cores // 1) if n_cores <= 2 else max(1, n_cores // 2)
+    n = max(1, n_cores)
+    available = _available_memory()
+    if model_bytes and available:
+        n = min(n, max(1, int(0.5 * available // (1.5 * model_bytes + (400 << 20)))))
+    return n
+
+
+def _available_memory() -> Optional[int]:
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+def model_bytes(name: Optional[str]) -> Optional[int]:
+    """Bytes of the model's files (a proxy for its memory), without loading it; None if unknown."""
+    from ..hub import resolve
+
+    try:
+        path, _ = resolve(name)
+        if path.is_file():
+            return path.stat().st_size
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    except Exception:  # noqa: BLE001 - unknown: no memory bound
+        return None
 
 
 # ------------------------------------------------------------------------------- worker processes

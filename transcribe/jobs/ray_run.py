@@ -108,10 +108,8 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             actors = workers or gpus
             per_actor = {"num_gpus": 1, "num_cpus": threads}
         else:
-            from .local import default_workers
-
-            actors = workers or default_workers(cpus, "cpu")
-            threads = threads or max(1, cpus // actors)
+            threads = threads or (max(1, cpus // workers) if workers else 1)
+            actors = workers or max(1, cpus // threads)  # one thread an actor, as local workers
             per_actor = {"num_cpus": threads}
         opts = Options(**{**options.__dict__, "threads": threads, "device": options.device})
         piece_s = options.piece_s if options.piece_s is not None else DEFAULT_PIECE_S.get(family_of_model(options.model), 120.0)

@@ -23,7 +23,7 @@ from ..errors import TranscribeError
 from ..writers import WRITERS
 from .inputs import Item, JobError, collect, probe
 from .job import TASK_INPUTS, Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events
-from .local import cores, default_workers
+from .local import cores, default_workers, model_bytes
 from .work import Options, Worker, family_of_model, piece_seconds, reason
 
 
@@ -71,7 +71,7 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise JobError(f"threads must be a positive integer, got {threads!r}")
     if ray is None:
-        workers = workers or default_workers(n_cores, device)
+        workers = workers or default_workers(n_cores, device, model_bytes(model))
         threads = threads or max(1, n_cores // workers)
         if device == "cpu" and workers * threads > n_cores:
             raise JobError(f"{workers} workers x {threads} threads is more than this machine's {n_cores} cores")
