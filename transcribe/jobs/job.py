@@ -27,12 +27,19 @@ from ..results import Transcript
 from ..writers import WRITERS
 from .inputs import Item, JobError
 from .local import WorkerSetupError
-from .work import join, piece_error
+from .work import join, piece_error, reason
 
 RESULTS = "results.jsonl"
 SCRATCH = ".transcribe-work"
-# A task holds at most this many inputs (or pieces) and this much audio.
-TASK_INPUTS = 8
+# A task holds at most this many inputs (or pieces) and this much audio, unless --batch-size says: a
+# model call takes them together. Whisper's decoding loop gains from larger batches on a CPU (2 cores,
+# the dev clips: 16 a call 1.1x faster than 8).
+TASK_INPUTS = {"whisper": 16}
+TASK_INPUTS_DEFAULT = 8
+
+
+def task_inputs(batch_size, family: str) -> int:
+    return batch_size or TASK_INPUTS.get(family, TASK_INPUTS_DEFAULT)
 TASK_AUDIO_S = 20 * 60.0
 
 
@@ -56,7 +63,6 @@ class Results:
             raw = self.path.read_bytes()
         except OSError as e:
             raise JobError(f"{self.path}: cannot read: {e.strerror or e}") from None
-        keep = []
         for line in raw.split(b"\n"):
             try:
                 d = json.loads(line)
@@ -67,10 +73,16 @@ class Results:
             if not all((out_dir / o).is_file() for o in d.get("outputs") or []):
                 continue  # its files are gone: again
             self.done[d["id"]] = d
-        keep = [json.dumps(d, ensure_ascii=False) + "\n" for d in self.done.values()]
+
+    def keep(self, ids: set) -> None:
+        """Rewrite the file with the lines of `ids` only (the inputs skipped by a resumed job), so that
+        every input ends with one line; atomically."""
+        if not self.path.exists():
+            return
+        lines = [json.dumps(d, ensure_ascii=False) + "\n" for i, d in self.done.items() if i in ids]
         tmp = self.path.with_name(f".{RESULTS}.{os.getpid()}.tmp")
         with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(keep)
+            f.writelines(lines)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, self.path)
@@ -122,15 +134,18 @@ class Assembler:
 
     def __init__(self):
         self.parts: dict[int, dict] = {}
-        self.failed: set[int] = set()  # inputs given up on while some of their pieces were out
+        self.finished: set[int] = set()  # inputs given out: a piece still out when one failed is dropped
 
     def add(self, ev: dict) -> Optional[tuple]:
+        whole = self._add(ev) if ev["index"] not in self.finished else None
+        if whole is not None:
+            self.finished.add(whole[0])
+            self.parts.pop(whole[0], None)
+        return whole
+
+    def _add(self, ev: dict) -> Optional[tuple]:
         n = ev.get("pieces", 1)
-        if ev["index"] in self.failed:
-            return None
         if n == 1:
-            if self.parts.pop(ev["index"], None) is not None:
-                self.failed.add(ev["index"])
             return ev["index"], ev.get("result"), ev.get("error"), ev.get("duration"), ev.get("seconds", 0.0)
         st = self.parts.setdefault(ev["index"], {"got": {}, "n": n})
         st["got"][ev["piece"]] = ev
@@ -198,6 +213,10 @@ def local_events(items: list[Item], executor, piece_s: float, group: int, scratc
                 continue
             except WorkerSetupError as e:
                 raise JobError(f"a worker could not load the model: {e}") from None
+            except Exception as e:  # noqa: BLE001 - the task's inputs fail with the reason; the job goes on
+                for single in _singles(task):
+                    yield from _died(single, reason(e))
+                continue
             for ev in events:
                 if "split" in ev:
                     spans, n = ev["split"], len(ev["split"])
@@ -214,7 +233,7 @@ def local_events(items: list[Item], executor, piece_s: float, group: int, scratc
                     key = repr(single)
                     tries[key] = tries.get(key, 0) + 1
                     if tries[key] >= 2:
-                        yield from _died(single)
+                        yield from _died(single, "a worker process died on this input twice (killed, or out of memory?)")
                     else:
                         todo.appendleft(single)
         fill()
@@ -228,8 +247,7 @@ def _singles(task: tuple) -> list[tuple]:
     return [task]
 
 
-def _died(task: tuple) -> Iterator[dict]:
-    why = "a worker process died on this input twice (killed, or out of memory?)"
+def _died(task: tuple, why: str) -> Iterator[dict]:
     if task[0] == "files":
         yield {"index": task[1][0][0], "error": why}
     elif task[0] == "split":

@@ -23,7 +23,8 @@ from typing import Optional
 import numpy as np
 
 from .inputs import Item, JobError
-from .work import DEFAULT_PIECE_S, Options, Worker, cut_points, family_of_model, reason
+from .job import task_inputs
+from .work import Options, Worker, cut_points, family_of_model, piece_seconds, reason
 
 MODEL_RATE = 16000  # every family's rate; each actor checks its model's
 
@@ -112,7 +113,8 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             actors = workers or max(1, cpus // threads)  # one thread an actor, as local workers
             per_actor = {"num_cpus": threads}
         opts = Options(**{**options.__dict__, "threads": threads, "device": options.device})
-        piece_s = options.piece_s if options.piece_s is not None else DEFAULT_PIECE_S.get(family_of_model(options.model), 120.0)
+        family = family_of_model(options.model)
+        piece_s = piece_seconds(options, family)
         order = sorted(todo, key=lambda it: (it.duration is None, -(it.duration or 0.0), it.index))
         ds = ray.data.from_items([{"index": it.index, "path": it.path} for it in order],
                                  override_num_blocks=len(order))  # a block an input: batches form freely
@@ -125,7 +127,7 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             def __init__(self):
                 super().__init__(opts)
 
-        ds = ds.map_batches(Transcriber, batch_size=options.batch_size or 8,
+        ds = ds.map_batches(Transcriber, batch_size=task_inputs(options.batch_size, family),
                             batch_format="numpy", compute=pool, **per_actor)
     except BaseException:
         _end(ray, started, ctx, bars, quiet)

@@ -22,7 +22,7 @@ from typing import Iterable, Optional, TextIO
 from ..errors import TranscribeError
 from ..writers import WRITERS
 from .inputs import Item, JobError, collect, probe
-from .job import TASK_INPUTS, Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events
+from .job import Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events, task_inputs
 from .local import cores, default_workers, model_bytes
 from .work import Options, Worker, family_of_model, piece_seconds, reason
 
@@ -87,8 +87,11 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
     results = Results(out_dir, resume)
     summary = JobSummary(total=len(items), results=str(results.path), mode="ray" if ray else "local")
     try:
-        todo = [it for it in items if results.done.get(it.id, {}).get("audio") != it.audio]
-        summary.skipped = len(items) - len(todo)
+        done = {it.id for it in items if results.done.get(it.id, {}).get("audio") == it.audio
+                and all(p.is_file() for p in outputs.paths(it))}  # a format asked for now is made for all
+        todo = [it for it in items if it.id not in done]
+        summary.skipped = len(done)
+        results.keep(done)
         if not overwrite and not resume:
             there = [str(p) for it in todo for p in outputs.paths(it) if p.exists()]
             if there:
@@ -133,16 +136,15 @@ def _check_out_dir(out_dir: Path) -> None:
 def _local(todo: list[Item], options: Options, out_dir: Path, workers: int):
     from . import local
 
-    group = options.batch_size or TASK_INPUTS
     if workers == 1:
         try:
             worker = Worker(options)  # a bad model or option stops the job before any input
         except TranscribeError as e:
             raise JobError(str(e)) from None
-        executor, piece_s = local.Inline(worker), worker.piece_s
+        executor, family = local.Inline(worker), worker.family
     else:  # each worker loads the model; one that cannot says so with its first task (JobError)
-        executor = local.Processes(options, workers)
-        piece_s = piece_seconds(options, family_of_model(options.model))
+        executor, family = local.Processes(options, workers), family_of_model(options.model)
+    piece_s, group = piece_seconds(options, family), task_inputs(options.batch_size, family)
     scratch = clear_scratch(out_dir)
 
     def events():

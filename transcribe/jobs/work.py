@@ -106,6 +106,8 @@ class Worker:
         t0 = time.perf_counter()
         try:
             kw = {} if self.options.batch_size is None else {"batch_size": self.options.batch_size}
+            if not kw and self.family == "whisper":  # Whisper runs a list one by one unless told
+                kw = {"batch_size": len(pcms)}
             results = list(self.model.transcribe(list(pcms), timestamps=True, **kw, **self.options.decoding))
             if len(results) != len(pcms):
                 raise RuntimeError(f"the model gave {len(results)} transcripts for {len(pcms)} inputs")
