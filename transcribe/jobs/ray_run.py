@@ -1,11 +1,14 @@
 """A batch job on Ray Data (`--ray`; `pip install "transcribe[ray]"`).
 
-The inputs left to do, longest first, become a dataset of `{index, path}` rows:
+The inputs left to do, longest first, become a dataset of `{index, path, probed}` rows:
 
-1. `flat_map(_prepare)`: Ray tasks decode each file and cut a long one at pauses; a row per piece
-   (`pcm` the samples), or one row with `error` for a file that cannot be read.
+1. `flat_map(_prepare)`: Ray tasks decode each file longer than the pieces (by its header) and cut
+   it at pauses, a row per piece with its samples (`pcm`), so that its pieces spread over the
+   actors; a shorter file passes as its path alone; one that cannot be read becomes a row with
+   `error`.
 2. `map_batches(_Transcriber)`: an actor pool; every actor loads the model once (with `num_cpus`
-   = its threads, `num_gpus=1` on a GPU) and transcribes batches of pieces.
+   = its threads, `num_gpus=1` on a GPU), decodes the files that came as paths, and transcribes
+   batches of files and pieces.
 3. The rows stream back to this process (`iter_rows`), which joins pieces, writes the files and
    `results.jsonl` exactly as a local job does (`runner._drive`): the same resume and failure rules.
 
@@ -30,19 +33,25 @@ MODEL_RATE = 16000  # every family's rate; each actor checks its model's
 
 
 def _prepare(row: dict, piece_s: float, detector: str) -> list[dict]:
+    """A file its header says is short: one row that the actor decodes itself (as a local worker
+    does: no samples through the object store, no decoding beside the model). Else: decoded and cut
+    here, a row per piece with its samples, so the pieces spread over the actors."""
+    index, path, probed = int(row["index"]), str(row["path"]), float(row["probed"])
+    empty = np.zeros(0, np.float32)
+    if not piece_s or 0 <= probed <= piece_s:
+        return [{"index": index, "piece": 0, "pieces": 1, "start": 0, "end": 0, "duration": -1.0,
+                 "path": path, "pcm": empty, "error": ""}]
     from ..audio import load_audio
 
-    index = int(row["index"])
-    empty = np.zeros(0, np.float32)
     try:
-        pcm = load_audio(str(row["path"]), MODEL_RATE)
+        pcm = load_audio(path, MODEL_RATE)
         spans = cut_points(pcm, MODEL_RATE, piece_s, detector)
     except Exception as e:  # noqa: BLE001 - the file's failure, recorded
         return [{"index": index, "piece": 0, "pieces": 1, "start": 0, "end": 0, "duration": -1.0,
-                 "pcm": empty, "error": reason(e)}]
+                 "path": "", "pcm": empty, "error": reason(e)}]
     n = len(spans)
     return [{"index": index, "piece": k, "pieces": n, "start": a, "end": b, "duration": len(pcm) / MODEL_RATE,
-             "pcm": np.ascontiguousarray(pcm[a:b]), "error": ""} for k, (a, b) in enumerate(spans)]
+             "path": "", "pcm": np.ascontiguousarray(pcm[a:b]), "error": ""} for k, (a, b) in enumerate(spans)]
 
 
 class _Transcriber:
@@ -55,21 +64,40 @@ class _Transcriber:
             raise JobError(f"the model's rate is {self.worker.rate} Hz; Ray jobs read audio at {MODEL_RATE} Hz")
 
     def __call__(self, batch: dict) -> dict:
+        w = self.worker
         n = len(batch["index"])
         errors = [str(e) for e in batch["error"]]
-        todo = [i for i in range(n) if not errors[i]]
-        outs = self.worker.transcribe([np.asarray(batch["pcm"][i], dtype=np.float32) for i in todo])
-        result = [""] * n
-        seconds = [0.0] * n
-        for i, (d, err, s) in zip(todo, outs):
-            result[i] = json.dumps(d) if d is not None else ""
-            errors[i] = err or ""
-            seconds[i] = s
+        result, seconds = [""] * n, [0.0] * n
+        end, duration = [int(x) for x in batch["end"]], [float(x) for x in batch["duration"]]
+        pcms: dict = {}
+        for i in range(n):
+            if errors[i]:
+                continue
+            path = str(batch["path"][i])
+            if not path:
+                pcms[i] = np.asarray(batch["pcm"][i], dtype=np.float32)
+                continue
+            try:
+                pcm = w.decode(path)
+            except Exception as e:  # noqa: BLE001 - the file's failure, recorded
+                errors[i] = reason(e)
+                continue
+            end[i], duration[i] = len(pcm), len(pcm) / w.rate
+            spans = w.cuts(pcm)
+            if len(spans) == 1:
+                pcms[i] = pcm
+            else:  # longer than its header said: cut and joined here
+                d, err, seconds[i] = w.transcribe_whole(pcm, spans)
+                result[i], errors[i] = (json.dumps(d) if d is not None else ""), err or ""
+        todo = sorted(pcms)
+        for i, (d, err, sec) in zip(todo, w.transcribe([pcms[i] for i in todo])):
+            result[i], errors[i], seconds[i] = (json.dumps(d) if d is not None else ""), err or "", sec
         return {"index": batch["index"], "piece": batch["piece"], "pieces": batch["pieces"],
-                "start": batch["start"], "end": batch["end"], "duration": batch["duration"],
+                "start": batch["start"], "end": np.array(end, dtype=np.int64),
+                "duration": np.array(duration, dtype=np.float64),
                 "result": np.array(result, dtype=object), "error": np.array(errors, dtype=object),
                 "seconds": np.array(seconds, dtype=np.float64),
-                "frame_s": np.full(n, self.worker.frame_s or 0.0, dtype=np.float64)}
+                "frame_s": np.full(n, w.frame_s or 0.0, dtype=np.float64)}
 
 
 def ray_events(todo: list[Item], options: Options, address: str, workers: Optional[int], threads: Optional[int]):
@@ -116,7 +144,8 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
         family = family_of_model(options.model)
         piece_s = piece_seconds(options, family)
         order = sorted(todo, key=lambda it: (it.duration is None, -(it.duration or 0.0), it.index))
-        ds = ray.data.from_items([{"index": it.index, "path": it.path} for it in order],
+        ds = ray.data.from_items([{"index": it.index, "path": it.path, "probed": -1.0 if it.duration is None
+                                  else it.duration} for it in order],
                                  override_num_blocks=len(order))  # a block an input: batches form freely
         ds = ds.flat_map(_prepare, fn_kwargs={"piece_s": piece_s, "detector": options.detector},
                          num_cpus=0, compute=ray.data.TaskPoolStrategy(size=max(2, actors)))
