@@ -198,9 +198,12 @@ def rss_kb(pid: int) -> int:
 class Sampler(threading.Thread):
     """Samples the summed RSS of a job's processes until stopped; keeps the peak."""
 
-    def __init__(self, root: int):
+    def __init__(self, root: int, results: Path = None):
         super().__init__(daemon=True)
         self.root = root
+        self.results = results  # its first line's time: what start-up (processes, Ray, model loads) costs
+        self.t0 = time.perf_counter()
+        self.first_s = None
         self.stop = threading.Event()
         self.peak_kb = 0
         self.peak_procs = 0
@@ -215,6 +218,12 @@ class Sampler(threading.Thread):
             self.max_procs = max(self.max_procs, len(pids))
             if total > self.peak_kb:
                 self.peak_kb, self.peak_procs = total, len(pids)
+            if self.first_s is None and self.results is not None:
+                try:
+                    if self.results.stat().st_size > 0:
+                        self.first_s = time.perf_counter() - self.t0
+                except OSError:
+                    pass
             if self.stop.wait(SAMPLE_S):
                 return
 
@@ -243,7 +252,7 @@ def run_once(model: str | None, mode: str, data: dict, work: Path, label: str, t
         t0 = time.perf_counter()
         proc = subprocess.Popen(cmd, cwd=REPO, stdin=subprocess.DEVNULL, stdout=err, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        sampler = Sampler(proc.pid)
+        sampler = Sampler(proc.pid, out_dir / "results.jsonl")
         sampler.start()
         try:
             rc = proc.wait(timeout=timeout or None)
@@ -275,7 +284,8 @@ def run_once(model: str | None, mode: str, data: dict, work: Path, label: str, t
     return dict(mode=mode, wall_s=round(wall, 3), audio_s=round(audio, 3),
                 model_s=round(sum(l["seconds"] or 0.0 for l in lines), 3), speed=round(audio / wall, 3),
                 peak_rss_mb=round(sampler.peak_kb / 1024), peak_procs=sampler.peak_procs, max_procs=sampler.max_procs,
-                samples=sampler.samples, stderr=stderr[:20], left_behind=left, texts=texts)
+                samples=sampler.samples, first_result_s=None if sampler.first_s is None else round(sampler.first_s, 2),
+                stderr=stderr[:20], left_behind=left, texts=texts)
 
 
 # --------------------------------------------------------------------------------------
@@ -341,7 +351,8 @@ def summarize(runs: list[dict], modes: list[str]) -> dict:
         s[m] = dict(best=round(max(sp), 3), median=round(statistics.median(sp), 3),
                     best_wall_s=round(min(r["wall_s"] for r in rs), 2),
                     peak_rss_mb=max(r["peak_rss_mb"] for r in rs),
-                    model_s=round(statistics.median(r["model_s"] for r in rs), 2))
+                    model_s=round(statistics.median(r["model_s"] for r in rs), 2),
+                    first_result_s=round(min(r.get("first_result_s") or 0.0 for r in rs), 2))
     if "bs1" in s:
         for m in s:
             s[m]["x_bs1"] = round(s[m]["best"] / s["bs1"]["best"], 3)
@@ -362,12 +373,14 @@ def summarize(runs: list[dict], modes: list[str]) -> dict:
 
 
 def table(summary: dict, modes: list[str]) -> str:
-    head = ["mode", "audio s/s best", "median", "x bs1", "peak RSS MB", "model time s", "best wall s"]
+    head = ["mode", "audio s/s best", "median", "x bs1", "peak RSS MB", "model time s", "best wall s",
+            "first result s"]
     lines = [head]
     for m in modes:
         d = summary["modes"][m]
         lines.append([m, f"{d['best']:.1f}", f"{d['median']:.1f}", f"{d['x_bs1']:.2f}x" if "x_bs1" in d else "-",
-                      str(d["peak_rss_mb"]), f"{d['model_s']:.1f}", f"{d['best_wall_s']:.1f}"])
+                      str(d["peak_rss_mb"]), f"{d['model_s']:.1f}", f"{d['best_wall_s']:.1f}",
+                      f"{d['first_result_s']:.1f}"])
     w = [max(len(l[i]) for l in lines) for i in range(len(head))]
     out = ["| " + " | ".join(c.ljust(w[i]) for i, c in enumerate(l)) + " |" for l in lines]
     out.insert(1, "|" + "|".join("-" * (x + 2) for x in w) + "|")

@@ -373,3 +373,20 @@ def test_the_progress_line_says_files_hours_speed_and_eta():
 def test_nbest_needs_whole_inputs(tmp_path):
     with pytest.raises(jin.JobError, match="piece_s=0"):
         transcribe.batch([str(JFK)], str(tmp_path / "o"), model=str(TINY), beam_size=2, nbest=2)
+
+
+def test_resume_makes_a_format_asked_for_later_and_keeps_one_line_an_input(tmp_path):
+    src = tmp_path / "in"
+    src.mkdir()
+    for g in sorted(DEV.glob("ls_*.wav"))[:2]:
+        (src / g.name).write_bytes(g.read_bytes())
+    out = tmp_path / "out"
+    first = transcribe.batch([str(src)], str(out), model=str(TINY), workers=1)
+    assert first.ok == 2
+    again = transcribe.batch([str(src)], str(out), model=str(TINY), workers=1, formats=["json", "vtt"], resume=True)
+    assert (again.ok, again.skipped) == (2, 0)  # the vtt files were missing: both made again
+    assert sorted(p.name for p in out.iterdir() if p.suffix == ".vtt") == sorted(p.stem + ".vtt" for p in src.iterdir())
+    lines = _lines(out)
+    assert len(lines) == 2 and all(d["outputs"][1].endswith(".vtt") for d in lines)
+    last = transcribe.batch([str(src)], str(out), model=str(TINY), workers=1, formats=["json", "vtt"], resume=True)
+    assert (last.ok, last.skipped) == (0, 2) and len(_lines(out)) == 2
