@@ -343,6 +343,8 @@ def test_ray_and_local_workers_give_the_single_process_texts(tmp_path):
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         s = transcribe.batch([str(DEV)], str(tmp_path / "ray"), ray="local", threads=1)
+        with pytest.raises(jin.JobError, match="needs a node with as many CPUs"):  # it would wait forever
+            transcribe.batch([str(JFK)], str(tmp_path / "ray3"), ray="local", threads=3)
     finally:
         ray.shutdown()
     assert (s.ok, s.failed, s.mode, s.workers) == (len(clips), 0, "ray", 2)

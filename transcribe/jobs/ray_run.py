@@ -140,6 +140,10 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             threads = threads or (max(1, cpus // workers) if workers else 1)
             actors = workers or max(1, cpus // threads)  # one thread an actor, as local workers
             per_actor = {"num_cpus": threads}
+        largest = max((n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
+        if per_actor["num_cpus"] > largest:  # such an actor would wait for a node forever
+            raise JobError(f"an actor of {per_actor['num_cpus']} threads needs a node with as many CPUs; "
+                           f"the largest has {largest:g}")
         opts = Options(**{**options.__dict__, "threads": threads, "device": options.device})
         family = family_of_model(options.model)
         piece_s = piece_seconds(options, family)
