@@ -392,3 +392,11 @@ def test_resume_makes_a_format_asked_for_later_and_keeps_one_line_an_input(tmp_p
     assert len(lines) == 2 and all(d["outputs"][1].endswith(".vtt") for d in lines)
     last = transcribe.batch([str(src)], str(out), model=str(TINY), workers=1, formats=["json", "vtt"], resume=True)
     assert (last.ok, last.skipped) == (0, 2) and len(_lines(out)) == 2
+
+
+def test_a_single_file_gets_one_worker_with_every_core(tmp_path, monkeypatch):
+    from transcribe.jobs import runner
+
+    monkeypatch.setattr(runner, "cores", lambda: 2)
+    s = transcribe.batch([str(JFK)], str(tmp_path / "o"), model=str(TINY))
+    assert (s.ok, s.workers, s.threads) == (1, 1, 2)  # not a second process for nothing

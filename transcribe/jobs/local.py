@@ -38,15 +38,13 @@ def run_task(worker: Worker, task: tuple) -> list[dict]:
     kind = task[0]
     base = {"rate": worker.rate, "frame_s": worker.frame_s}
     if kind == "files":
-        events, pcms = [], []
+        events, cut = [], []
         for index, path in task[1]:
             try:
                 pcm = worker.decode(path)
+                cut.append((index, pcm, worker.cuts(pcm)))
             except Exception as e:  # noqa: BLE001 - an unreadable file is that file's failure
                 events.append(dict(base, index=index, error=reason(e)))
-                continue
-            pcms.append((index, pcm))
-        cut = [(index, pcm, worker.cuts(pcm)) for index, pcm in pcms]
         short = [(index, pcm) for index, pcm, spans in cut if len(spans) == 1]
         outs = worker.transcribe([pcm for _, pcm in short])
         for (index, pcm), (result, err, seconds) in zip(short, outs):

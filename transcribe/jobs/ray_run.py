@@ -79,11 +79,11 @@ class _Transcriber:
                 continue
             try:
                 pcm = w.decode(path)
+                spans = w.cuts(pcm)
             except Exception as e:  # noqa: BLE001 - the file's failure, recorded
                 errors[i] = reason(e)
                 continue
             end[i], duration[i] = len(pcm), len(pcm) / w.rate
-            spans = w.cuts(pcm)
             if len(spans) == 1:
                 pcms[i] = pcm
             else:  # longer than its header said: cut and joined here

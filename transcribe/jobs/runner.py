@@ -70,11 +70,6 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
         raise JobError(f"workers must be a positive integer, got {workers!r}")
     if threads is not None and (isinstance(threads, bool) or not isinstance(threads, int) or threads < 1):
         raise JobError(f"threads must be a positive integer, got {threads!r}")
-    if ray is None:
-        workers = workers or default_workers(n_cores, device, model_bytes(model))
-        threads = threads or max(1, n_cores // workers)
-        if device == "cpu" and workers * threads > n_cores:
-            raise JobError(f"{workers} workers x {threads} threads is more than this machine's {n_cores} cores")
     if piece_s is not None and piece_s != 0 and not (10 <= piece_s <= 3600):
         raise JobError(f"piece length must be 0 (no cuts) or 10-3600 s, got {piece_s}")
     if (decoding.get("nbest") or 1) > 1 and piece_s != 0:
@@ -98,6 +93,8 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
                 raise JobError(f"{there[0]} exists ({len(there)} output files in the way); "
                                "add --overwrite to replace them")
         probe(todo)
+        if ray is None:
+            workers, threads = _local_sizes(todo, workers, threads, n_cores, device, model, piece_s)
         options = Options(model=model, device=device, dtype=dtype, threads=threads, batch_size=batch_size,
                           piece_s=piece_s, detector=detector, decoding=dict(decoding))
         if not todo:
@@ -122,6 +119,20 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
         shutil.rmtree(out_dir / ".transcribe-work", ignore_errors=True)
     summary.wall_s = time.monotonic() - t0
     return summary
+
+
+def _local_sizes(todo: list[Item], workers, threads, n_cores: int, device: str, model, piece_s):
+    """Worker processes and threads each. By default (local.default_workers) never more workers than
+    the job has inputs and pieces, so a few files on a large machine get one worker of many threads."""
+    if workers is None:
+        workers = default_workers(n_cores, device, model_bytes(model))
+        long_s = piece_s if piece_s is not None else piece_seconds(Options(), family_of_model(model))
+        units = sum(1 + int((it.duration or 0.0) // long_s) if long_s else 1 for it in todo)
+        workers = max(1, min(workers, units))
+    threads = threads or max(1, n_cores // workers)
+    if device == "cpu" and workers * threads > n_cores:
+        raise JobError(f"{workers} workers x {threads} threads is more than this machine's {n_cores} cores")
+    return workers, threads
 
 
 def _check_out_dir(out_dir: Path) -> None:
