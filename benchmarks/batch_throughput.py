@@ -71,7 +71,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+from machine import cpu_model, package_commit  # benchmarks/machine.py (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -301,18 +301,6 @@ def shown(path: str) -> str:
     """A path as results record it: relative to the repository's parent when inside it (../shared/...)."""
     p = Path(path).resolve()
     return os.path.relpath(p, REPO) if p.is_relative_to(REPO.parent) else path
-
-
-def package_commit() -> str:
-    """The repository's HEAD, with "+dirty" when transcribe/ has uncommitted changes."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "transcribe"], cwd=REPO, capture_output=True,
-                               text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def version(dist: str) -> str:

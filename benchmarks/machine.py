@@ -2,6 +2,11 @@
 under NeMo's and the peers' Pythons)."""
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+
 
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo, or "unknown"."""
@@ -13,3 +18,15 @@ def cpu_model() -> str:
     except OSError:
         pass
     return "unknown"
+
+
+def package_commit() -> str:
+    """The repository's HEAD, with "+dirty" when transcribe/ has uncommitted changes."""
+    try:
+        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                              check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--", "transcribe"], cwd=REPO, capture_output=True,
+                               text=True).stdout.strip()
+        return head + ("+dirty" if dirty else "")
+    except (OSError, subprocess.CalledProcessError):
+        return "unknown"

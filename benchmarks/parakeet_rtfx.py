@@ -61,7 +61,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+from machine import cpu_model, package_commit  # benchmarks/machine.py (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -244,18 +244,6 @@ def shown(path: str) -> str:
     """A path as results record it: relative to the repository when inside it."""
     p = Path(path)
     return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else path
-
-
-def package_commit() -> str:
-    """The repository's HEAD, with "+dirty" when transcribe/ has uncommitted changes."""
-    try:
-        head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-        dirty = subprocess.run(["git", "status", "--porcelain", "--", "transcribe"], cwd=REPO, capture_output=True,
-                               text=True).stdout.strip()
-        return head + ("+dirty" if dirty else "")
-    except (OSError, subprocess.CalledProcessError):
-        return "unknown"
 
 
 def table(rows: list[dict]) -> str:

@@ -16,7 +16,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import time
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, wait
 from concurrent.futures.process import BrokenProcessPool
@@ -269,7 +268,3 @@ def drop_scratch(out_dir: Path, index: int) -> None:
         (out_dir / SCRATCH / f"{index}.npy").unlink()
     except OSError:
         pass
-
-
-def now() -> float:
-    return time.monotonic()

@@ -12,6 +12,7 @@ load, an output folder in the way).
 from __future__ import annotations
 
 import os
+import shutil
 import sys
 import threading
 import time
@@ -22,7 +23,7 @@ from typing import Iterable, Optional, TextIO
 from ..errors import TranscribeError
 from ..writers import WRITERS
 from .inputs import Item, JobError, collect, probe
-from .job import Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events, task_inputs
+from .job import SCRATCH, Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events, task_inputs
 from .local import cores, default_workers, model_bytes
 from .work import Options, Worker, family_of_model, piece_seconds, reason
 
@@ -114,9 +115,7 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
             shown.close()
     finally:
         results.close()
-        import shutil
-
-        shutil.rmtree(out_dir / ".transcribe-work", ignore_errors=True)
+        shutil.rmtree(out_dir / SCRATCH, ignore_errors=True)
     summary.wall_s = time.monotonic() - t0
     return summary
 

@@ -17,6 +17,7 @@ import socket
 import sys
 from typing import Optional
 
+from ..cli_args import positive_int as _positive_int
 from ..errors import TranscribeError
 
 PROG = "transcribe serve"
@@ -52,16 +53,6 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")
     return p
-
-
-def _positive_int(s: str) -> int:
-    try:
-        n = int(s)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer: {s!r}") from None
-    if n < 1:
-        raise argparse.ArgumentTypeError(f"must be at least 1, got {n}")
-    return n
 
 
 def _positive_float(s: str) -> float:
