@@ -1,0 +1,256 @@
+"""Reading a GGUF file: its key/value metadata and its tensors, memory-mapped.
+
+The `gguf` package (llama.cpp's gguf-py) parses the header; the file's bytes stay a read-only memory
+map: a tensor is read (and dequantized, `quants.py`) when it is asked for, and `release(name)` gives its
+pages back to the system once the model holds its own copy, so loading never keeps a full copy of the
+file in memory on top of the model. Nothing in a GGUF file is executed.
+
+`Keys` is the metadata as a loader sees it: every key is either read (`get`, `require`), accepted as
+not changing what the model computes (`accept`), or, at `finish()`, a `ModelError` naming it.
+"""
+from __future__ import annotations
+
+import mmap
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+import torch
+
+from ..errors import ModelError
+from . import MAGIC
+from . import quants
+
+_PAGE = mmap.PAGESIZE
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    qtype: int  # ggml type id (quants.F32, quants.Q8_0, ...)
+    shape: tuple[int, ...]  # PyTorch order (ggml's ne reversed)
+    offset: int  # absolute byte offset in the file
+    nbytes: int
+
+    @property
+    def type_name(self) -> str:
+        return quants.TYPE_NAMES.get(self.qtype, f"type {self.qtype}")
+
+    @property
+    def ne(self) -> tuple[int, ...]:
+        """ggml's dims (fastest first)."""
+        return tuple(reversed(self.shape))
+
+
+class GGUFFile:
+    """One GGUF file: `arch`, `meta` (key -> Python value), `value_types` (key -> gguf value type
+    names, e.g. ("UINT32",) or ("ARRAY", "INT32")), `tensors` (name -> TensorInfo, in file order)."""
+
+    def __init__(self, path: str | os.PathLike):
+        import gguf
+
+        self.path = Path(path)
+        if not self.path.is_file():
+            raise ModelError(f"{self.path}: no such GGUF file")
+        with open(self.path, "rb") as f:
+            head = f.read(4)
+        if head != MAGIC:
+            raise ModelError(f"{self.path}: not a GGUF file (it does not start with {MAGIC!r})")
+        size = self.path.stat().st_size
+        try:
+            reader = gguf.GGUFReader(str(self.path), "r")
+        except (ValueError, IndexError, OSError, KeyError, UnicodeDecodeError, OverflowError) as e:
+            raise ModelError(f"{self.path}: corrupt or truncated GGUF file ({str(e).splitlines()[0][:160]})") from None
+        self._reader = reader
+        self.meta: dict[str, Any] = {}
+        self.value_types: dict[str, tuple[str, ...]] = {}
+        for key, field in reader.fields.items():
+            if key.startswith("GGUF."):
+                continue
+            try:
+                self.meta[key] = _value(field)
+            except (ValueError, IndexError, UnicodeDecodeError) as e:
+                raise ModelError(f"{self.path}: metadata key {key} is unreadable ({e})") from None
+            self.value_types[key] = tuple(t.name for t in field.types)
+        self.tensors: dict[str, TensorInfo] = {}
+        for t in reader.tensors:
+            info = TensorInfo(t.name, int(t.tensor_type), tuple(int(d) for d in reversed(t.shape)),
+                              int(t.data_offset), int(t.n_bytes))
+            if info.offset + info.nbytes > size:
+                raise ModelError(f"{self.path}: truncated GGUF file (tensor {t.name} ends at byte "
+                                 f"{info.offset + info.nbytes}, the file has {size})")
+            if info.qtype not in quants.TYPE_NAMES:
+                raise ModelError(f"{self.path}: tensor {t.name} has ggml type {info.qtype} "
+                                 f"({_ggml_name(info.qtype)}), which this package does not read "
+                                 f"({', '.join(quants.TYPE_NAMES.values())})")
+            if info.name in self.tensors:
+                raise ModelError(f"{self.path}: tensor {t.name} appears twice")
+            self.tensors[info.name] = info
+        self.arch = self.meta.get("general.architecture")
+        self.alignment = int(self.meta.get("general.alignment", 32))
+        self._data: Optional[np.memmap] = reader.data
+
+    # ------------------------------------------------------------------------------------------
+    def __contains__(self, name: str) -> bool:
+        return name in self.tensors
+
+    def info(self, name: str) -> TensorInfo:
+        try:
+            return self.tensors[name]
+        except KeyError:
+            raise ModelError(f"{self.path}: tensor {name} is missing") from None
+
+    def raw(self, name: str) -> np.ndarray:
+        """The tensor's bytes as a read-only uint8 view of the memory map (no copy)."""
+        info = self.info(name)
+        if self._data is None:
+            raise ModelError(f"{self.path}: the file was closed")
+        return self._data[info.offset:info.offset + info.nbytes]
+
+    def tensor(self, name: str, dtype: torch.dtype = torch.float32, release: bool = True) -> torch.Tensor:
+        """The tensor as a new `dtype` tensor of its PyTorch shape (dequantized if quantized); its
+        pages of the map are released afterwards unless release is false."""
+        info = self.info(name)
+        try:
+            if info.qtype == quants.F32 and dtype == torch.float32:
+                out = torch.from_numpy(np.array(self.raw(name)).view(np.float32)).reshape(info.shape)
+            else:
+                out = quants.dequantize(self.raw(name), info.qtype, info.shape)
+                if out.dtype != dtype:
+                    out = out.to(dtype)
+        except ValueError as e:
+            raise ModelError(f"{self.path}: tensor {name}: {e}") from None
+        if release:
+            self.release(name)
+        return out
+
+    def release(self, name: str) -> None:
+        """Drop the pages of one tensor from this process's memory (they are re-read from the file if
+        asked for again): after a tensor is copied into the model, its bytes in the map need no memory."""
+        info = self.tensors.get(name)
+        mm = getattr(self._data, "_mmap", None)
+        if info is None or mm is None or not hasattr(mm, "madvise"):
+            return
+        start = info.offset - info.offset % _PAGE
+        end = info.offset + info.nbytes
+        try:
+            mm.madvise(mmap.MADV_DONTNEED, start, end - start)
+        except (OSError, ValueError, AttributeError):
+            pass
+
+    def close(self) -> None:
+        """Unmap the file (tensors already read stay valid)."""
+        data, self._data = self._data, None
+        self._reader = None
+        mm = getattr(data, "_mmap", None)
+        del data
+        if mm is not None:
+            try:
+                mm.close()
+            except (BufferError, ValueError):
+                pass  # a view still refers to it; the map goes with the last view
+
+    def __enter__(self) -> "GGUFFile":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def keys(self, prefix: str = "") -> "Keys":
+        return Keys(self, prefix)
+
+
+class Keys:
+    """The metadata keys a loader reads. `get`/`require` read a key (relative to `prefix`, or absolute
+    when it starts with "general." / "tokenizer." / has the prefix already); `accept` marks keys that do
+    not change what the model computes; `finish()` raises a ModelError for any key left."""
+
+    def __init__(self, file: GGUFFile, prefix: str = ""):
+        self.file = file
+        self.prefix = prefix
+        self.seen: set[str] = set()
+
+    def _full(self, key: str) -> str:
+        if key.startswith(("general.", "tokenizer.")) or (self.prefix and key.startswith(self.prefix)):
+            return key
+        return self.prefix + key
+
+    def has(self, key: str) -> bool:
+        return self._full(key) in self.file.meta
+
+    def get(self, key: str, default=None):
+        full = self._full(key)
+        self.seen.add(full)
+        return self.file.meta.get(full, default)
+
+    def require(self, key: str):
+        full = self._full(key)
+        if full not in self.file.meta:
+            raise ModelError(f"{self.file.path}: metadata key {full} is missing")
+        self.seen.add(full)
+        return self.file.meta[full]
+
+    def accept(self, keys: Iterable[str]) -> None:
+        """Mark keys (exact, or ending in '*' for a prefix) as read and not needed."""
+        for key in keys:
+            if key.endswith("*"):
+                stem = self._full(key[:-1])
+                self.seen.update(k for k in self.file.meta if k.startswith(stem))
+            else:
+                self.seen.add(self._full(key))
+
+    def expect(self, key: str, allowed) -> Any:
+        """A key whose value must be one of `allowed` (a ModelError names the value otherwise)."""
+        value = self.require(key)
+        if value not in allowed:
+            raise ModelError(f"{self.file.path}: {self._full(key)} = {value!r} is not implemented "
+                             f"({', '.join(map(repr, allowed))})")
+        return value
+
+    def finish(self) -> None:
+        left = sorted(k for k in self.file.meta if k not in self.seen)
+        if left:
+            shown = ", ".join(f"{k} = {_short(self.file.meta[k])}" for k in left[:6])
+            raise ModelError(f"{self.file.path}: metadata key{'s' if len(left) > 1 else ''} this code does not "
+                             f"implement: {shown}{' ...' if len(left) > 6 else ''}")
+
+
+def _short(v) -> str:
+    r = repr(v)
+    return r if len(r) <= 60 else r[:57] + "..."
+
+
+def _ggml_name(qtype: int) -> str:
+    try:
+        import gguf
+
+        return gguf.GGMLQuantizationType(qtype).name
+    except ValueError:
+        return "unknown"
+
+
+def _value(field) -> Any:
+    import gguf
+
+    types = field.types
+    if not types:
+        return None
+    if types[0] == gguf.GGUFValueType.ARRAY:
+        if len(types) > 1 and types[1] == gguf.GGUFValueType.STRING:
+            return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
+        if len(types) > 1 and types[1] == gguf.GGUFValueType.ARRAY:
+            raise ValueError("nested arrays are not read")
+        vals = [field.parts[i].tolist() for i in field.data]
+        out = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in vals]
+        if len(types) > 1 and types[1] == gguf.GGUFValueType.BOOL:
+            out = [bool(v) for v in out]
+        return out
+    if types[0] == gguf.GGUFValueType.STRING:
+        return bytes(field.parts[field.data[0]]).decode("utf-8")
+    v = field.parts[field.data[0]].tolist()
+    v = v[0] if isinstance(v, list) else v
+    if types[0] == gguf.GGUFValueType.BOOL:
+        return bool(v)
+    return v
