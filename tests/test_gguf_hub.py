@@ -1,0 +1,42 @@
+"""`owner/repo:file.gguf`: one file of a hub repository of GGUF files, from huggingface_hub's cache
+(the hub itself is not reachable here: the cache is made in a temporary folder, the hub offline)."""
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from transcribe.errors import ModelError
+from transcribe.hub import resolve
+
+from .conftest import SHARED, hub_snapshot
+
+GGUF = SHARED / "models" / "gguf"
+
+
+def test_one_file_of_a_gguf_repo_resolves_from_the_cache(monkeypatch, tmp_path):
+    snap = hub_snapshot(monkeypatch, tmp_path, "someone/parakeet-gguf")
+    src = GGUF / "parakeet-cpp" / "tiny-tdt-fit-q8_0.gguf"
+    shutil.copy(src, snap / "tiny-tdt-fit-q8_0.gguf")
+    (snap / "sub").mkdir()
+    shutil.copy(GGUF / "parakeet-cpp" / "tiny-ctc-fit-q4_0.gguf", snap / "sub" / "ctc.gguf")
+    path, display = resolve("someone/parakeet-gguf:tiny-tdt-fit-q8_0.gguf")
+    assert path.read_bytes() == src.read_bytes()
+    assert display == "someone/parakeet-gguf:tiny-tdt-fit-q8_0.gguf"
+    path, _ = resolve("someone/parakeet-gguf:sub/ctc.gguf")
+    assert path.name == "ctc.gguf" and path.stat().st_size == (GGUF / "parakeet-cpp" / "tiny-ctc-fit-q4_0.gguf").stat().st_size
+
+
+def test_a_missing_file_of_a_gguf_repo_is_a_clear_error(monkeypatch, tmp_path):
+    hub_snapshot(monkeypatch, tmp_path, "someone/parakeet-gguf")
+    with pytest.raises(ModelError, match=r"someone/parakeet-gguf's missing-q8_0\.gguf is not in the Hugging Face cache"):
+        resolve("someone/parakeet-gguf:missing-q8_0.gguf")
+    with pytest.raises(ModelError, match="path inside the repo"):
+        resolve("someone/parakeet-gguf:../x.gguf")
+
+
+def test_a_local_gguf_that_does_not_exist_is_not_taken_for_a_short_name(tmp_path):
+    with pytest.raises(ModelError, match="no such model file"):
+        resolve(str(tmp_path / "nothing-q8_0.gguf"))
+    with pytest.raises(ModelError, match="no such model file"):
+        resolve("nothing-q8_0.gguf")
