@@ -72,6 +72,7 @@ def test_dequantize_accepts_torch_bytes_and_any_raw_shape():
     flat = torch.from_numpy(np.array(t.data).reshape(-1))
     _assert_bits_equal(Q.dequantize(flat, int(t.tensor_type), shape), ref, "torch bytes")
     _assert_bits_equal(Q.dequantize(np.array(t.data).reshape(-1), int(t.tensor_type), shape), ref, "flat numpy")
+    _assert_bits_equal(Q.dequantize(np.array(t.data).tobytes(), int(t.tensor_type), shape), ref, "bytes")
 
 
 # --- 2. random blocks of every type ----------------------------------------------------------
@@ -187,6 +188,12 @@ def test_quantize_random_and_ties_match_gguf_py_reference(name):
     for x in cases:
         ref = torch.from_numpy(np.ascontiguousarray(gguf_quantize(x.numpy(), gguf.GGMLQuantizationType(qtype))))
         assert torch.equal(Q.quantize(x, qtype), ref)
+        old = Q._CHUNK_ELEMS
+        try:
+            Q._CHUNK_ELEMS = 2 * x.shape[-1]  # several chunks of rows
+            assert torch.equal(Q.quantize(x, qtype), ref)
+        finally:
+            Q._CHUNK_ELEMS = old
 
 
 def test_quantize_q8_0_rounds_half_away_from_zero():

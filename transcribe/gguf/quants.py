@@ -47,7 +47,7 @@ _BLOCKS: dict[int, tuple[int, int]] = {
 # Rows are processed in chunks of about this many elements (4 MiB of float32).
 _CHUNK_ELEMS = 1 << 20
 
-Raw = Union[np.ndarray, torch.Tensor]
+Raw = Union[np.ndarray, torch.Tensor, bytes, bytearray, memoryview]
 
 
 def _name(qtype: int) -> str:
@@ -204,14 +204,16 @@ def _decode(chunk: torch.Tensor, qtype: int) -> torch.Tensor:
 # Reading raw bytes
 
 def _flat_bytes(raw: Raw):
-    """A flat uint8 view of `raw` (numpy array / memmap or torch tensor), without copying when it is
-    contiguous."""
+    """A flat uint8 view of `raw` (numpy array / memmap, torch tensor or a bytes-like object), without
+    copying when it is contiguous."""
     if isinstance(raw, torch.Tensor):
         t = raw.detach()
         if t.device.type != "cpu":
             t = t.cpu()
         t = t.contiguous()
         return t.reshape(-1).view(torch.uint8) if t.dtype != torch.uint8 else t.reshape(-1)
+    if isinstance(raw, (bytes, bytearray, memoryview)):
+        return np.frombuffer(raw, dtype=np.uint8)
     a = raw if isinstance(raw, np.ndarray) else np.asarray(raw)
     if not a.flags.c_contiguous:
         a = np.ascontiguousarray(a)
