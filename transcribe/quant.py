@@ -25,13 +25,17 @@ _CUDA_MIN_ROWS = 17
 class Int8Linear(nn.Module):
     """y = x W^T + b with W int8 per output channel and x quantized per row (dynamic)."""
 
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+    def __init__(self, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
+                 quantized: Optional[tuple[torch.Tensor, torch.Tensor]] = None):
         super().__init__()
-        w = weight.detach().to(torch.float32)
-        scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-        q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
-        self.in_features = w.shape[1]
-        self.out_features = w.shape[0]
+        if quantized is not None:  # int8 [N, K] and float32 [N] as they are (from_int8)
+            q, scale = quantized
+        else:
+            w = weight.detach().to(torch.float32)
+            scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+            q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+        self.in_features = q.shape[1]
+        self.out_features = q.shape[0]
         # [K, N] column-major (the transpose of a contiguous [N, K]): the layout _int_mm reads fastest.
         self.register_buffer("weight_t", q.t())
         self.register_buffer("weight_scale", scale)
@@ -40,6 +44,15 @@ class Int8Linear(nn.Module):
     @classmethod
     def from_linear(cls, linear: nn.Linear) -> "Int8Linear":
         return cls(linear.weight, linear.bias)
+
+    @classmethod
+    def from_int8(cls, q: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor]) -> "Int8Linear":
+        """A layer from weights already quantized this way: int8 [N, K], one float32 scale per row
+        (a GGUF file's Q8_0 weights, `gguf/quants.int8_rows`)."""
+        if q.dtype != torch.int8 or q.dim() != 2 or scale.shape != (q.shape[0],):
+            raise ValueError(f"int8 weights [N, K] with N scales expected, got {q.dtype} {tuple(q.shape)} "
+                             f"and scales {tuple(scale.shape)}")
+        return cls(None, bias, (q, scale.to(torch.float32)))
 
     @staticmethod
     def _quantize_rows(x2: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
