@@ -12,7 +12,12 @@ from .config import MODEL_TYPES
 
 def detect(path: Path) -> Optional[str]:
     """"granite" for a directory whose config.json names a Granite Speech NAR model (its model_type,
-    or an encoder_config + projector_config + text/llm config with a BPE head); else None."""
+    or an encoder_config + projector_config + text/llm config with a BPE head); "gguf" for a GGUF
+    file of transcribe.cpp's `granite_speech_nar` architecture; else None."""
+    if path.is_file():
+        from ..gguf import architecture
+
+        return "gguf" if architecture(path) == "granite_speech_nar" else None
     cfg_path = path / "config.json"
     if not path.is_dir() or not cfg_path.is_file():
         return None
@@ -32,7 +37,12 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
-    """The recognizer of a Granite Speech NAR checkpoint directory (see `GraniteASR.load`)."""
+    """The recognizer of a Granite Speech NAR checkpoint directory (see `GraniteASR.load`) or of a
+    transcribe.cpp GGUF file (kind "gguf", `gguf.load_gguf`)."""
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import GraniteASR
 
     return GraniteASR.load(path, name, device, dtype)

@@ -59,6 +59,22 @@ class GraniteTokenizer:
             self._tok = Tokenizer.from_file(str(path))
         except Exception as e:  # tokenizers raises its own Exception type
             raise ModelError(f"{path}: not a readable tokenizer.json ({e})") from None
+        self._setup()
+
+    @classmethod
+    def from_json(cls, text: str, where: str) -> "GraniteTokenizer":
+        """A tokenizer from tokenizer.json text (e.g. rebuilt from a GGUF file's metadata)."""
+        from tokenizers import Tokenizer
+
+        self = cls.__new__(cls)
+        try:
+            self._tok = Tokenizer.from_str(text)
+        except Exception as e:  # tokenizers raises its own Exception type
+            raise ModelError(f"{where}: the tokenizer cannot be built ({e})") from None
+        self._setup()
+        return self
+
+    def _setup(self) -> None:
         self.size = self._tok.get_vocab_size(with_added_tokens=True)
         self._special = {t.content for t in self._tok.get_added_tokens_decoder().values() if t.special}
 
@@ -70,6 +86,17 @@ class GraniteTokenizer:
 
     def is_special(self, i: int) -> bool:
         return self.piece(i) in self._special
+
+
+def check_dtype(device: torch.device, dtype: Optional[torch.dtype]) -> torch.dtype:
+    """The compute dtype: None is float32 on a CPU and bfloat16 on a GPU; int8 and float16 are refused."""
+    if dtype is None:
+        dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
+    if dtype == torch.int8:
+        raise ModelError("dtype int8 is not implemented for Granite Speech (float32, bfloat16)")
+    if dtype == torch.float16:
+        raise ModelError("Granite models run in float32 or bfloat16 (float16 overflows Granite's multipliers)")
+    return dtype
 
 
 class GraniteASR:
@@ -93,12 +120,7 @@ class GraniteASR:
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "GraniteASR":
         """A checkpoint directory -> a recognizer on `device`; dtype None is float32 on a CPU and
         bfloat16 on a GPU (the front end stays float32)."""
-        if dtype is None:
-            dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        if dtype == torch.int8:
-            raise ModelError("dtype int8 is not implemented for Granite Speech (float32, bfloat16)")
-        if dtype == torch.float16:
-            raise ModelError("Granite models run in float32 or bfloat16 (float16 overflows Granite's multipliers)")
+        dtype = check_dtype(device, dtype)
         ckpt = read_checkpoint(Path(path), dtype)
         cfg = parse_config(ckpt.config, ckpt.layout)
         try:
