@@ -164,7 +164,7 @@ class GGUFFile:
 
 class Keys:
     """The metadata keys a loader reads. `get`/`require` read a key (relative to `prefix`, or absolute
-    when it starts with "general." / "tokenizer." / has the prefix already); `accept` marks keys that do
+    when it starts with "general." / "tokenizer.ggml." / the prefix itself); `accept` marks keys that do
     not change what the model computes; `finish()` raises a ModelError for any key left."""
 
     def __init__(self, file: GGUFFile, prefix: str = ""):
@@ -173,7 +173,7 @@ class Keys:
         self.seen: set[str] = set()
 
     def _full(self, key: str) -> str:
-        if key.startswith(("general.", "tokenizer.")) or (self.prefix and key.startswith(self.prefix)):
+        if key.startswith(("general.", "tokenizer.ggml.")) or (self.prefix and key.startswith(self.prefix)):
             return key
         return self.prefix + key
 
