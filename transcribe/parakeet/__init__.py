@@ -1,6 +1,7 @@
 """NVIDIA Parakeet (NeMo FastConformer): the `.nemo` checkpoint, NeMo's front end, the conformer
-encoder, the heads (TDT, RNN-T, CTC) and the recognizer. `detect` and `load` are this family's entry
-in `transcribe.loading.FAMILIES`."""
+encoder, the heads (TDT, RNN-T, CTC) and the recognizer; Parakeet GGUF files (parakeet.cpp's and
+transcribe.cpp's, `gguf.py`) load as the same models. `detect` and `load` are this family's entry in
+`transcribe.loading.FAMILIES`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,17 +9,26 @@ from typing import Optional
 
 
 def detect(path: Path) -> Optional[str]:
-    """"nemo" for a directory with model_config.yaml or a .nemo file in it, and for any file (the
-    last family asked: a file that is not a .nemo archive gets an error that says what it is); else None."""
+    """"gguf" for a GGUF file (the last family asked: one whose general.architecture is not "parakeet"
+    gets an error naming its architecture); "nemo" for a directory with model_config.yaml or a .nemo
+    file in it, and for any other file (a file that is not a .nemo archive gets an error that says
+    what it is); else None."""
     if path.is_file():
-        return "nemo"
+        from ..gguf import is_gguf
+
+        return "gguf" if is_gguf(path) else "nemo"
     if path.is_dir() and ((path / "model_config.yaml").exists() or any(path.glob("*.nemo"))):
         return "nemo"
     return None
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
-    """The recognizer of a NeMo checkpoint (see `ParakeetASR.load`)."""
+    """The recognizer of a NeMo checkpoint or a Parakeet GGUF file (see `ParakeetASR.load`,
+    `gguf.load`)."""
+    if kind == "gguf":
+        from .gguf import load as load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import ParakeetASR
 
     return ParakeetASR.load(path, name, device, dtype)

@@ -87,6 +87,13 @@ class ParakeetASR:
             tokenizer = SentencePieceTokenizer(ckpt.tokenizer)
         except ValueError as e:
             raise ModelError(f"{path}: {e}") from None
+        return cls.finish_load(model, tokenizer, name, device, dtype)
+
+    @classmethod
+    def finish_load(cls, model: ParakeetModel, tokenizer: SentencePieceTokenizer, name: str, device: torch.device,
+                    dtype: Optional[torch.dtype] = None) -> "ParakeetASR":
+        """A model with its weights (float32 on the CPU) and its tokenizer -> the recognizer: batch norm
+        folded, eval mode, on `device`, in `dtype` (as `load` says). Every loader ends here."""
         model.encoder.fold_batch_norm()
         model.eval()
         model.to(device)
