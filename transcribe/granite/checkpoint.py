@@ -103,8 +103,10 @@ def rename(key: str, layout: str) -> str:
     return key
 
 
-def read_checkpoint(path: Path, dtype: Optional[torch.dtype] = None) -> Checkpoint:
-    """The config, the weights under IBM's names (as `dtype` when given) and the tokenizer's path."""
+def read_checkpoint(path: Path, dtype: Optional[torch.dtype] = None, identity_norms: bool = False) -> Checkpoint:
+    """The config, the weights under IBM's names (as `dtype` when given) and the tokenizer's path.
+    The projector's LayerNorm parameters (checked to be identity) are dropped unless identity_norms
+    (a converter writes them out)."""
     from safetensors import SafetensorError, safe_open
 
     path = Path(path)
@@ -131,7 +133,8 @@ def read_checkpoint(path: Path, dtype: Optional[torch.dtype] = None) -> Checkpoi
                         if not bool((t == want).all()):
                             raise ModelError(f"{f.name}: {k} is not identity: affine projector LayerNorms are not "
                                              "implemented (the published model's are exactly identity)")
-                        continue
+                        if not identity_norms:
+                            continue
                     if dtype is not None and t.is_floating_point() and t.dtype != dtype:
                         t = t.to(dtype)
                     state[name] = t
