@@ -4,6 +4,7 @@
     transcribe --stream FILE|- [--model M] [--format txt|jsonl] ...   (live: stream_cli.py)
     transcribe serve [--model M]... [--host H] [--port P] ...          (HTTP server: server/cli.py)
     transcribe batch INPUTS... --output-dir DIR [--workers N] [--ray]  (corpus jobs: jobs/cli.py)
+    transcribe convert MODEL OUT.gguf [--schema S] [--type T]         (GGUF files: convert.py)
 
 Exit codes: 0 when every input was transcribed; 2 for a usage error, a model that cannot be
 loaded, or any input that could not be read or transcribed (the others are still processed and
@@ -56,6 +57,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         from .jobs.cli import main as run_batch
 
         return run_batch(argv[1:])
+    if argv and argv[0] == "convert":  # `transcribe convert ...`: a checkpoint to GGUF (convert.py)
+        from .convert import main as run_convert
+
+        return run_convert(argv[1:])
     parser = _parser()
     try:
         args = parser.parse_args(argv)

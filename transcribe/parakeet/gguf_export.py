@@ -507,8 +507,8 @@ def apply_meta(kv: KV, meta: Optional[dict]) -> None:
             if key == "stt.capability.lang_detect" and "stt.capability.streaming" in keys:
                 kv.entries.insert(kv.index("stt.capability.streaming") + 1, [key, "bool", False])
             else:
-                raise ExportError(f"--meta {key}: no such key in this schema's output "
-                                  f"(known: {', '.join(k for k in keys if not k.startswith('tokenizer.ggml.t'))})")
+                raise ExportError(f"--meta {key}: this schema writes no such key for this model (only the keys "
+                                  "it writes can be replaced, and stt.capability.lang_detect added)")
         entry = kv.entries[kv.index(key)]
         if key == "general.architecture":
             raise ExportError("--meta general.architecture cannot be changed")
@@ -571,10 +571,13 @@ def _qtype(type_name: str) -> int:
 
 
 def export(model: str | os.PathLike | NemoCheckpoint, out: str | os.PathLike, schema: str = "parakeet.cpp",
-           qtype: str = "f32", meta: Optional[dict] = None, name: Optional[str] = None) -> Path:
+           qtype: str = "f32", meta: Optional[dict] = None, name: Optional[str] = None,
+           variant: Optional[str] = None) -> Path:
     """Write `model` (a .nemo path, NeMo directory or a read checkpoint) to the GGUF file `out`
     (written in place: `transcribe convert` writes to a temporary name and renames). `name` is
-    parakeet.cpp's general.name (default: the model path as given); `meta` overrides KV values."""
+    parakeet.cpp's general.name (default: the model path as given); `variant` transcribe.cpp's
+    stt.variant and default general.name (default: `out`'s stem without its type suffix); `meta`
+    overrides KV values (`apply_meta`)."""
     if schema not in SCHEMAS:
         raise ExportError(f"unknown schema {schema!r} (choose from {', '.join(SCHEMAS)})")
     q = _qtype(qtype)
@@ -588,7 +591,7 @@ def export(model: str | os.PathLike | NemoCheckpoint, out: str | os.PathLike, sc
     else:
         tensors = transcribe_cpp_tensors(info, sd, q)
         n_params = sum(t.numel() for _, t, _ in tensors)
-        kv = transcribe_cpp_kv(info, variant_of(out), n_params)
+        kv = transcribe_cpp_kv(info, variant or variant_of(out), n_params)
         if q != quants.F32:  # transcribe-quantize rewrites the file type: it moves before the tokenizer arrays
             entry = kv.entries.pop(kv.index("general.file_type"))
             entry[2] = _TCPP_FILE_TYPE[q]
@@ -600,6 +603,6 @@ def export(model: str | os.PathLike | NemoCheckpoint, out: str | os.PathLike, sc
 
 
 def convert_parakeet(model, out, schema: str = "parakeet.cpp", qtype: str = "f32", meta: Optional[dict] = None,
-                     name: Optional[str] = None) -> Path:
+                     name: Optional[str] = None, variant: Optional[str] = None) -> Path:
     """Alias of `export` (the API name of `transcribe convert` for NeMo models)."""
-    return export(model, out, schema=schema, qtype=qtype, meta=meta, name=name)
+    return export(model, out, schema=schema, qtype=qtype, meta=meta, name=name, variant=variant)

@@ -1,0 +1,208 @@
+"""`transcribe convert`: a checkpoint to a GGUF file for the C++ engines (parakeet.cpp, transcribe.cpp).
+
+    transcribe convert MODEL OUT.gguf [--schema parakeet.cpp|transcribe.cpp] [--type f32|f16|q8_0|q4_0]
+                       [--meta KEY=VALUE]... [--force]
+
+MODEL is a `.nemo` file or NeMo directory (Parakeet: both schemas; parakeet.cpp by default) or a Granite
+Speech NAR checkpoint directory (transcribe.cpp's schema; `--type bf16` by default, as its converter).
+The files match the upstream converters' (and quantizers') output key by key and tensor by tensor
+(see transcribe/parakeet/gguf_export.py). `--meta` replaces a metadata value (typed as the key it
+replaces; arrays comma-separated), e.g. transcribe.cpp's identity block: `--meta general.version=v2`.
+
+The file is written beside OUT under a temporary name and renamed at the end: a failed or interrupted
+conversion leaves nothing. An existing OUT is refused unless --force.
+
+Exit status: 0 written; 2 a usage error, a model that cannot be read or that the schema cannot express,
+or an OUT in the way (one line on stderr: `transcribe: error: ...`); 1 an internal error; 130 interrupted.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+from pathlib import Path
+from typing import Optional
+
+from .errors import TranscribeError
+
+PROG = "transcribe convert"
+SCHEMAS = ("parakeet.cpp", "transcribe.cpp")
+TYPES = ("f32", "f16", "bf16", "q8_0", "q4_0")
+
+
+class _Usage(Exception):
+    pass
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):  # one line, our prefix, exit 2 (not argparse's usage + message)
+        raise _Usage(message)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = _Parser(
+        prog=PROG,
+        description="Write a model as a GGUF file for parakeet.cpp or transcribe.cpp, as their own converters "
+                    "and quantizers write it.",
+        epilog="Exit status: 0 written, 2 usage error / unreadable or inexpressible model / OUT exists, "
+               "1 internal error, 130 interrupted. TRANSCRIBE_DEBUG=1 shows tracebacks.")
+    p.add_argument("model", metavar="MODEL", help=".nemo file, NeMo directory or Granite Speech NAR directory")
+    p.add_argument("out", metavar="OUT.gguf", help="the GGUF file to write")
+    p.add_argument("--schema", choices=SCHEMAS,
+                   help="whose file layout: parakeet.cpp (NeMo names, parakeet.* keys; the default for Parakeet) or "
+                        "transcribe.cpp (renamed tensors, stt.* keys; the only one for Granite)")
+    p.add_argument("--type", dest="qtype", choices=TYPES, type=str.lower,
+                   help="weight type: f32 (default for Parakeet), f16, q8_0, q4_0 (the tensors the schema's "
+                        "quantizer touches; the rest stays F32/F16), bf16 (Granite's default)")
+    p.add_argument("--meta", action="append", default=[], metavar="KEY=VALUE",
+                   help="replace a metadata value (repeatable), e.g. general.name='My model'")
+    p.add_argument("--force", action="store_true", help="replace OUT if it exists")
+    return p
+
+
+def _say(msg: str) -> None:
+    print(f"transcribe: {msg}", file=sys.stderr)
+
+
+def _one_line(text: str) -> str:
+    lines = [s.strip() for s in str(text).splitlines() if s.strip()]
+    return lines[0] if lines else ""
+
+
+def _meta(items: list[str]) -> dict:
+    out = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise _Usage(f"--meta {item!r}: expected KEY=VALUE")
+        out[key.strip()] = value
+    return out
+
+
+def _family(path: Path) -> str:
+    from .errors import ModelError
+
+    if not path.exists():
+        raise ModelError(f"{path}: no such model file or directory")
+    if path.is_file():
+        from .gguf import is_gguf
+
+        if is_gguf(path):
+            raise ModelError(f"{path}: already a GGUF file (convert takes a .nemo file, a NeMo directory or a "
+                             "Granite Speech NAR directory)")
+        return "parakeet"  # read_nemo says what it is if it is not a .nemo archive
+    from .granite import detect as granite_detect
+
+    if granite_detect(path) == "granite":
+        return "granite"
+    if (path / "model_config.yaml").exists() or any(path.glob("*.nemo")):
+        return "parakeet"
+    raise ModelError(f"{path}: not a model convert can read (a .nemo file, a NeMo directory with "
+                     "model_config.yaml, or a Granite Speech NAR directory with config.json)")
+
+
+def _nemo_source(path: Path) -> Path:
+    """A NeMo directory with exactly one .nemo in it (and no model_config.yaml) stands for that file."""
+    if path.is_dir() and not (path / "model_config.yaml").exists():
+        found = sorted(path.glob("*.nemo"))
+        if len(found) != 1:
+            from .errors import ModelError
+
+            raise ModelError(f"{path}: {len(found)} .nemo files in the directory; name one")
+        return found[0]
+    return path
+
+
+def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[str] = None,
+            meta: Optional[dict] = None, force: bool = False, progress: bool = False) -> Path:
+    """The work of `transcribe convert` (raises TranscribeError for the user's errors)."""
+    from .errors import ModelError
+
+    src = Path(model)
+    dest = Path(out)
+    if dest.is_dir():
+        raise ModelError(f"{dest}: is a directory (OUT is the GGUF file to write)")
+    if (dest.exists() or dest.is_symlink()) and not force:
+        raise ModelError(f"{dest}: already exists (--force replaces it)")
+    if not dest.parent.is_dir():
+        raise ModelError(f"{dest.parent}: no such directory")
+    family = _family(src)
+    if family == "granite":
+        if schema not in (None, "transcribe.cpp"):
+            raise ModelError(f"{src}: a Granite Speech NAR model has only transcribe.cpp's schema (--schema {schema})")
+        schema, qtype = "transcribe.cpp", qtype or "bf16"
+    else:
+        schema, qtype = schema or "parakeet.cpp", qtype or "f32"
+        if qtype == "bf16":
+            raise ModelError("--type bf16 is not one of the Parakeet converters' types (f32, f16, q8_0, q4_0)")
+    if progress:
+        print(f"{PROG}: {src} -> {dest} ({schema}, {qtype})", file=sys.stderr, flush=True)
+    t0 = time.monotonic()
+    # Written under OUT's own name in a hidden folder beside it (the converters derive names from
+    # the file name), then renamed into place: nothing is left at OUT if anything fails.
+    tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent))
+    try:
+        tmp = tmpdir / dest.name
+        if family == "granite":
+            try:
+                from .granite.gguf import export_gguf
+            except ImportError as e:
+                raise ModelError(f"{src}: Granite GGUF export is not available in this version ({e})") from None
+            export_gguf(src, tmp, qtype, meta or None)
+        else:
+            from .parakeet.gguf_export import export, variant_of
+
+            export(_nemo_source(src), tmp, schema=schema, qtype=qtype, meta=meta, name=model,
+                   variant=variant_of(dest))
+        if not tmp.is_file():
+            raise RuntimeError(f"the exporter wrote no file at {tmp}")
+        if (dest.exists() or dest.is_symlink()) and not force:
+            raise ModelError(f"{dest}: appeared while converting (--force replaces it)")
+        os.replace(tmp, dest)
+    finally:
+        shutil.rmtree(tmpdir, ignore_errors=True)
+    if progress:
+        size = dest.stat().st_size
+        print(f"{PROG}: wrote {dest} ({size / 1e6:.1f} MB) in {time.monotonic() - t0:.1f} s",
+              file=sys.stderr, flush=True)
+    return dest
+
+
+def main(argv: Optional[list[str]] = None) -> int:
+    if argv is None:
+        argv = sys.argv[1:]
+    parser = _parser()
+    try:
+        args = parser.parse_args(argv)
+        meta = _meta(args.meta)
+    except SystemExit as e:  # --help
+        return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
+    except _Usage as e:
+        _say(f"error: {_one_line(str(e))}")
+        return 2
+    try:
+        convert(args.model, args.out, args.schema, args.qtype, meta, args.force,
+                progress=_isatty(sys.stderr))
+        return 0
+    except TranscribeError as e:
+        _say(f"error: {_one_line(str(e))}")
+        return 2
+    except KeyboardInterrupt:
+        _say("interrupted")
+        return 130
+    except Exception as e:  # noqa: BLE001 - the one place that turns anything left into one line
+        _say(f"internal error: {type(e).__name__}: {_one_line(str(e))}")
+        if os.environ.get("TRANSCRIBE_DEBUG") == "1":
+            traceback.print_exc()
+        return 1
+
+
+def _isatty(stream) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
