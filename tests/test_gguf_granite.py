@@ -90,6 +90,11 @@ def test_load_model_transcribes_jfk(models, q):
     assert all(0 <= t.id < 100 and not models[q].tokenizer.is_special(t.id) for t in tr.tokens)
     assert tr.text == models[q].tokenizer.decode([t.id for t in tr.tokens]).strip()
     assert tr.duration == pytest.approx(11.0, abs=0.01)
+    got, want = models[q].tokenizer.decode([t.id for t in tr.tokens]), upstream_text(q, JFK)
+    if q == "Q4_0":  # 4-bit: reported, not asserted
+        print(f"Q4_0 jfk: ours {got!r} upstream {want!r} {'same' if got == want else 'DIFFERENT'}")
+    else:
+        assert got == want
 
 
 def test_not_granite_gguf_is_not_detected():
