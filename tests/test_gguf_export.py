@@ -20,7 +20,6 @@ import sys
 import tarfile
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
 import yaml
@@ -116,6 +115,18 @@ def test_cli_main_transcribe_cpp_with_meta(tmp_path, capsys):
     assert main(args) == 0, capsys.readouterr().err
     # stt.variant and the version come from the file name and the defaults
     assert_same_gguf(out, TCPP / "tiny-hybrid-tdt-ctc-fit-Q4_0.gguf")
+
+
+def test_progress_only_on_a_terminal(tmp_path, capsys, monkeypatch):
+    import transcribe.convert as conv
+
+    monkeypatch.setattr(conv, "_isatty", lambda stream: True)
+    out = tmp_path / "p.gguf"
+    assert conv.main([str(TINY / "tiny-ctc-fit.nemo"), str(out)]) == 0
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 2 and "parakeet.cpp, f32" in lines[0] and lines[1].startswith(f"transcribe convert: wrote {out}")
 
 
 def test_variant_from_file_name():
