@@ -275,7 +275,7 @@ def _frontend(keys, file, where: str) -> None:
                              f"(more than {FRONTEND_TOLERANCE}): a different front end is not implemented")
 
 
-def _ctc_chars(keys, output_dim: int, where: str) -> list[str]:
+def _ctc_chars(keys, where: str) -> list[str]:
     chars = keys.require(P + "ctc_chars")
     if not isinstance(chars, list) or not chars or not all(isinstance(c, str) for c in chars):
         raise ModelError(f"{where}: {P}ctc_chars is not a list of strings")
@@ -313,7 +313,7 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32):
         raw = config_from_meta(keys, where)
         cfg = parse_config(raw, "ibm")
         tokenizer, ids = _tokenizer(keys, where)
-        chars = _ctc_chars(keys, cfg.encoder.output_dim, where)
+        chars = _ctc_chars(keys, where)
         _frontend(keys, f, where)
         keys.finish()
 
