@@ -290,6 +290,8 @@ def test_export_defaults_and_overrides(tmp_path, source):
                              meta={"general.name": "Tiny", "general.languages": ["en"], "general.repo_url": None}))
     assert f.meta["general.name"] == "Tiny" and f.meta["general.languages"] == ["en"]
     assert "general.repo_url" not in f.meta
+    f = GGUFFile(export_gguf(source, tmp_path / "l.gguf", "f32", meta={"general.languages": "en, fr"}))
+    assert f.meta["general.languages"] == ["en", "fr"] and f.value_types["general.languages"] == ("ARRAY", "STRING")
     assert size_label(633_204) == "633K" and size_label(2_134_000_000) == "2.1B" and size_label(40_500_000) == "40M"
 
 

@@ -19,7 +19,7 @@ Identity keys follow the converter's rules: `general.size_label` from the checkp
 `*.safetensors` in the folder, we count the weight files only), `stt.variant` and `general.repo_url`
 from the repository id (by default the directory's name), and the converter's constants for the rest
 (`general.name` "Granite Speech 4.1 2B NAR", basename, author, organization, license, five languages).
-`meta` overrides any identity key (None drops it).
+`meta` overrides any identity key (None drops it; `general.languages` may be a comma-separated string).
 """
 from __future__ import annotations
 
@@ -228,6 +228,8 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
     ident = dict(IDENTITY_DEFAULTS)
     ident.update({"general.size_label": size_label(_params(src)), "general.repo_url": f"https://huggingface.co/{repo}",
                   "general.file_type": file_type, "stt.variant": repo.split("/")[-1]})
+    if isinstance(meta.get("general.languages"), str):  # "en,fr" from a command line
+        meta["general.languages"] = [x.strip() for x in meta["general.languages"].split(",") if x.strip()]
     ident.update(meta)
 
     out = Path(out)
