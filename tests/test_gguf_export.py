@@ -358,7 +358,7 @@ def test_all_features_is_fine_for_parakeet_cpp(tmp_path):
 
 
 def test_granite_through_convert(tmp_path, capsys):
-    """A Granite Speech NAR directory goes to transcribe.granite.gguf.export_gguf (transcribe.cpp only)."""
+    """A Granite Speech NAR directory goes to transcribe.granite.gguf_export.export_gguf (transcribe.cpp only)."""
     src = SHARED / "models" / "granite-nar-tiny"
     out = tmp_path / "granite-nar-tiny-BF16.gguf"
     code, err = _run([src, out], capsys)

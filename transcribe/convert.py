@@ -149,7 +149,7 @@ def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[
         tmp = tmpdir / dest.name
         if family == "granite":
             try:
-                from .granite.gguf import export_gguf
+                from .granite.gguf_export import export_gguf
             except ImportError as e:
                 raise ModelError(f"{src}: Granite GGUF export is not available in this version ({e})") from None
             export_gguf(src, tmp, qtype, meta or None)

@@ -1,5 +1,5 @@
 """Granite Speech NAR as transcribe.cpp's `granite_speech_nar` GGUF files: reading them (`load_gguf`);
-writing them is `gguf_export.export_gguf` (re-exported here).
+writing them is `gguf_export.export_gguf`.
 
 The schema (transcribe.cpp 0.2.1, `scripts/convert-granite_nar.py`; see shared/models/gguf/README.md):
 
@@ -360,10 +360,3 @@ def load_gguf(path: Path, name: str, device: torch.device, dtype: Optional[torch
     del state
     model.to(device)
     return GraniteASR(model, tokenizer, name, str(device))
-
-
-def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None):
-    """See `gguf_export.export_gguf`."""
-    from .gguf_export import export_gguf as _export
-
-    return _export(src, out, qtype, meta)

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
@@ -25,34 +25,12 @@ import torch
 
 from ..errors import ModelError
 from ..gguf import quants
+from ..gguf.writer import KV, parse_value, write
 from .checkpoint import NemoCheckpoint, read_nemo
 from .gguf_names import to_transcribe_cpp
 
 SCHEMAS = ("parakeet.cpp", "transcribe.cpp")
 TYPES = ("f32", "f16", "q8_0", "q4_0")
-
-# Value types of a KV entry: "u32", "i32", "f32", "bool", "str", ("arr", "str"|"i32"|"f32").
-
-
-@dataclass
-class KV:
-    entries: list = field(default_factory=list)  # [key, vtype, value]
-
-    def add(self, key: str, vtype, value) -> None:
-        self.entries.append([key, vtype, value])
-
-    def keys(self) -> list[str]:
-        return [e[0] for e in self.entries]
-
-    def index(self, key: str) -> int:
-        return self.keys().index(key)
-
-    def get(self, key: str, default=None):
-        for e in self.entries:
-            if e[0] == key:
-                return e[2]
-        return default
-
 
 class ExportError(ModelError):
     """A model this schema cannot express, or a bad option."""
@@ -475,29 +453,6 @@ def transcribe_cpp_tensors(info: _Info, sd: dict, qtype: int) -> list[tuple[str,
 # Overrides and writing
 
 
-def _parse_value(key: str, vtype, text: str):
-    if vtype == "str":
-        return text
-    if vtype in ("u32", "i32"):
-        v = int(text)
-        if vtype == "u32" and v < 0:
-            raise ValueError("must be >= 0")
-        return v
-    if vtype == "f32":
-        return float(text)
-    if vtype == "bool":
-        low = text.strip().lower()
-        if low in ("1", "true", "yes"):
-            return True
-        if low in ("0", "false", "no"):
-            return False
-        raise ValueError("must be true or false")
-    if isinstance(vtype, tuple):
-        items = [s.strip() for s in text.split(",") if s.strip()] if text.strip() else []
-        return [_parse_value(key, vtype[1], s) for s in items]
-    raise ValueError(f"unsupported type {vtype}")
-
-
 def apply_meta(kv: KV, meta: Optional[dict]) -> None:
     """Replace values of existing keys (`meta` maps key -> value; a str is parsed as the key's type).
     `stt.capability.lang_detect` (written by transcribe.cpp only when true) may be added."""
@@ -514,54 +469,12 @@ def apply_meta(kv: KV, meta: Optional[dict]) -> None:
             raise ExportError("--meta general.architecture cannot be changed")
         if isinstance(value, str):
             try:
-                value = _parse_value(key, entry[1], value)
+                value = parse_value(key, entry[1], value)
             except ValueError as e:
                 raise ExportError(f"--meta {key}={value}: {e}") from None
         entry[2] = value
     if kv.get("stt.capability.lang_detect") is False:
         kv.entries.pop(kv.index("stt.capability.lang_detect"))
-
-
-_ARR = {"str": "STRING", "i32": "INT32", "f32": "FLOAT32", "u32": "UINT32"}
-
-
-def _write(path: Path, kv: KV, tensors: list[tuple[str, torch.Tensor, int]]) -> None:
-    import gguf
-
-    GT = gguf.GGUFValueType
-    w = gguf.GGUFWriter(str(path), arch=kv.get("general.architecture"))  # writes that key first
-    try:
-        for key, vtype, value in kv.entries:
-            if key == "general.architecture":
-                continue
-            if vtype == "str":
-                w.add_string(key, value)
-            elif vtype == "u32":
-                w.add_uint32(key, int(value))
-            elif vtype == "i32":
-                w.add_int32(key, int(value))
-            elif vtype == "f32":
-                w.add_float32(key, float(value))
-            elif vtype == "bool":
-                w.add_bool(key, bool(value))
-            else:
-                sub = GT[_ARR[vtype[1]]]
-                w.add_key_value(key, list(value), GT.ARRAY, sub_type=sub)
-        for name, t, q in tensors:
-            if q == quants.F32:
-                arr = t.contiguous().numpy().astype(np.float32, copy=False)
-                w.add_tensor(name, arr)
-            elif q == quants.F16:
-                arr = t.contiguous().to(torch.float16).numpy()
-                w.add_tensor(name, arr)
-            else:
-                raw = quants.quantize(t.contiguous(), q).numpy()
-                w.add_tensor(name, raw, raw_dtype=gguf.GGMLQuantizationType(q))
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-    finally:
-        w.close()
 
 
 def _qtype(type_name: str) -> int:
@@ -598,7 +511,7 @@ def export(model: str | os.PathLike | NemoCheckpoint, out: str | os.PathLike, sc
             kv.entries.insert(kv.index("tokenizer.ggml.tokens"), entry)
     apply_meta(kv, meta)
     out = Path(out)
-    _write(out, kv, tensors)
+    write(out, kv, tensors)
     return out
 
 

@@ -1,0 +1,79 @@
+"""A Parakeet GGUF file's weights kept compressed: int8 linear layers made straight from the file.
+
+`dtype="int8"` (and, by default, a file whose linear weights are Q8_0) runs the layers that
+`ParakeetModel.quantize_int8` quantizes (the encoder's linear layers and pointwise convolutions, the
+joint's linear layers) as `Int8Linear`s: int8 weights with one scale per output row, int8 x int8 products
+(transcribe/quant.py). Their weights go from the file's bytes to int8 one tensor at a time
+(`gguf.quants.int8_rows`, in chunks of rows): no float32 copy of the model is ever made, so a 0.6B model
+loads and runs in about a quarter of float32's weight memory.
+
+While the file is read, each such weight is a stand-in of its shape that holds no memory (one zero,
+expanded); once the model is built, every stand-in's layer is replaced by its Int8Linear, and no stand-in
+may be left. Q8_0 blocks (32 values, one scale each) become rows with one scale: each row is the Q8_0
+values dequantized exactly, then quantized again per row, which is what `quantize_int8` does with the
+dequantized float32 model (the tests compare the two).
+"""
+from __future__ import annotations
+
+import re
+from typing import Optional
+
+import torch
+from torch import nn
+
+from ..errors import ModelError
+from ..gguf import quants
+from ..gguf.file import GGUFFile
+from ..quant import Int8Linear
+
+# The NeMo names of the weights `ParakeetModel.quantize_int8` turns into int8 products.
+INT8_WEIGHTS = re.compile(
+    r"^(encoder\.(pre_encode\.out|layers\.\d+\.(feed_forward[12]\.linear[12]|self_attn\.linear_(q|k|v|out|pos)"
+    r"|conv\.pointwise_conv[12]))|joint\.(enc|pred|joint_net\.\d+))\.weight$")
+
+
+def keeps_q8_0(f: GGUFFile, schema_names) -> bool:
+    """Whether the file's int8-able weights are stored as Q8_0 (then the model keeps them int8 by
+    default). `schema_names` maps the file's tensor names to NeMo names."""
+    types = {f.tensors[n].qtype for n in f.tensors if INT8_WEIGHTS.match(schema_names(n) or "")}
+    return quants.Q8_0 in types
+
+
+class Int8Reader:
+    """The read_state_dict hook: an int8-able weight is read as int8 rows, a stand-in takes its place."""
+
+    def __init__(self):
+        self.rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+
+    def __call__(self, f: GGUFFile, gguf_name: str, nemo_name: str) -> Optional[torch.Tensor]:
+        if not INT8_WEIGHTS.match(nemo_name):
+            return None
+        info = f.info(gguf_name)
+        try:
+            q, scale = quants.int8_rows(f.raw(gguf_name), info.qtype, info.shape)
+        except ValueError as e:
+            raise ModelError(f"{f.path}: tensor {gguf_name}: {e}") from None
+        f.release(gguf_name)
+        self.rows[nemo_name] = (q, scale)
+        return torch.zeros(1).expand(*info.shape)
+
+    def adopt(self, model: nn.Module) -> int:
+        """Replace each stand-in's layer by its Int8Linear (biases as loaded). Returns how many."""
+        for name, (q, scale) in self.rows.items():
+            path = name[: -len(".weight")]
+            parent_name, _, attr = path.rpartition(".")
+            parent = model.get_submodule(parent_name)
+            layer = getattr(parent, attr)
+            if not isinstance(layer, (nn.Linear, nn.Conv1d)):
+                raise ModelError(f"{name}: an int8 weight for a {type(layer).__name__}, not a linear layer")
+            k = layer.weight.numel() // layer.weight.shape[0]
+            if tuple(q.shape) != (layer.weight.shape[0], k):
+                raise ModelError(f"{name}: int8 weights of shape {tuple(q.shape)} for a layer of {tuple(layer.weight.shape)}")
+            bias = layer.bias.detach() if layer.bias is not None else None
+            setattr(parent, attr, Int8Linear.from_int8(q, scale, bias))
+        left = [n for n, p in model.named_parameters() if p.numel() > 1 and 0 in p.stride()]
+        if left:
+            raise ModelError(f"{left[0]}: a weight read as int8 has no int8 layer to go to")
+        n = len(self.rows)
+        self.rows = {}
+        return n
