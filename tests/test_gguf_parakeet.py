@@ -248,31 +248,28 @@ TEXTS = ["and so my fellow americans ask not what your country can do for you",
 
 @pytest.mark.parametrize("source", [TINY / "tiny-tdt-fit.nemo", MODELS / "tiny-eou-streaming.nemo"])
 def test_pieces_tokenizer_equals_sentencepiece(source):
-    from transcribe.parakeet.streaming import event_tokens
-    from transcribe.text.sentencepiece import NORMAL, USER_DEFINED, PiecesTokenizer, punctuation_in
-
-    orig = _nemo_tokenizer(source)
-    proto = orig._sp.serialized_model_proto()
-    from transcribe.parakeet.gguf import tokenizer_of  # noqa: F401  (the GGUF path is tested below)
-
-    # parakeet.cpp: pieces only; transcribe.cpp: pieces, scores, types with user-defined written as normal
+    """The tokenizer made from a vocabulary as each schema stores it (parakeet.cpp: pieces only;
+    transcribe.cpp: pieces, scores and types, user-defined pieces written as normal, read back by
+    gguf.tokenizer_types) decodes and encodes as the .nemo's SentencePiece model."""
     import sentencepiece as spm
 
-    sp = spm.SentencePieceProcessor()
-    sp.LoadFromSerializedProto(proto)
-    scores = [sp.GetScore(i) for i in range(len(orig))]
-    types = [NORMAL if sp.IsUnknown(i) is False and not sp.IsControl(i) and not sp.IsUnused(i) and not sp.IsByte(i)
-             else (2 if sp.IsUnknown(i) else 3 if sp.IsControl(i) else 5 if sp.IsUnused(i) else 6)
-             for i in range(len(orig))]
-    from transcribe.text.sentencepiece import is_special_shape
+    from transcribe.parakeet.gguf import tokenizer_types
+    from transcribe.parakeet.streaming import event_tokens
+    from transcribe.text.sentencepiece import PiecesTokenizer, punctuation_in
 
-    for tok in (PiecesTokenizer(orig.pieces),
-                PiecesTokenizer(orig.pieces, scores, [USER_DEFINED if t == NORMAL and is_special_shape(p) else t
-                                                      for p, t in zip(orig.pieces, types)])):
+    orig = _nemo_tokenizer(source)
+    sp = spm.SentencePieceProcessor()
+    sp.LoadFromSerializedProto(orig._sp.serialized_model_proto())
+    scores = [sp.GetScore(i) for i in range(len(orig))]
+    # transcribe.cpp's token_type: 2 unknown, 3 control, 5 unused, 6 byte, 1 everything else
+    written = [2 if sp.IsUnknown(i) else 3 if sp.IsControl(i) else 5 if sp.IsUnused(i) else 6 if sp.IsByte(i) else 1
+               for i in range(len(orig))]
+    types, model_type = tokenizer_types(orig.pieces, scores, written)
+    for tok in (PiecesTokenizer(orig.pieces), PiecesTokenizer(orig.pieces, scores, types, model_type)):
         assert tok.pieces == orig.pieces and len(tok) == len(orig)
-        assert tok.piece(len(orig) - 1) == orig.piece(len(orig) - 1)
+        assert [tok.piece(i) for i in range(len(tok))] == orig.pieces
         rng = random.Random(1)
-        special = [i for i, p in enumerate(orig.pieces) if p.startswith("<")]
+        special = [i for i, p in enumerate(orig.pieces) if p.startswith("<")]  # <unk>, <EOU>, <EOB>
         assert 0 in special
         for _ in range(500):
             ids = [rng.choice(special) if rng.random() < 0.15 else rng.randrange(len(orig))
@@ -282,8 +279,8 @@ def test_pieces_tokenizer_equals_sentencepiece(source):
             assert tok.encode(text) == orig.encode(text), text
         assert punctuation_in(tok.pieces) == punctuation_in(orig.pieces)
         assert event_tokens(tok.pieces) == event_tokens(orig.pieces)
-    if "eou" in source.name:
-        assert "<EOU>" in orig.pieces and orig.encode("a <EOU>")[-1] == orig.pieces.index("<EOU>")
+    if "eou" in source.name:  # user-defined pieces: encoded whole
+        assert orig.encode("a <EOU>")[-1] == orig.pieces.index("<EOU>")
 
 
 def test_gguf_tokenizers_equal_the_nemo_tokenizer():
@@ -295,6 +292,62 @@ def test_gguf_tokenizers_equal_the_nemo_tokenizer():
         assert tok.pieces == nemo.pieces
         assert [tok.decode(s) for s in seqs] == [nemo.decode(s) for s in seqs]
         assert [tok.encode(t) for t in TEXTS] == [nemo.encode(t) for t in TEXTS]
+
+
+def test_eou_model_streams_from_both_schemas(tmp_path):
+    """The EOU streaming model (user-defined <EOU>/<EOB> pieces), exported to both schemas by our
+    converter, streams with the .nemo's tokens and end-of-utterance events."""
+    from transcribe.parakeet.gguf_export import export
+
+    from .conftest import two_utterances_wav
+
+    src = MODELS / "tiny-eou-streaming.nemo"
+    nemo = load_model(src)
+    audio = load_audio(two_utterances_wav())
+
+    def run(asr):
+        s = asr.stream(att_context_size=[70, 13], eou_reset=True)
+        s.feed(audio)
+        s.finalize()
+        items = s.drain()
+        return ([(e.type, e.frame, e.token) for e in items if hasattr(e, "type")], s.take_new_text(),
+                [(t.id, t.frame) for t in s.tokens()])
+
+    want = run(nemo)
+    assert [e[0] for e in want[0]] == ["eou", "eou"] and want[1]
+    for schema in ("parakeet.cpp", "transcribe.cpp"):
+        asr = load_model(export(src, tmp_path / f"tiny-eou-streaming-{schema}.gguf", schema, "f32"))
+        assert asr.tokenizer.pieces == nemo.tokenizer.pieces
+        assert run(asr) == want, schema
+
+
+def test_tensor_hook_sees_every_tensor_once():
+    """read_state_dict's hook (for a later int8 mode) is asked for every tensor, in file order, and
+    what it returns is used; the names are the .nemo's state-dict names."""
+    from transcribe.gguf.file import GGUFFile
+    from transcribe.parakeet import gguf as pg
+    from transcribe.parakeet.checkpoint import read_nemo
+
+    src = read_nemo(TINY / "tiny-tdt-fit.nemo").state_dict
+    want = {k for k in src if not k.endswith("num_batches_tracked") and not k.startswith("preprocessor.")}
+    for path, schema in ((_f32(CPP, "tiny-tdt-fit"), pg.PARAKEET_CPP), (_f32(TCPP, "tiny-tdt-fit"), pg.TRANSCRIBE_CPP)):
+        seen = []
+        marker = torch.full((1,), 7.0)
+
+        def hook(f, name, nemo_name):
+            seen.append(name)
+            return marker if nemo_name == "joint.enc.bias" else None
+
+        with GGUFFile(path) as f:
+            sd = pg.read_state_dict(f, schema, pg.joint_index_of(f, schema), hook)
+            assert seen == list(f.tensors)
+        assert sd["joint.enc.bias"] is marker
+        assert {k for k in sd if not k.startswith("preprocessor.")} == want, schema
+        for k in want - {"joint.enc.bias", "decoder.prediction.dec_rnn.lstm.bias_ih_l0",
+                         "decoder.prediction.dec_rnn.lstm.bias_hh_l0"}:
+            assert torch.equal(sd[k], src[k]), k  # the F32 files hold the checkpoint's bits
+        lstm = "decoder.prediction.dec_rnn.lstm."
+        assert torch.equal(sd[lstm + "bias_ih_l0"] + sd[lstm + "bias_hh_l0"], src[lstm + "bias_ih_l0"] + src[lstm + "bias_hh_l0"])
 
 
 def test_hotwords_work_from_gguf():
