@@ -7,12 +7,14 @@ What is compared:
   ids identical for a transducer and the CTC model; cache-aware streaming from the streaming F32 files
   identical to streaming the .nemo, for every att_context_size preset.
 * Upstream runtimes: for every F32 file our ids equal the ids in its `.ref.json` (the C++ runtime's own
-  output on jfk.wav). For the `*-fit` models the texts equal too. (No F32 difference was found; the
-  quantized files are compared for information only: the C++ runtimes compute quantized products with
-  quantized activations, we dequantize to float32.)
+  output on jfk.wav). For the `*-fit` models the texts equal too. No F32 difference was found. Quantized
+  files are compared for information only (the C++ runtimes compute quantized products with quantized
+  activations, we dequantize to float32): measured, ours equal the runtime's ids on every file except
+  the random streaming models' 4-bit ones (parakeet.cpp tdt q4_0 0.878, transcribe.cpp tdt Q4_0 0.984).
 * Quantized files: token agreement with the F32 file's result, agreement = 1 - edit distance / F32
-  length. Q8_0: asserted >= 0.9 (8-bit weights move logits by ~1e-3 relative; a tiny model trained to
-  fit jfk.wav keeps its argmax). Q4_0 / Q4_K: computed and printed, not asserted.
+  length. Q8_0: asserted >= 0.9 (measured 1.0, and 0.98 for the random TDT streaming model). Q4_0 /
+  Q4_K: computed and printed (`-s`), not asserted (measured 1.0 on the *-fit models except
+  transcribe.cpp rnnt Q4_0 0.58, which the runtime shares; random streaming models 0.43-0.92).
 * Bad input: each a ModelError (CLI: exit code 2, one line `transcribe: error: ...`) naming the problem.
 """
 from __future__ import annotations
@@ -372,6 +374,8 @@ def _write(src: Path, dst: Path, **kw) -> Path:
         w.add_key_value(key, field.contents(), vtype, sub_type=sub)
     if kw.get("add_key"):
         w.add_string(*kw["add_key"])
+    if kw.get("add_tensor"):
+        w.add_tensor(kw["add_tensor"], np.zeros((4, 32), np.float32))
     for t in r.tensors:
         if t.name == kw.get("drop_tensor"):
             continue
@@ -427,6 +431,9 @@ def _bad_files(tmp: Path) -> list[tuple[Path, str]]:
          "encoder.layers.1.conv.pointwise_conv2.weight"),
         (_write(tcpp, tmp / "missing-t.gguf", drop_tensor="enc.blocks.1.ff2.linear1.bias"),
          "encoder.layers.1.feed_forward2.linear1.bias"),
+        (_write(cpp, tmp / "extra.gguf", add_tensor="encoder.layers.0.adapter.weight"),
+         "encoder.layers.0.adapter.weight"),
+        (_write(tcpp, tmp / "extra-t.gguf", add_tensor="enc.blocks.0.adapter.weight"), "enc.blocks.0.adapter.weight"),
         (_write(cpp, tmp / "key.gguf", add_key=("parakeet.prompt.num_prompts", "128")), "parakeet.prompt.num_prompts"),
         (_write(tcpp, tmp / "key-t.gguf", add_key=("stt.parakeet.encoder.reduction", "pooling")),
          "stt.parakeet.encoder.reduction"),
