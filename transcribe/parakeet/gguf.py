@@ -58,12 +58,10 @@ TRANSCRIBE_CPP = "transcribe.cpp"
 FB_RTOL = 1e-5
 FB_ATOL = 1e-7
 
-# Metadata that names or describes the file and changes nothing the model computes.
-_IDENTITY_KEYS = ("general.name", "general.basename", "general.version", "general.size_label", "general.author",
-                  "general.organization", "general.license*", "general.languages", "general.file_type",
-                  "general.description", "general.url", "general.repo_url", "general.source*",
-                  "general.quantization_version", "general.alignment", "general.architecture",
-                  "general.quantized_by", "general.finetune", "general.tags", "general.type")
+# GGUF's general.* keys name and describe the file (name, author, license, file_type, ...): none changes
+# what the model computes (general.architecture is read, general.alignment is the reader's).
+_IDENTITY_KEYS = ("general.*",)
+
 
 class _Keys(Keys):
     """Keys relative to the schema's prefix; names starting with "parakeet." / "stt." are absolute."""
@@ -458,8 +456,17 @@ def read(path, hook: Optional[TensorHook] = None):
         sd = read_state_dict(f, schema, joint_index, hook)
         _check_frontend(f, sd, model)
         own = model.state_dict()
-        fit_shapes(sd, {n: own.get("ctc_" + n if n.startswith("decoder.decoder_layers.") and model.decoder is None
-                                   else n) for n in sd})
+        ctc_as_decoder = model.decoder is None  # a CTC model's head is NeMo's decoder.decoder_layers.*
+        in_model = {n: ("ctc_" + n if ctc_as_decoder and n.startswith("decoder.decoder_layers.") else n) for n in sd}
+        fit_shapes(sd, {n: own.get(m) for n, m in in_model.items()})
+        have = set(in_model.values())
+        for n in own:
+            if n not in have and not n.startswith("preprocessor.") and not n.endswith("num_batches_tracked"):
+                nemo = n[len("ctc_"):] if ctc_as_decoder and n.startswith("ctc_decoder.") else n
+                stored = gguf_names.to_transcribe_cpp(nemo) if schema == TRANSCRIBE_CPP else nemo
+                if schema == TRANSCRIBE_CPP and stored is None and gguf_names.NEMO_LSTM_BIAS.match(nemo):
+                    stored = "pred.lstm.{}.bias".format(nemo.rsplit("_l", 1)[1])
+                raise _err(f, f"tensor {stored} is missing" + (f" (NeMo {nemo})" if stored != nemo else ""))
         try:
             model.load_nemo_state_dict(sd)
         except KeyError as e:
