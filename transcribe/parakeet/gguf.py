@@ -330,15 +330,17 @@ def fit_shapes(sd: dict, expected: dict) -> None:
 
 
 def _check_frontend(f: GGUFFile, sd: dict, model) -> None:
-    """The stored filterbank and window (parakeet.cpp) must be ours for the same settings; then the
-    model keeps its own (they are equal within FB_RTOL / FB_ATOL, see there)."""
+    """The stored filterbank and window (parakeet.cpp) must be ours for the same settings (equal within
+    FB_RTOL / FB_ATOL, see there); then the model uses the stored ones, as it does a .nemo's (NeMo's
+    buffers: the same bits as the checkpoint the file was made from). A file without them (transcribe.cpp)
+    gets ours."""
     from .frontend import NemoMelFrontEnd
 
     fresh = NemoMelFrontEnd(**model._pre_kwargs)
     fit_shapes(sd, {"preprocessor.featurizer.fb": fresh.fb, "preprocessor.featurizer.window": fresh.window})
     for key, ours, what in (("preprocessor.featurizer.fb", fresh.fb, "filterbank"),
                             ("preprocessor.featurizer.window", fresh.window, "window")):
-        stored = sd.pop(key, None)
+        stored = sd.get(key)
         if stored is None:
             continue
         if tuple(stored.shape) != tuple(ours.shape):
@@ -348,7 +350,8 @@ def _check_frontend(f: GGUFFile, sd: dict, model) -> None:
             diff = float((stored.float() - ours.float()).abs().max())
             raise _err(f, f"the stored {what} differs from the one computed for the file's front-end settings "
                           f"(max difference {diff:.3g}; {key})")
-    left = [n for n in sd if n.startswith("preprocessor.")]
+    left = [n for n in sd if n.startswith("preprocessor.") and n not in (
+        "preprocessor.featurizer.fb", "preprocessor.featurizer.window")]
     if left:
         raise _err(f, f"tensor {left[0]} is not part of a Parakeet model")
 
@@ -434,9 +437,11 @@ def tokenizer_of(f: GGUFFile, k: Keys, schema: str, vocab: int) -> PiecesTokeniz
 # Loading
 # --------------------------------------------------------------------------------------------------
 
-def read(path, hook: Optional[TensorHook] = None):
+def read(path, hook: Optional[TensorHook] = None, int8: Optional[bool] = False):
     """A Parakeet GGUF file -> (ParakeetModel with its weights, float32 on the CPU, batch norm not yet
-    folded; the tokenizer; the schema)."""
+    folded; the tokenizer; the schema). int8: the weights `quantize_int8` quantizes become int8 layers
+    straight from the file's bytes (`gguf_int8`); None: those the file stores as Q8_0 (if any)."""
+    from .gguf_int8 import Int8Reader, keeps_q8_0
     from .model import ParakeetModel
 
     f = GGUFFile(path)
@@ -453,6 +458,13 @@ def read(path, hook: Optional[TensorHook] = None):
         _check_streaming(f, k, schema, model.encoder)
         tokenizer = tokenizer_of(f, k, schema, model.vocab_size)
         k.finish()
+        auto = int8 is None
+        if auto:
+            int8 = keeps_q8_0(f, lambda n: nemo_name(schema, n, joint_index))
+        if int8:
+            if hook is not None:
+                raise ValueError("int8 reading takes no other tensor hook")
+            hook = Int8Reader(stored_q8_0_only=auto)
         sd = read_state_dict(f, schema, joint_index, hook)
         _check_frontend(f, sd, model)
         own = model.state_dict()
@@ -474,14 +486,18 @@ def read(path, hook: Optional[TensorHook] = None):
             if schema == TRANSCRIBE_CPP:
                 msg += " (NeMo names; transcribe.cpp names via transcribe/parakeet/gguf_names.py)"
             raise _err(f, msg) from None
+        if int8:
+            hook.adopt(model)
         return model, tokenizer, schema
     finally:
         f.close()
 
 
 def load(path: Path, name: str, device, dtype):
-    """`load_model` for a Parakeet GGUF file: a ParakeetASR, as from the .nemo it was made from."""
+    """`load_model` for a Parakeet GGUF file: a ParakeetASR, as from the .nemo it was made from. By
+    default a file's Q8_0 weights stay compressed (int8 layers) and the rest is float32 (`gguf_int8`);
+    dtype int8 quantizes every layer a .nemo's int8 does; float32 / bfloat16 / float16 dequantize all."""
     from .recognizer import ParakeetASR
 
-    model, tokenizer, _ = read(path)
+    model, tokenizer, _ = read(path, int8=None if dtype is None else dtype == torch.int8)
     return ParakeetASR.finish_load(model, tokenizer, name, device, dtype)

@@ -1,11 +1,20 @@
 """A Parakeet GGUF file's weights kept compressed: int8 linear layers made straight from the file.
 
-`dtype="int8"` (and, by default, a file whose linear weights are Q8_0) runs the layers that
-`ParakeetModel.quantize_int8` quantizes (the encoder's linear layers and pointwise convolutions, the
-joint's linear layers) as `Int8Linear`s: int8 weights with one scale per output row, int8 x int8 products
-(transcribe/quant.py). Their weights go from the file's bytes to int8 one tensor at a time
-(`gguf.quants.int8_rows`, in chunks of rows): no float32 copy of the model is ever made, so a 0.6B model
-loads and runs in about a quarter of float32's weight memory.
+Two modes, both running `Int8Linear`s (int8 weights with one scale per output row, activations quantized
+per row at run time, int8 x int8 products: transcribe/quant.py):
+- by default, a file whose linear weights are stored as Q8_0 keeps exactly those compressed: each Q8_0
+  weight becomes an int8 layer, and what the file stores in float (parakeet.cpp keeps the joint's output
+  layer, the convolutions and the LSTM in F32; transcribe.cpp the pointwise convolutions in F16) stays
+  float32, as the file's maker chose;
+- `dtype="int8"` (any file) quantizes every layer `ParakeetModel.quantize_int8` quantizes (the encoder's
+  linear layers and pointwise convolutions, the joint's linear layers, the LSTM), as for a .nemo.
+The weights go from the file's bytes to int8 one tensor at a time (`gguf.quants.int8_rows`, in chunks of
+rows): no float32 copy of those layers is ever made.
+
+Why not weight-only int8 (float activations): PyTorch's CPU kernel for it (`_weight_int8pack_mm`) ran
+2-100x slower than float32's matrix product on an encoder's shapes here (750 x 1024 x 4096: 63 ms in
+bfloat16, 3.1 s in float32, against 31 ms float32 and 13 ms int8 x int8), so it could not run a Q8_0 file
+at float32's speed or better.
 
 While the file is read, each such weight is a stand-in of its shape that holds no memory (one zero,
 expanded); once the model is built, every stand-in's layer is replaced by its Int8Linear, and no stand-in
@@ -42,15 +51,21 @@ def keeps_q8_0(f: GGUFFile, schema_names) -> bool:
 class Int8Reader:
     """The read_state_dict hook: an int8-able weight is read as int8 rows, a stand-in takes its place."""
 
-    def __init__(self):
+    def __init__(self, stored_q8_0_only: bool = False):
         self.rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.stored_q8_0_only = stored_q8_0_only
 
     def __call__(self, f: GGUFFile, gguf_name: str, nemo_name: str) -> Optional[torch.Tensor]:
         if not INT8_WEIGHTS.match(nemo_name):
             return None
         info = f.info(gguf_name)
+        if self.stored_q8_0_only and info.qtype != quants.Q8_0:
+            return None
+        shape = list(info.shape)
+        while len(shape) > 2 and shape[-1] == 1:  # a pointwise convolution [N, K, 1]: rows of K
+            shape.pop()
         try:
-            q, scale = quants.int8_rows(f.raw(gguf_name), info.qtype, info.shape)
+            q, scale = quants.int8_rows(f.raw(gguf_name), info.qtype, tuple(shape))
         except ValueError as e:
             raise ModelError(f"{f.path}: tensor {gguf_name}: {e}") from None
         f.release(gguf_name)
