@@ -197,16 +197,31 @@ def release_memory() -> bool:
     """Hands the heap's free memory back to the system (glibc's malloc_trim, every arena); True
     when it ran. For a long-running program between bursts of work (the server calls it when its
     queue runs dry): with `tune_malloc` the heap otherwise stays at its high-water mark."""
-    import ctypes
-    import platform
-
-    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+    libc = _glibc()
+    if libc is None:
         return False
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):  # pragma: no cover - no glibc after all
-        return False
+    libc.malloc_trim(0)
     return True
+
+
+_GLIBC: list = []
+
+
+def _glibc():
+    """glibc through ctypes (with malloc_trim), or None elsewhere; looked up once."""
+    if not _GLIBC:
+        import ctypes
+        import platform
+
+        lib = None
+        if platform.system() == "Linux" and platform.libc_ver()[0] == "glibc":
+            try:
+                lib = ctypes.CDLL("libc.so.6")
+                lib.malloc_trim  # noqa: B018 - present in every glibc; AttributeError otherwise
+            except (OSError, AttributeError):  # pragma: no cover - no glibc after all
+                lib = None
+        _GLIBC.append(lib)
+    return _GLIBC[0]
 
 
 def scoped(method):

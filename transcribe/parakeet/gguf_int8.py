@@ -34,6 +34,9 @@ from ..errors import ModelError
 from ..gguf import quants
 from ..gguf.file import GGUFFile
 from ..quant import Int8Linear
+from ..runtime import release_memory
+
+TRIM_EVERY = 32 << 20  # bytes of int8 weights made between two trims of the heap
 
 # The NeMo names of the weights `ParakeetModel.quantize_int8` turns into int8 products.
 INT8_WEIGHTS = re.compile(
@@ -54,6 +57,7 @@ class Int8Reader:
     def __init__(self, stored_q8_0_only: bool = False):
         self.rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.stored_q8_0_only = stored_q8_0_only
+        self._since_trim = 0
 
     def __call__(self, f: GGUFFile, gguf_name: str, nemo_name: str) -> Optional[torch.Tensor]:
         if not INT8_WEIGHTS.match(nemo_name):
@@ -70,6 +74,13 @@ class Int8Reader:
             raise ModelError(f"{f.path}: tensor {gguf_name}: {e}") from None
         f.release(gguf_name)
         self.rows[nemo_name] = (q, scale)
+        # The int8 weights (kept) and each tensor's float chunks (freed) alternate in the heap, which
+        # then cannot shrink: without a trim now and then, the load's peak held twice the int8 model
+        # (TDT 0.6B Q8_0: 2.3 GB peak; trimming every 32 MiB: 1.2 GB, at no measurable cost).
+        self._since_trim += q.numel()
+        if self._since_trim >= TRIM_EVERY:
+            release_memory()
+            self._since_trim = 0
         return torch.zeros(1).expand(*info.shape)
 
     def adopt(self, model: nn.Module) -> int:
