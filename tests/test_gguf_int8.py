@@ -28,9 +28,11 @@ def _int8_layers(asr) -> dict[str, Int8Linear]:
 
 
 def _q8_0_weights(path, schema_to_nemo) -> set[str]:
-    """NeMo names of the int8-able weights the file stores as Q8_0, as module paths."""
+    """Module paths of the int8-able weights a Q8_0 file keeps int8 by default: those it stores as Q8_0,
+    and every one of the encoder."""
     with GGUFFile(path) as f:
-        names = {schema_to_nemo(n) for n, i in f.tensors.items() if i.qtype == quants.Q8_0}
+        names = {schema_to_nemo(n) for n, i in f.tensors.items()
+                 if i.qtype == quants.Q8_0 or (schema_to_nemo(n) or "").startswith("encoder.")}
     return {n[: -len(".weight")] for n in names if n and INT8_WEIGHTS.match(n)}
 
 
@@ -53,10 +55,11 @@ def test_int8_from_an_f32_file_is_the_nemo_int8_model(stem):
                                              ("transcribe-cpp/tiny-tdt-fit-Q8_0.gguf", 1),
                                              ("parakeet-cpp/tiny-ctc-fit-q8_0.gguf", 1)])
 def test_a_q8_0_file_keeps_its_q8_0_weights_int8(rel, joint_index):
-    """By default: an int8 layer for each Q8_0 weight of the file and none for what it stores in float
-    (parakeet.cpp: the joint's output layer, the convolutions; transcribe.cpp: pointwise convolutions in
-    F16); each layer's int8 weights are those Int8Linear makes from the exactly dequantized Q8_0 weight,
-    so the model computes what the dequantized float model with those layers quantized computes."""
+    """By default: an int8 layer for each Q8_0 weight of the file and each matrix product of the encoder
+    (pointwise convolutions stored in F32 / F16 too), none for what the file stores in float outside the
+    encoder (parakeet.cpp: the joint's output layer, the LSTM); each layer's int8 weights are those
+    Int8Linear makes from the exactly dequantized weight, so the model computes what the dequantized float
+    model with those layers quantized computes."""
     path = GGUF / rel
     schema = (lambda n: n) if rel.startswith("parakeet-cpp") else (lambda n: to_nemo(n, joint_index))
     auto = transcribe.load_model(str(path))
