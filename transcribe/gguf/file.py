@@ -21,9 +21,11 @@ import torch
 
 from ..errors import ModelError
 from . import MAGIC
+from ..runtime import release_memory
 from . import quants
 
 _PAGE = mmap.PAGESIZE
+TRIM_EVERY = 64 << 20  # bytes of dequantized tensors made between two trims of the heap
 
 
 @dataclass(frozen=True)
@@ -91,6 +93,7 @@ class GGUFFile:
         self.arch = self.meta.get("general.architecture")
         self.alignment = int(self.meta.get("general.alignment", 32))
         self._data: Optional[np.memmap] = reader.data
+        self._since_trim = 0
 
     # ------------------------------------------------------------------------------------------
     def __contains__(self, name: str) -> bool:
@@ -124,6 +127,13 @@ class GGUFFile:
             raise ModelError(f"{self.path}: tensor {name}: {e}") from None
         if release:
             self.release(name)
+        if info.qtype != quants.F32:
+            # dequantizing frees a chunk's float temporaries between the kept tensors: the heap cannot
+            # shrink unless trimmed now and then (a Q4_0 0.6B model loaded at a 3.19 GB peak, 2.72 GB trimmed)
+            self._since_trim += out.numel() * out.element_size()
+            if self._since_trim >= TRIM_EVERY:
+                release_memory()
+                self._since_trim = 0
         return out
 
     def release(self, name: str) -> None:
