@@ -49,7 +49,8 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     `.transcribe()` takes audio and gives `Transcript`s.
 
     device: "cpu", "cuda" or "cuda:N". dtype: None (the family's choice for the device: float32 on
-    a CPU; Whisper takes float16 on a GPU, as openai-whisper does), "float32", "bfloat16",
+    a CPU; Whisper takes float16 on a GPU, as openai-whisper does; a Parakeet Q8_0 GGUF file keeps
+    its weights int8), "float32", "bfloat16",
     "float16" or "int8" (linear layers with int8 weights and per-row int8 activations, transcribe/quant.py;
     Parakeet and Whisper). threads: PyTorch's CPU threads while this model runs (restored after every call; the
     process's setting is left alone)."""
@@ -81,8 +82,8 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
             return model
     raise ModelError(
         f"{path}: not a model this package can read (a .nemo file or NeMo directory, a CTranslate2 "
-        "directory with model.bin, a transformers Whisper directory, an openai-whisper .pt checkpoint, or a "
-        "Granite Speech NAR directory)"
+        "directory with model.bin, a transformers Whisper directory, an openai-whisper .pt checkpoint, a "
+        "Granite Speech NAR directory, or a parakeet.cpp / transcribe.cpp GGUF file)"
     )
 
 
