@@ -40,3 +40,24 @@ def test_a_local_gguf_that_does_not_exist_is_not_taken_for_a_short_name(tmp_path
         resolve(str(tmp_path / "nothing-q8_0.gguf"))
     with pytest.raises(ModelError, match="no such model file"):
         resolve("nothing-q8_0.gguf")
+
+
+def test_a_gguf_of_a_hub_repo_loads_and_transcribes(monkeypatch, tmp_path):
+    """load_model and the command line take owner/repo:file.gguf like a local file."""
+    import transcribe
+    from transcribe.cli import main
+
+    from .conftest import AUDIO
+
+    snap = hub_snapshot(monkeypatch, tmp_path, "someone/parakeet-gguf")
+    shutil.copy(GGUF / "transcribe-cpp" / "tiny-ctc-fit-Q8_0.gguf", snap / "tiny-ctc-fit-Q8_0.gguf")
+    name = "someone/parakeet-gguf:tiny-ctc-fit-Q8_0.gguf"
+    local = transcribe.load_model(str(GGUF / "transcribe-cpp" / "tiny-ctc-fit-Q8_0.gguf"))
+    model = transcribe.load_model(name)
+    assert model.name == name
+    got = model.transcribe(AUDIO / "jfk.wav")
+    assert [t.id for t in got.tokens] == [t.id for t in local.transcribe(AUDIO / "jfk.wav").tokens]
+    assert "ask not what your country can do for you" in got.text
+    out = tmp_path / "out"
+    assert main([str(AUDIO / "jfk.wav"), "--model", name, "--output-dir", str(out), "-q"]) == 0
+    assert (out / "jfk.txt").read_text().strip() == got.text
