@@ -7,7 +7,9 @@ A block: x + ff1/2, + block-local attention, + convolution module, + ff2/2, then
 Attention runs within blocks of `context_size` frames (no attention across blocks) with Shaw's
 relative positions: a learned vector per clamped distance, dotted with the query and added to the
 scores. The convolution module: LayerNorm, pointwise up (2x) and GLU, depthwise convolution,
-BatchNorm (folded into the depthwise convolution at load), SiLU, pointwise down.
+BatchNorm (folded into the depthwise convolution at load), SiLU, pointwise down. The pointwise
+convolutions run as matrix products over the [B, T, D] layout, so an int8 model (GraniteNAR.quantize_int8)
+runs them as Int8Linear like the other linear layers.
 
 Padding is masked (IBM's code does not): a frame past an input's length is never a key of a real
 frame, and it is zero where the depthwise convolution and the pooling read it, exactly as the
@@ -26,7 +28,24 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..quant import Int8Linear
 from .config import EncoderConfig
+
+
+def compute_dtype(layer: nn.Module) -> torch.dtype:
+    """The dtype a linear layer computes in: its weight's, or float32 for an Int8Linear (int8 weights,
+    float32 scales and bias: the rest of an int8 model is float32)."""
+    if isinstance(layer, Int8Linear):
+        return torch.float32
+    return layer.weight.dtype
+
+
+def pointwise(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A pointwise convolution (nn.Conv1d [N, K, 1], or its Int8Linear) as a matrix product over the
+    last dimension of x [..., K]."""
+    if isinstance(conv, Int8Linear):
+        return conv(x)
+    return F.linear(x, conv.weight[:, :, 0], conv.bias)
 
 
 class FeedForward(nn.Module):
@@ -115,7 +134,7 @@ class ConvModule(nn.Module):
 
     def forward(self, x: torch.Tensor, valid: Optional[torch.Tensor]) -> torch.Tensor:
         x = self.norm(x)
-        x = F.linear(x, self.up_conv.weight[:, :, 0], self.up_conv.bias)
+        x = pointwise(self.up_conv, x)
         x = F.glu(x, dim=-1)
         if valid is not None:
             x = x * valid  # padding reads as the zeros a lone input is padded with
@@ -130,7 +149,7 @@ class ConvModule(nn.Module):
         else:
             x = self.batch_norm(self.depth_conv(x.transpose(1, 2)))
             x = F.silu(x).transpose(1, 2)
-        return F.linear(x, self.down_conv.weight[:, :, 0], self.down_conv.bias)
+        return pointwise(self.down_conv, x)
 
 
 class _DepthConv(nn.Module):
@@ -189,7 +208,7 @@ class GraniteEncoder(nn.Module):
         """features [B, T, 160] (zeros past each length), lengths [B] (frames)."""
         cfg = self.cfg
         b, t, _ = features.shape
-        dtype = self.input_linear.weight.dtype
+        dtype = compute_dtype(self.input_linear)
         x = self.input_linear(features.to(dtype))
         embedded = x if keep else None
         valid = key_bias = None

@@ -16,6 +16,10 @@ The schema (transcribe.cpp 0.2.1, `scripts/convert-granite_nar.py`; see shared/m
   match the head: the upstream converter writes its 348-entry default table whenever the config has no
   `ctc_tokenizer_config` (it does so for the 12-class tiny test model).
 
+Weights kept compressed: dtype int8, and by default a Q8_0 file (Q8_0_DEFAULT), run the linear layers
+`GraniteNAR.quantize_int8` names as Int8Linear made straight from the file's bytes (`gguf/int8.py`: int8
+rows per weight, no float32 copy of it; a stand-in of no memory until the model adopts its layers).
+
 Loading reads every metadata key (or accepts it by name as not changing the computation: the
 `general.*` identity block, `stt.capability.*`); an unknown key, a missing tensor, a tensor this code
 does not know, or a front-end setting other than the one `frontend.py` implements is a `ModelError`
@@ -40,6 +44,17 @@ P = "stt.granite_nar."
 # [0, 1]; librosa's HTK filterbank equals ours exactly in float32, numpy's periodic Hann differs from
 # torch.hann_window by at most 2.4e-7).
 FRONTEND_TOLERANCE = 1e-6
+
+# A Q8_0 file (any of the weights `GraniteNAR.quantize_int8` quantizes stored as Q8_0) loaded with dtype
+# None keeps its weights compressed: the int8 model (dtype int8's layers: the file's Q8_0 linear weights
+# and the pointwise convolutions the quantizer leaves F16, each row dequantized exactly and quantized per
+# row; the rest float32), made straight from the file's bytes. Measured on the upstream tiny Q8_0 file
+# against transcribe.cpp's own transcripts (`.ref.json`): wave_A ' were their so theirx not  they was not',
+# wave_B ' from  not they  not', wave_C ' how ', jfk " not their '  their  their '  their  their  their
+# their  their ' ' ": all four exactly the upstream text (and the dequantized float32 model's ids). Not
+# chosen: int8 for the Q8_0-stored weights only (pointwise convolutions float32): wave_A/B/C the same, but
+# jfk lost one ' their' against upstream. dtype float32 / bfloat16 still dequantize everything.
+Q8_0_DEFAULT = True
 
 # Token types (llama.cpp's tokenizer.ggml.token_type values) as the converter writes them.
 TOKEN_NORMAL, TOKEN_CONTROL, TOKEN_USER = 1, 3, 4
@@ -297,12 +312,27 @@ def _squeeze_to(t: torch.Tensor, shape: tuple, name: str, where: str) -> torch.T
     raise ModelError(f"{where}: tensor {name} is {tuple(t.shape)}, the config makes {tuple(shape)}")
 
 
-def read_gguf(path: Path, dtype: torch.dtype = torch.float32):
+def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str] = None):
     """(GraniteConfig, state dict under IBM's names as `dtype`, GraniteTokenizer, extras) of a
-    `granite_speech_nar` GGUF file; extras holds `ctc_chars` and the `general.*` identity."""
+    `granite_speech_nar` GGUF file; extras holds `ctc_chars` and the `general.*` identity.
+
+    int8 "auto": "all" (the rest float32, whatever `dtype`) when the file stores any of those weights as
+    Q8_0 (see Q8_0_DEFAULT), else None.
+    int8 "all": every weight `GraniteNAR.quantize_int8` quantizes (model.INT8_WEIGHTS) is read straight
+    from the file's bytes as int8 rows (`gguf.quants.int8_rows`: no float32 copy of it is made) and a
+    stand-in holding no memory takes its place in the state dict; "q8_0": only those the file stores as
+    Q8_0. extras["int8"] then holds the `gguf.int8.Int8Rows` whose `adopt(model)` makes the layers once the
+    model is built (`dtype` must be float32)."""
+    from ..gguf import quants
     from ..gguf.file import GGUFFile
+    from ..gguf.int8 import Int8Rows
     from .config import parse_config
-    from .model import GraniteNAR
+    from .model import INT8_WEIGHTS, GraniteNAR
+
+    if int8 not in (None, "auto", "all", "q8_0"):
+        raise ValueError(f"int8 is None, 'auto', 'all' or 'q8_0', not {int8!r}")
+    if int8 in ("all", "q8_0") and dtype != torch.float32:
+        raise ValueError("an int8 model's other weights are float32")
 
     where = str(path)
     with GGUFFile(path) as f:
@@ -326,10 +356,20 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32):
         if unknown:
             raise ModelError(f"{where}: tensor{'s' if len(unknown) > 1 else ''} this code does not implement: "
                              f"{', '.join(unknown[:6])}")
+        if int8 == "auto":
+            stored = {f.tensors[g].qtype for ibm, g in names if g in f.tensors and INT8_WEIGHTS.match(ibm)}
+            int8 = "all" if quants.Q8_0 in stored else None
+            if int8 is not None:
+                dtype = torch.float32  # an int8 model's other weights
+        rows = Int8Rows() if int8 is not None else None
         state: dict[str, torch.Tensor] = {}
         for ibm, g in names:
             if g not in f.tensors:
                 raise ModelError(f"{where}: tensor {g} is missing (IBM's {ibm})")
+            if rows is not None and ibm in shapes and INT8_WEIGHTS.match(ibm) and \
+                    (int8 == "all" or f.tensors[g].qtype == quants.Q8_0):
+                state[ibm] = rows.take(f, g, ibm, shapes[ibm])
+                continue
             t = f.tensor(g)
             if ibm not in shapes:
                 # A projector LayerNorm: the model has no affine parameters there; they must be identity.
@@ -342,21 +382,30 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32):
             t = _squeeze_to(t, shapes[ibm], g, where)
             state[ibm] = t if t.dtype == dtype else t.to(dtype)
         meta = {k: v for k, v in f.meta.items() if k.startswith(("general.", "stt.variant"))}
-    return cfg, state, tokenizer, {"ctc_chars": chars, "identity": meta, "token_ids": ids}
+    return cfg, state, tokenizer, {"ctc_chars": chars, "identity": meta, "token_ids": ids, "int8": rows}
 
 
 def load_gguf(path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None):
     """A `granite_speech_nar` GGUF file -> a GraniteASR on `device` (dtype None: float32 on a CPU,
-    bfloat16 on a GPU, as for a checkpoint directory)."""
+    bfloat16 on a GPU, as for a checkpoint directory, except a Q8_0 file: see Q8_0_DEFAULT). dtype int8:
+    the layers `GraniteNAR.quantize_int8` quantizes become Int8Linear straight from the file's bytes (each row dequantized exactly, then quantized per row: from a BF16 file, the
+    int8 weights the checkpoint directory's int8 model has), the rest float32."""
     from .model import build
     from .recognizer import GraniteASR, check_dtype
 
+    asked = dtype
     dtype = check_dtype(device, dtype)
-    cfg, state, tokenizer, _ = read_gguf(Path(path), dtype)
+    if dtype == torch.int8:
+        int8 = "all"
+    else:
+        int8 = "auto" if asked is None and Q8_0_DEFAULT else None
+    cfg, state, tokenizer, extra = read_gguf(Path(path), torch.float32 if dtype == torch.int8 else dtype, int8)
     try:
         model = build(cfg, state, tied=True)
     except ModelError as e:
         raise ModelError(f"{path}: {e}") from None
     del state
+    if extra["int8"] is not None:
+        extra["int8"].adopt(model)
     model.to(device)
     return GraniteASR(model, tokenizer, name, str(device))

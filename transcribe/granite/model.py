@@ -11,6 +11,7 @@ Steps (IBM's remote code, revision 99a4df9):
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Optional
 
@@ -20,8 +21,21 @@ from torch import nn
 
 from .config import GraniteConfig
 from .editor import GraniteLM
-from .encoder import EncoderOutput, GraniteEncoder
+from .encoder import EncoderOutput, GraniteEncoder, compute_dtype
 from .projector import WindowedQFormer
+
+
+# IBM's names of the weights an int8 model runs as Int8Linear (`GraniteNAR.quantize_int8`): every matrix
+# product of the encoder's blocks and input projection (feed-forwards, attention q / kv / out, the pointwise
+# convolutions), of the projector (its input and output projections, the Q-Former's attention and MLP) and
+# of the editor's layers (attention q / k / v / o, gate / up / down). What stays float: the embedding and
+# the tied LM head (the logits product over the vocabulary), the CTC heads (`encoder.out`, `encoder.out_mid`,
+# `encoder.out_bpe`: see quantize_int8), the norms, the depthwise convolution, the relative-position table,
+# the projector's queries and window positions.
+INT8_WEIGHTS = re.compile(
+    r"^(encoder\.(input_linear|layers\.\d+\.(ff[12]\.(up|down)_proj|attn\.to_(q|kv|out)|conv\.(up|down)_conv))"
+    r"|projector\.(layer_projector|out_linear|qformer\.layers\.\d+\.(cross_attention\.[qkvo]_proj|mlp\.fc[12]))"
+    r"|language_model\.model\.layers\.\d+\.(self_attn\.[qkvo]_proj|mlp\.(gate|up|down)_proj))\.weight$")
 
 
 class _LanguageModel(nn.Module):
@@ -140,7 +154,40 @@ class GraniteNAR(nn.Module):
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.encoder.input_linear.weight.dtype
+        """The compute dtype (float32 for an int8 model: everything not int8 is float32)."""
+        return compute_dtype(self.encoder.input_linear)
+
+    @torch.no_grad()
+    def quantize_int8(self) -> int:
+        """dtype int8: the layers INT8_WEIGHTS names become Int8Linear (int8 weights per output row,
+        activations quantized per row at run time: transcribe/quant.py), each float weight freed as its
+        int8 copy is made; the pointwise convolutions [N, K, 1] as the [N, K] matrix products they are.
+        The model must be float32 (the rest of an int8 model computes in float32). Returns how many
+        layers were quantized.
+
+        The CTC heads stay float: the BPE head decides the first hypothesis and gives the word times'
+        log-probs (and over a real model's 100k-entry vocabulary it is scanned a slice at a time, which an
+        int8 layer's whole-vocabulary output would not be), the character head's softmax drives the
+        self-conditioning and the pooling weights; they are 3 of the model's smallest products. Measured
+        on the tiny checkpoint (tests/test_granite_int8.py): the int8 model gives float32's texts on
+        wave_A/B/C, and the same with the two character-CTC layers int8 as well; nothing to gain there."""
+        if self.dtype != torch.float32:
+            raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
+        from ..quant import Int8Linear
+
+        targets = [n for n, m in self.named_modules()
+                   if isinstance(m, (nn.Linear, nn.Conv1d)) and INT8_WEIGHTS.match(n + ".weight")]
+        for name in targets:
+            parent_name, _, attr = name.rpartition(".")
+            parent = self.get_submodule(parent_name)
+            layer = getattr(parent, attr)
+            w = layer.weight.detach()
+            if isinstance(layer, nn.Conv1d):
+                if layer.kernel_size != (1,) or layer.groups != 1:
+                    raise ValueError(f"{name}: not a pointwise convolution")
+                w = w[:, :, 0]
+            setattr(parent, attr, Int8Linear(w, layer.bias))
+        return len(targets)
 
     # ------------------------------------------------------------------------------------------
     def hypotheses(self, best: torch.Tensor, lengths: list[int]) -> list[list[int]]:

@@ -25,7 +25,7 @@ import torch
 from ..audio import load_groups, model_input
 from ..errors import ModelError, TranscribeError
 from ..results import Segment, Token, Transcript, Word
-from ..runtime import scoped
+from ..runtime import release_memory, scoped
 from ..search.ctc import forced_align
 from ..text.words import TokenSpan, group_segments, group_words
 from .checkpoint import read_checkpoint
@@ -89,11 +89,11 @@ class GraniteTokenizer:
 
 
 def check_dtype(device: torch.device, dtype: Optional[torch.dtype]) -> torch.dtype:
-    """The compute dtype: None is float32 on a CPU and bfloat16 on a GPU; int8 and float16 are refused."""
+    """The dtype asked for: None is float32 on a CPU and bfloat16 on a GPU; int8 (the linear layers of
+    the encoder, projector and editor as int8 products, the rest float32: `GraniteNAR.quantize_int8`) is
+    returned as torch.int8; float16 is refused."""
     if dtype is None:
         dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-    if dtype == torch.int8:
-        raise ModelError("dtype int8 is not implemented for Granite Speech (float32, bfloat16)")
     if dtype == torch.float16:
         raise ModelError("Granite models run in float32 or bfloat16 (float16 overflows Granite's multipliers)")
     return dtype
@@ -119,15 +119,22 @@ class GraniteASR:
     @classmethod
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "GraniteASR":
         """A checkpoint directory -> a recognizer on `device`; dtype None is float32 on a CPU and
-        bfloat16 on a GPU (the front end stays float32)."""
+        bfloat16 on a GPU (the front end stays float32); int8 reads the weights as float32 and quantizes
+        the linear layers of the encoder, projector and editor (`GraniteNAR.quantize_int8`: int8 weights
+        per output row, activations per row; embeddings, the tied LM head, the CTC heads, norms and the
+        depthwise convolution stay float32)."""
         dtype = check_dtype(device, dtype)
-        ckpt = read_checkpoint(Path(path), dtype)
+        int8 = dtype == torch.int8
+        ckpt = read_checkpoint(Path(path), torch.float32 if int8 else dtype)
         cfg = parse_config(ckpt.config, ckpt.layout)
         try:
             model = build(cfg, ckpt.state_dict, tied=cfg.text.tie_word_embeddings)
         except ModelError as e:
             raise ModelError(f"{path}: {e}") from None
         del ckpt.state_dict
+        if int8:
+            model.quantize_int8()
+            release_memory()
         tokenizer = GraniteTokenizer(ckpt.tokenizer_path)
         model.to(device)
         return cls(model, tokenizer, name, str(device))

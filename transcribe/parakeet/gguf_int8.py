@@ -31,15 +31,10 @@ import re
 from typing import Optional
 
 import torch
-from torch import nn
 
-from ..errors import ModelError
 from ..gguf import quants
 from ..gguf.file import GGUFFile
-from ..quant import Int8Linear
-from ..runtime import release_memory
-
-TRIM_EVERY = 32 << 20  # bytes of int8 weights made between two trims of the heap
+from ..gguf.int8 import TRIM_EVERY, Int8Rows  # noqa: F401  (the generic part, shared with Granite)
 
 # The NeMo names of the weights `ParakeetModel.quantize_int8` turns into int8 products.
 INT8_WEIGHTS = re.compile(
@@ -54,14 +49,14 @@ def keeps_q8_0(f: GGUFFile, schema_names) -> bool:
     return quants.Q8_0 in types
 
 
-class Int8Reader:
-    """The read_state_dict hook: an int8-able weight is read as int8 rows, a stand-in takes its place."""
+class Int8Reader(Int8Rows):
+    """The read_state_dict hook: an int8-able weight is read as int8 rows, a stand-in takes its place
+    (`gguf.int8.Int8Rows`; `adopt(model)` then makes the layers)."""
 
     def __init__(self, stored_q8_0_only: bool = False):
         """stored_q8_0_only: the default mode for a Q8_0 file (see the module), else every int8-able weight."""
-        self.rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        super().__init__()
         self.stored_q8_0_only = stored_q8_0_only
-        self._since_trim = 0
 
     def __call__(self, f: GGUFFile, gguf_name: str, nemo_name: str) -> Optional[torch.Tensor]:
         if not INT8_WEIGHTS.match(nemo_name):
@@ -69,41 +64,4 @@ class Int8Reader:
         info = f.info(gguf_name)
         if self.stored_q8_0_only and info.qtype != quants.Q8_0 and not nemo_name.startswith("encoder."):
             return None
-        shape = list(info.shape)
-        while len(shape) > 2 and shape[-1] == 1:  # a pointwise convolution [N, K, 1]: rows of K
-            shape.pop()
-        try:
-            q, scale = quants.int8_rows(f.raw(gguf_name), info.qtype, tuple(shape))
-        except ValueError as e:
-            raise ModelError(f"{f.path}: tensor {gguf_name}: {e}") from None
-        f.release(gguf_name)
-        self.rows[nemo_name] = (q, scale)
-        # The int8 weights (kept) and each tensor's float chunks (freed) alternate in the heap, which
-        # then cannot shrink: without a trim now and then, the load's peak held twice the int8 model
-        # (TDT 0.6B Q8_0: 2.3 GB peak; trimming every 32 MiB: 1.2 GB, at no measurable cost).
-        self._since_trim += q.numel()
-        if self._since_trim >= TRIM_EVERY:
-            release_memory()
-            self._since_trim = 0
-        return torch.zeros(1).expand(*info.shape)
-
-    def adopt(self, model: nn.Module) -> int:
-        """Replace each stand-in's layer by its Int8Linear (biases as loaded). Returns how many."""
-        for name, (q, scale) in self.rows.items():
-            path = name[: -len(".weight")]
-            parent_name, _, attr = path.rpartition(".")
-            parent = model.get_submodule(parent_name)
-            layer = getattr(parent, attr)
-            if not isinstance(layer, (nn.Linear, nn.Conv1d)):
-                raise ModelError(f"{name}: an int8 weight for a {type(layer).__name__}, not a linear layer")
-            k = layer.weight.numel() // layer.weight.shape[0]
-            if tuple(q.shape) != (layer.weight.shape[0], k):
-                raise ModelError(f"{name}: int8 weights of shape {tuple(q.shape)} for a layer of {tuple(layer.weight.shape)}")
-            bias = layer.bias.detach() if layer.bias is not None else None
-            setattr(parent, attr, Int8Linear.from_int8(q, scale, bias))
-        left = [n for n, p in model.named_parameters() if p.numel() > 1 and 0 in p.stride()]
-        if left:
-            raise ModelError(f"{left[0]}: a weight read as int8 has no int8 layer to go to")
-        n = len(self.rows)
-        self.rows = {}
-        return n
+        return self.take(f, gguf_name, nemo_name)
