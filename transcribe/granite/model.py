@@ -169,8 +169,11 @@ class GraniteNAR(nn.Module):
         log-probs (and over a real model's 100k-entry vocabulary it is scanned a slice at a time, which an
         int8 layer's whole-vocabulary output would not be), the character head's softmax drives the
         self-conditioning and the pooling weights; they are 3 of the model's smallest products. Measured
-        on the tiny checkpoint (tests/test_granite_int8.py): the int8 model gives float32's texts on
-        wave_A/B/C, and the same with the two character-CTC layers int8 as well; nothing to gain there."""
+        on the tiny checkpoint: the int8 model gives float32's ids on wave_A/B/C and jfk
+        (tests/test_granite_int8.py asserts wave_A/B/C), and so did the same model with `encoder.out` and
+        `encoder.out_mid` int8 too and the BPE head's weight rounded to its int8 rows: no accuracy
+        difference to decide by there, so what decides is the above. On CUDA, Int8Linear's `torch._int_mm`
+        wants K and N multiples of 8 (not checked on a GPU here)."""
         if self.dtype != torch.float32:
             raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
         from ..quant import Int8Linear
