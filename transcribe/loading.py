@@ -52,7 +52,7 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     a CPU; Whisper takes float16 on a GPU, as openai-whisper does; a Parakeet Q8_0 GGUF file keeps
     its weights int8), "float32", "bfloat16",
     "float16" or "int8" (linear layers with int8 weights and per-row int8 activations, transcribe/quant.py;
-    Parakeet and Whisper). threads: PyTorch's CPU threads while this model runs (restored after every call; the
+    every family). threads: PyTorch's CPU threads while this model runs (restored after every call; the
     process's setting is left alone)."""
     import torch
 
