@@ -83,7 +83,7 @@ def _meta(items: list[str]) -> dict:
     return out
 
 
-def _family(path: Path) -> str:
+def _source(path: Path) -> None:
     from .errors import ModelError
 
     if not path.exists():
@@ -94,27 +94,6 @@ def _family(path: Path) -> str:
         if is_gguf(path):
             raise ModelError(f"{path}: already a GGUF file (convert takes a .nemo file, a NeMo directory or a "
                              "Granite Speech NAR directory)")
-        return "parakeet"  # read_nemo says what it is if it is not a .nemo archive
-    from .granite import detect as granite_detect
-
-    if granite_detect(path) == "granite":
-        return "granite"
-    if (path / "model_config.yaml").exists() or any(path.glob("*.nemo")):
-        return "parakeet"
-    raise ModelError(f"{path}: not a model convert can read (a .nemo file, a NeMo directory with "
-                     "model_config.yaml, or a Granite Speech NAR directory with config.json)")
-
-
-def _nemo_source(path: Path) -> Path:
-    """A NeMo directory with exactly one .nemo in it (and no model_config.yaml) stands for that file."""
-    if path.is_dir() and not (path / "model_config.yaml").exists():
-        found = sorted(path.glob("*.nemo"))
-        if len(found) != 1:
-            from .errors import ModelError
-
-            raise ModelError(f"{path}: {len(found)} .nemo files in the directory; name one")
-        return found[0]
-    return path
 
 
 def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[str] = None,
@@ -130,34 +109,18 @@ def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[
         raise ModelError(f"{dest}: already exists (--force replaces it)")
     if not dest.parent.is_dir():
         raise ModelError(f"{dest.parent}: no such directory")
-    family = _family(src)
-    if family == "granite":
-        if schema not in (None, "transcribe.cpp"):
-            raise ModelError(f"{src}: a Granite Speech NAR model has only transcribe.cpp's schema (--schema {schema})")
-        schema, qtype = "transcribe.cpp", qtype or "bf16"
-    else:
-        schema, qtype = schema or "parakeet.cpp", qtype or "f32"
-        if qtype == "bf16":
-            raise ModelError("--type bf16 is not one of the Parakeet converters' types (f32, f16, q8_0, q4_0)")
+    _source(src)
     if progress:
-        print(f"{PROG}: {src} -> {dest} ({schema}, {qtype})", file=sys.stderr, flush=True)
+        print(f"{PROG}: {src} -> {dest}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
     # Written under OUT's own name in a hidden folder beside it (the converters derive names from
     # the file name), then renamed into place: nothing is left at OUT if anything fails.
     tmpdir = Path(tempfile.mkdtemp(prefix=f".{dest.name}.", suffix=".part", dir=dest.parent))
     try:
         tmp = tmpdir / dest.name
-        if family == "granite":
-            try:
-                from .granite.gguf_export import export_gguf
-            except ImportError as e:
-                raise ModelError(f"{src}: Granite GGUF export is not available in this version ({e})") from None
-            export_gguf(src, tmp, qtype, meta or None)
-        else:
-            from .parakeet.gguf_export import export, variant_of
+        from .loading import export_gguf
 
-            export(_nemo_source(src), tmp, schema=schema, qtype=qtype, meta=meta, name=model,
-                   variant=variant_of(dest))
+        schema, qtype = export_gguf(src, tmp, schema, qtype, meta or None, name=model)
         if not tmp.is_file():
             raise RuntimeError(f"the exporter wrote no file at {tmp}")
         if (dest.exists() or dest.is_symlink()) and not force:
@@ -167,7 +130,7 @@ def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[
         shutil.rmtree(tmpdir, ignore_errors=True)
     if progress:
         size = dest.stat().st_size
-        print(f"{PROG}: wrote {dest} ({size / 1e6:.1f} MB) in {time.monotonic() - t0:.1f} s",
+        print(f"{PROG}: wrote {dest} ({schema}, {qtype}, {size / 1e6:.1f} MB) in {time.monotonic() - t0:.1f} s",
               file=sys.stderr, flush=True)
     return dest
 

@@ -2,7 +2,8 @@
 
 Each family registers one entry: a `detect(path)` that says whether (and in which format) a path
 holds one of its models, and a `load(path, name, device, dtype, kind)` that builds its recognizer.
-Adding a family is one line in `FAMILIES`.
+Adding a family is one line in `FAMILIES`. A family that writes GGUF files (`transcribe convert`) also
+has an `export_gguf(path, out, schema, qtype, meta, name) -> (schema, qtype)`.
 """
 from __future__ import annotations
 
@@ -49,7 +50,7 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     `.transcribe()` takes audio and gives `Transcript`s.
 
     device: "cpu", "cuda" or "cuda:N". dtype: None (the family's choice for the device: float32 on
-    a CPU; Whisper takes float16 on a GPU, as openai-whisper does; a Parakeet Q8_0 GGUF file keeps
+    a CPU; Whisper takes float16 on a GPU, as openai-whisper does; a Q8_0 GGUF file keeps
     its weights int8), "float32", "bfloat16",
     "float16" or "int8" (linear layers with int8 weights and per-row int8 activations, transcribe/quant.py;
     every family). threads: PyTorch's CPU threads while this model runs (restored after every call; the
@@ -95,3 +96,20 @@ def family_of(path) -> Optional[str]:
         if family.detect(path) is not None:
             return family.name
     return None
+
+
+def export_gguf(path, out, schema: Optional[str] = None, qtype: Optional[str] = None, meta: Optional[dict] = None,
+                name: Optional[str] = None) -> tuple[str, str]:
+    """`transcribe convert`: the family whose model `path` holds writes it to `out` as a GGUF file (its
+    defaults for schema and type when None). Returns the schema and type written."""
+    path = Path(path)
+    for family in FAMILIES:
+        if family.detect(path) is not None:
+            writer = getattr(importlib.import_module(family.module), "export_gguf", None)
+            if writer is None:
+                raise ModelError(f"{path}: a {family.name} model; GGUF files are written for Parakeet and "
+                                 "Granite Speech NAR models")
+            return writer(path, Path(out), schema, qtype, meta, str(name if name is not None else path))
+    raise ModelError(f"{path}: not a model convert can read (a .nemo file, a NeMo directory with "
+                     "model_config.yaml, or a Granite Speech NAR directory with config.json)")
+

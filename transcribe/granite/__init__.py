@@ -46,3 +46,18 @@ def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import GraniteASR
 
     return GraniteASR.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a Granite Speech NAR directory (`gguf_export.export_gguf`: transcribe.cpp's
+    schema, bf16 by default): writes `out`, returns the schema and type used."""
+    from ..errors import ModelError
+    from .gguf_export import export_gguf as export
+
+    if schema not in (None, "transcribe.cpp"):
+        raise ModelError(f"{path}: a Granite Speech NAR model has only transcribe.cpp's schema (--schema {schema})")
+    qtype = qtype or "bf16"
+    export(path, out, qtype, meta or None)
+    return "transcribe.cpp", qtype
+

@@ -32,3 +32,24 @@ def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import ParakeetASR
 
     return ParakeetASR.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a NeMo checkpoint (`gguf_export.export`; parakeet.cpp and f32 by
+    default): writes `out`, returns the schema and type used. `name` is the MODEL argument as given
+    (parakeet.cpp stores it)."""
+    from ..errors import ModelError
+    from .gguf_export import export, variant_of
+
+    schema, qtype = schema or "parakeet.cpp", qtype or "f32"
+    if qtype == "bf16":
+        raise ModelError("--type bf16 is not one of the Parakeet converters' types (f32, f16, q8_0, q4_0)")
+    if path.is_dir() and not (path / "model_config.yaml").exists():
+        found = sorted(path.glob("*.nemo"))  # a directory with exactly one .nemo stands for that file
+        if len(found) != 1:
+            raise ModelError(f"{path}: {len(found)} .nemo files in the directory; name one")
+        path = found[0]
+    export(path, out, schema=schema, qtype=qtype, meta=meta, name=name, variant=variant_of(out))
+    return schema, qtype
+
