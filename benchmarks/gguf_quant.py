@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -47,7 +46,7 @@ import time
 from pathlib import Path
 
 from machine import cpu_model, package_commit  # benchmarks/machine.py
-from parakeet_rtfx import RESULT_TAG, SAMPLE_RATE, _peak_rss_mb, _rss_mb, shown, summarize
+from parakeet_rtfx import RESULT_TAG, SAMPLE_RATE, ChildProcess, _peak_rss_mb, _rss_mb, shown, summarize
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -111,38 +110,12 @@ def child_main(args) -> int:
     return 0
 
 
-class Child:
-    def __init__(self, variant: str, clip: Path, args):
-        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        cmd = [sys.executable, str(Path(__file__).resolve()), "--child", variant, "--clip", str(clip),
-               "--model", args.model, "--threads", str(args.threads)]
-        self.name = variant
-        print(f"[{time.strftime('%H:%M:%S')}] loading {variant} ...", file=sys.stderr, flush=True)
-        self.err = tempfile.TemporaryFile(mode="w+")
-        self.p = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                  stderr=self.err, text=True)
-        self.ready = self._read()
-
-    def _read(self) -> dict:
-        for line in self.p.stdout:
-            if line.startswith(RESULT_TAG):
-                return json.loads(line[len(RESULT_TAG):])
-        self.err.seek(0)
-        tail = "\n".join(self.err.read().splitlines()[-30:])
-        raise SystemExit(f"{self.name} child failed (exit {self.p.wait()}):\n{tail}")
-
-    def call(self) -> float:
-        self.p.stdin.write("run\n")
-        self.p.stdin.flush()
-        return self._read()["call_s"]
-
-    def finish(self) -> dict:
-        self.p.stdin.write("quit\n")
-        self.p.stdin.flush()
-        r = self._read()
-        self.p.wait()
-        return r
+def start_child(variant: str, clip: Path, args) -> ChildProcess:
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    cmd = [sys.executable, str(Path(__file__).resolve()), "--child", variant, "--clip", str(clip),
+           "--model", args.model, "--threads", str(args.threads)]
+    return ChildProcess(variant, cmd, env)
 
 
 def agreement(ref: list[int], ids: list[int]) -> float:
@@ -204,7 +177,7 @@ def main(argv=None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         clip = Path(tmp) / "clip.wav"
         sf.write(clip, pcm, SAMPLE_RATE, subtype="FLOAT")
-        kids = {v: Child(v, clip, args) for v in variants}
+        kids = {v: start_child(v, clip, args) for v in variants}
         for k in range(args.rounds):
             order = variants[k % len(variants):] + variants[:k % len(variants)]
             got = {v: kids[v].call() for v in order}

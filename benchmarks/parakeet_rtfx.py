@@ -188,22 +188,15 @@ def child_main(args) -> int:
 # --------------------------------------------------------------------------------------
 
 
-class Child:
-    """One loaded implementation in its own process, answering "run" with one timed call."""
+class ChildProcess:
+    """A benchmark child in its own process: it reports RESULT_TAG lines, answers "run" with one timed
+    call and "quit" with its result. stderr goes to a file, not a pipe: NeMo's warnings would fill a
+    pipe nobody reads and stall it."""
 
-    def __init__(self, python: str, impl: str, precision: str, clip: Path, args):
-        env = dict(os.environ)
-        env["OMP_NUM_THREADS"] = str(args.threads)
-        env["MKL_NUM_THREADS"] = str(args.threads)
-        env["TOKENIZERS_PARALLELISM"] = "false"
-        if impl == "ours":
-            env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        cmd = [python, str(Path(__file__).resolve()), "--child", impl, "--precision", precision, "--clip", str(clip),
-               "--model", args.model, "--threads", str(args.threads)]
-        self.name = f"{impl} {precision}"
-        print(f"[{time.strftime('%H:%M:%S')}] loading {self.name} (load average {os.getloadavg()[0]:.2f}) ...",
+    def __init__(self, name: str, cmd: list[str], env: dict):
+        self.name = name
+        print(f"[{time.strftime('%H:%M:%S')}] loading {name} (load average {os.getloadavg()[0]:.2f}) ...",
               file=sys.stderr, flush=True)
-        # stderr to a file, not a pipe: NeMo's warnings would fill a pipe nobody reads and stall it
         self.err = tempfile.TemporaryFile(mode="w+")
         self.p = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                   stderr=self.err, text=True)
@@ -229,6 +222,21 @@ class Child:
         r = self._read()
         self.p.wait()
         return r
+
+
+class Child(ChildProcess):
+    """One loaded implementation in its own process, answering "run" with one timed call."""
+
+    def __init__(self, python: str, impl: str, precision: str, clip: Path, args):
+        env = dict(os.environ)
+        env["OMP_NUM_THREADS"] = str(args.threads)
+        env["MKL_NUM_THREADS"] = str(args.threads)
+        env["TOKENIZERS_PARALLELISM"] = "false"
+        if impl == "ours":
+            env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        cmd = [python, str(Path(__file__).resolve()), "--child", impl, "--precision", precision, "--clip", str(clip),
+               "--model", args.model, "--threads", str(args.threads)]
+        super().__init__(f"{impl} {precision}", cmd, env)
 
 
 def summarize(r: dict) -> dict:

@@ -18,11 +18,8 @@ from torch import nn
 
 from ..errors import ModelError
 from ..quant import Int8Linear
-from ..runtime import release_memory
 from . import quants
 from .file import GGUFFile
-
-TRIM_EVERY = 32 << 20  # bytes of int8 weights made between two trims of the heap
 
 
 class Int8Rows:
@@ -30,7 +27,6 @@ class Int8Rows:
 
     def __init__(self):
         self.rows: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
-        self._since_trim = 0
 
     def take(self, f: GGUFFile, gguf_name: str, name: str, shape: Optional[Sequence[int]] = None) -> torch.Tensor:
         """Read `gguf_name` as int8 rows kept under `name` (the model's `<layer>.weight`); returns the
@@ -45,13 +41,7 @@ class Int8Rows:
             raise ModelError(f"{f.path}: tensor {gguf_name}: {e}") from None
         f.release(gguf_name)
         self.rows[name] = (q, scale)
-        # The int8 weights (kept) and each tensor's float chunks (freed) alternate in the heap, which
-        # then cannot shrink: without a trim now and then, the load's peak held twice the int8 model
-        # (Parakeet TDT 0.6B Q8_0: 2.3 GB peak; trimming every 32 MiB: 1.2 GB, at no measurable cost).
-        self._since_trim += q.numel()
-        if self._since_trim >= TRIM_EVERY:
-            release_memory()
-            self._since_trim = 0
+        f.made(q.numel())  # the heap is trimmed now and then (see GGUFFile.made)
         return torch.zeros(1).expand(*(info.shape if shape is None else shape))
 
     def adopt(self, model: nn.Module) -> int:

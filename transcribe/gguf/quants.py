@@ -146,22 +146,24 @@ def _scale_min_k4(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return sc, mn
 
 
-def _dq_q4_k(b: torch.Tensor) -> torch.Tensor:
+def _k_scales(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Q4_K / Q5_K blocks' header: each sub-block's scale d*sc and offset dmin*m, [nb, 8, 1]."""
     nb = b.shape[0]
     d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
     sc, mn = _scale_min_k4(b[:, 4:16])
-    ds = (d * sc.float()).reshape(nb, 8, 1)
-    dm = (dmin * mn.float()).reshape(nb, 8, 1)
+    return (d * sc.float()).reshape(nb, 8, 1), (dmin * mn.float()).reshape(nb, 8, 1)
+
+
+def _dq_q4_k(b: torch.Tensor) -> torch.Tensor:
+    nb = b.shape[0]
+    ds, dm = _k_scales(b)
     q = _nibbles(b[:, 16:144], 32).reshape(nb, 8, 32).float()
     return (ds * q - dm).reshape(nb, 256)
 
 
 def _dq_q5_k(b: torch.Tensor) -> torch.Tensor:
     nb = b.shape[0]
-    d, dmin = _f16(b[:, 0:2]), _f16(b[:, 2:4])
-    sc, mn = _scale_min_k4(b[:, 4:16])
-    ds = (d * sc.float()).reshape(nb, 8, 1)
-    dm = (dmin * mn.float()).reshape(nb, 8, 1)
+    ds, dm = _k_scales(b)
     ql = _nibbles(b[:, 48:176], 32).reshape(nb, 8, 32)
     # sub-block s takes bit s of each of the 32 qh bytes
     qh = (b[:, 16:48].reshape(nb, 1, 32) >> _SHIFT1.reshape(1, 8, 1)) & 1

@@ -134,12 +134,8 @@ def read_tokenizer(src: Path, raw: dict) -> dict:
         return vocab.get(content)
 
     ids: dict[str, Optional[int]]
-    tcfg_path = src / "tokenizer_config.json"
-    if tcfg_path.is_file():
-        try:
-            tcfg = json.loads(tcfg_path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{tcfg_path}: not readable JSON ({e})") from None
+    tcfg = _optional_json(src / "tokenizer_config.json")
+    if tcfg is not None:
         ids = {k: id_of(tcfg.get(f"{k}_token")) for k in ("bos", "eos", "pad", "unk")}
         if ids["pad"] is None:
             ids["pad"] = vocab.get("<|pad|>")
@@ -178,14 +174,18 @@ def _params(src: Path) -> int:
     return total
 
 
+def _optional_json(path: Path) -> Optional[dict]:
+    """A sidecar JSON file of the checkpoint, or None when it is not there."""
+    if not path.is_file():
+        return None
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{path}: not readable JSON ({e})") from None
+
+
 def _frontend_settings(src: Path) -> dict:
-    pre = {}
-    path = src / "preprocessor_config.json"
-    if path.is_file():
-        try:
-            pre = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError) as e:
-            raise ModelError(f"{path}: not readable JSON ({e})") from None
+    pre = _optional_json(src / "preprocessor_config.json") or {}
     return {"sample_rate": pre.get("sampling_rate", 16000), "num_mels": pre.get("n_mels", 80),
             "n_fft": pre.get("n_fft", 512), "win_length": pre.get("win_length", 400),
             "hop_length": pre.get("hop_length", 160)}

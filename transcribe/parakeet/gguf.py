@@ -91,10 +91,6 @@ def _err(f: GGUFFile, msg: str) -> ModelError:
     return ModelError(f"{f.path}: {msg}")
 
 
-def _int(v) -> int:
-    return int(v)
-
-
 def _pairs(f: GGUFFile, key: str, flat) -> list[list[int]]:
     flat = [int(x) for x in flat]
     if len(flat) % 2 or not flat:
@@ -108,8 +104,8 @@ def _pairs(f: GGUFFile, key: str, flat) -> list[list[int]]:
 
 def _encoder(f: GGUFFile, k: Keys, schema: str) -> dict:
     cpp = schema == PARAKEET_CPP
-    d_model = _int(k.require("encoder.d_model"))
-    ff = _int(k.require("encoder.ff_dim" if cpp else "encoder.d_ff"))
+    d_model = int(k.require("encoder.d_model"))
+    ff = int(k.require("encoder.ff_dim" if cpp else "encoder.d_ff"))
     if ff % d_model:
         raise _err(f, f"encoder feed-forward size {ff} is not a multiple of d_model {d_model}")
     norm = k.require("encoder.conv_norm_type")
@@ -117,18 +113,18 @@ def _encoder(f: GGUFFile, k: Keys, schema: str) -> dict:
         raise _err(f, f"encoder.conv_norm_type = {norm!r} is not implemented (batch_norm, layer_norm)")
     enc = {
         "_target_": "nemo.collections.asr.modules.ConformerEncoder",
-        "n_layers": _int(k.require("encoder.n_layers")), "d_model": d_model,
-        "n_heads": _int(k.require("encoder.n_heads")), "ff_expansion_factor": ff // d_model,
-        "conv_kernel_size": _int(k.require("encoder.conv_kernel")), "conv_norm_type": norm,
-        "subsampling": "dw_striding", "subsampling_factor": _int(k.require("encoder.subsampling_factor")),
-        "subsampling_conv_channels": _int(k.require("encoder.subsampling_conv_channels" if cpp
+        "n_layers": int(k.require("encoder.n_layers")), "d_model": d_model,
+        "n_heads": int(k.require("encoder.n_heads")), "ff_expansion_factor": ff // d_model,
+        "conv_kernel_size": int(k.require("encoder.conv_kernel")), "conv_norm_type": norm,
+        "subsampling": "dw_striding", "subsampling_factor": int(k.require("encoder.subsampling_factor")),
+        "subsampling_conv_channels": int(k.require("encoder.subsampling_conv_channels" if cpp
                                                     else "encoder.subsampling_channels")),
-        "xscaling": bool(k.require("encoder.xscaling")), "pos_emb_max_len": _int(k.require("encoder.pos_emb_max_len")),
+        "xscaling": bool(k.require("encoder.xscaling")), "pos_emb_max_len": int(k.require("encoder.pos_emb_max_len")),
         "use_bias": bool(k.require("encoder.use_bias")), "self_attention_model": "rel_pos", "untie_biases": True,
         "feat_out": -1,
     }
     if cpp:
-        enc["feat_in"] = _int(k.require("encoder.feat_in"))
+        enc["feat_in"] = int(k.require("encoder.feat_in"))
         style = k.get("encoder.att_context_style", "regular")
         if style not in ("regular", "chunked_limited"):
             raise _err(f, f"parakeet.encoder.att_context_style = {style!r} is not implemented (regular, chunked_limited)")
@@ -136,7 +132,7 @@ def _encoder(f: GGUFFile, k: Keys, schema: str) -> dict:
         if style == "regular" and not k.has("encoder.att_context_left"):
             enc["att_context_size"] = [-1, -1]
         else:
-            first = [_int(k.require("encoder.att_context_left")), _int(k.require("encoder.att_context_right"))]
+            first = [int(k.require("encoder.att_context_left")), int(k.require("encoder.att_context_right"))]
             presets = k.get("encoder.att_context_presets")
             sizes = _pairs(f, "parakeet.encoder.att_context_presets", presets) if presets is not None else [first]
             if sizes[0] != first:
@@ -147,7 +143,7 @@ def _encoder(f: GGUFFile, k: Keys, schema: str) -> dict:
     else:
         style = k.expect("encoder.att_context_style", ("regular", "chunked_limited"))
         enc["att_context_style"] = style
-        first = [_int(k.require("encoder.att_context_left")), _int(k.require("encoder.att_context_right"))]
+        first = [int(k.require("encoder.att_context_left")), int(k.require("encoder.att_context_right"))]
         choices = k.get("encoder.att_context_size_choices")
         if choices is not None:
             sizes = _pairs(f, "stt.parakeet.encoder.att_context_size_choices", choices)
@@ -157,7 +153,7 @@ def _encoder(f: GGUFFile, k: Keys, schema: str) -> dict:
             enc["att_context_size"] = sizes if len(sizes) > 1 else first
         else:
             enc["att_context_size"] = first
-        left, right = _int(k.require("encoder.conv_context_left")), _int(k.require("encoder.conv_context_right"))
+        left, right = int(k.require("encoder.conv_context_left")), int(k.require("encoder.conv_context_right"))
         kernel = enc["conv_kernel_size"]
         if left + right != kernel - 1:
             raise _err(f, f"conv context [{left}, {right}] does not fit the kernel size {kernel}")
@@ -177,9 +173,9 @@ def _preprocessor(f: GGUFFile, k: Keys, schema: str) -> dict:
         normalize = k.require(p + "normalize")
         if normalize not in ("per_feature", "NA"):
             raise _err(f, f"{p}normalize = {normalize!r} is not implemented (per_feature, NA)")
-        pre.update(sample_rate=_int(k.require(p + "sample_rate")), features=_int(k.require(p + "n_mels")),
-                   n_fft=_int(k.require(p + "n_fft")), n_window_size=_int(k.require(p + "win_length")),
-                   n_window_stride=_int(k.require(p + "hop_length")), preemph=float(k.require(p + "preemph")),
+        pre.update(sample_rate=int(k.require(p + "sample_rate")), features=int(k.require(p + "n_mels")),
+                   n_fft=int(k.require(p + "n_fft")), n_window_size=int(k.require(p + "win_length")),
+                   n_window_stride=int(k.require(p + "hop_length")), preemph=float(k.require(p + "preemph")),
                    mag_power=float(k.require(p + "mag_power")), normalize=normalize,
                    log_zero_guard_value=float(k.require(p + "log_zero_guard")))
         if pre["preemph"] == 0.0:
@@ -189,7 +185,7 @@ def _preprocessor(f: GGUFFile, k: Keys, schema: str) -> dict:
         k.expect(p + "type", ("mel",))
         k.expect(p + "window", ("hann",))
         normalize = k.expect(p + "normalize", ("per_feature", "none", "NA"))
-        sr = _int(k.require(p + "sample_rate"))
+        sr = int(k.require(p + "sample_rate"))
         # NeMo's featurizer: pre-emphasis 0.97 (transcribe.cpp writes the constant), mel from 0 Hz to
         # sr/2 (NeMo's lowfreq 0 / highfreq None), log guard 2^-24 added; dither is training-only.
         k.accept([p + "dither"])
@@ -199,8 +195,8 @@ def _preprocessor(f: GGUFFile, k: Keys, schema: str) -> dict:
         fmin, fmax = float(k.require(p + "f_min")), float(k.require(p + "f_max"))
         if fmin != 0.0 or fmax != sr / 2:
             raise _err(f, f"{p}f_min/f_max = {fmin}/{fmax} is not implemented (0 and sample_rate/2, NeMo's)")
-        pre.update(sample_rate=sr, features=_int(k.require(p + "num_mels")), n_fft=_int(k.require(p + "n_fft")),
-                   n_window_size=_int(k.require(p + "win_length")), n_window_stride=_int(k.require(p + "hop_length")),
+        pre.update(sample_rate=sr, features=int(k.require(p + "num_mels")), n_fft=int(k.require(p + "n_fft")),
+                   n_window_size=int(k.require(p + "win_length")), n_window_stride=int(k.require(p + "hop_length")),
                    preemph=0.97, mag_power=2.0, log_zero_guard_value=2 ** -24,
                    normalize="per_feature" if normalize == "per_feature" else "NA")
     return pre
@@ -214,13 +210,13 @@ def build_config(f: GGUFFile, k: Keys, schema: str, joint_index: int) -> dict:
     pre = _preprocessor(f, k, schema)
     if cpp:
         kind = k.expect("parakeet.arch", ("ctc", "rnnt", "tdt", "hybrid_rnnt_ctc", "hybrid_tdt_ctc"))
-        vocab = _int(k.require("parakeet.vocab_size"))
-        blank = _int(k.require("parakeet.blank_id"))
+        vocab = int(k.require("parakeet.vocab_size"))
+        blank = int(k.require("parakeet.blank_id"))
     else:
         enc["feat_in"] = pre["features"]
         kind = k.expect("stt.parakeet.head_kind", ("ctc", "rnnt", "tdt"))
         k.accept(["stt.variant", "stt.capability.*"])
-        blank = _int(k.require("tokenizer.ggml.blank_token_id"))
+        blank = int(k.require("tokenizer.ggml.blank_token_id"))
         vocab = blank
     if blank != vocab:
         raise _err(f, f"blank id {blank} is not the vocabulary size {vocab} (NeMo puts the blank last)")
@@ -234,21 +230,21 @@ def build_config(f: GGUFFile, k: Keys, schema: str, joint_index: int) -> dict:
     if transducer:
         tdt = kind in ("tdt", "hybrid_tdt_ctc")
         if cpp:
-            hidden, layers = _int(k.require("decoder.pred_hidden")), _int(k.require("decoder.pred_rnn_layers"))
-            joint_hidden, act = _int(k.require("joint.joint_hidden")), k.require("joint.activation")
-            max_symbols = _int(k.require("decoding.max_symbols"))
+            hidden, layers = int(k.require("decoder.pred_hidden")), int(k.require("decoder.pred_rnn_layers"))
+            joint_hidden, act = int(k.require("joint.joint_hidden")), k.require("joint.activation")
+            max_symbols = int(k.require("decoding.max_symbols"))
             durations = [int(d) for d in k.require("tdt.durations")] if tdt else []
         else:
-            hidden, layers = _int(k.require("predictor.hidden")), _int(k.require("predictor.n_layers"))
-            if _int(k.require("predictor.vocab")) != vocab + 1:
+            hidden, layers = int(k.require("predictor.hidden")), int(k.require("predictor.n_layers"))
+            if int(k.require("predictor.vocab")) != vocab + 1:
                 raise _err(f, f"stt.parakeet.predictor.vocab = {k.get('predictor.vocab')} is not the vocabulary "
                               f"{vocab} + blank")
-            joint_hidden, act = _int(k.require("joint.hidden")), k.require("joint.activation")
-            extra = _int(k.require("joint.num_extra_outputs"))
+            joint_hidden, act = int(k.require("joint.hidden")), k.require("joint.activation")
+            extra = int(k.require("joint.num_extra_outputs"))
             durations = [int(d) for d in k.require("tdt.durations")] if tdt else []
             if extra != len(durations):
                 raise _err(f, f"stt.parakeet.joint.num_extra_outputs = {extra} but {len(durations)} TDT durations")
-            max_symbols = _int(k.require("tdt.max_symbols")) if tdt else 10
+            max_symbols = int(k.require("tdt.max_symbols")) if tdt else 10
         cfg["decoder"] = {"_target_": "nemo.collections.asr.modules.RNNTDecoder", "vocab_size": vocab,
                           "blank_as_pad": True, "prednet": {"pred_hidden": hidden, "pred_rnn_layers": layers}}
         cfg["joint"] = {"_target_": "nemo.collections.asr.modules.RNNTJoint", "num_classes": vocab,

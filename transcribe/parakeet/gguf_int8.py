@@ -34,7 +34,7 @@ import torch
 
 from ..gguf import quants
 from ..gguf.file import GGUFFile
-from ..gguf.int8 import TRIM_EVERY, Int8Rows  # noqa: F401  (the generic part, shared with Granite)
+from ..gguf.int8 import Int8Rows  # the generic part, shared with Granite
 
 # The NeMo names of the weights `ParakeetModel.quantize_int8` turns into int8 products.
 INT8_WEIGHTS = re.compile(
