@@ -1,8 +1,14 @@
 """LiveMelFeatures: log-mel frames pushed piece by piece equal NemoMelFrontEnd's whole-signal frames.
 
-Equality is bitwise (torch.equal): each frame's STFT is computed from the same samples and zero
-padding as the whole-signal STFT, and the float32 operations after it are the same (the one-column
-mel product is avoided, see transcribe/parakeet/live_features.py).
+Each frame's STFT is computed from the same samples and zero padding as the whole-signal STFT, and the
+operations after it (`NemoMelFrontEnd.log_mel`: a fixed-order banded mel sum, the log in float64) do not
+depend on how many frames are computed together, so on the CPUs tested (Intel Xeon with AMX, AMD EPYC
+with AVX-512, and both with MKL and ATen forced down to AVX2) the frames are bitwise equal. The one step
+left to a library is the FFT, which may take other code paths for other numbers of frames on other CPUs;
+`assert_same_frames` therefore allows what float32 FFT rounding can move: |dE| <= 1e-4 of the frame's
+largest mel energy E (the FFT's error is norm-wise: about eps * log2(n_fft) of the frame's energy per bin,
+~1e-6; a wrong sample, pad or mask moves E by far more). Tokens from live features equal the offline
+ones exactly (tests/test_parakeet_streaming.py).
 """
 from __future__ import annotations
 
@@ -56,6 +62,23 @@ def whole(fe: NemoMelFrontEnd, audio: np.ndarray) -> torch.Tensor:
     return feats[0, :, : int(n[0])]
 
 
+def assert_same_frames(got: torch.Tensor, ref: torch.Tensor, fe: NemoMelFrontEnd, what=None) -> None:
+    """got equals ref within float32 FFT rounding (the module's text), compared as mel energies."""
+    assert got.shape == ref.shape and got.dtype == ref.dtype == torch.float32, (what, got.shape, ref.shape)
+    if torch.equal(got, ref):
+        return
+    if fe.log:
+        g = fe._guard(ref)
+        e_got, e_ref = got.double().exp(), ref.double().exp()
+        if fe.log_zero_guard_type == "add":
+            e_got, e_ref = e_got - g, e_ref - g
+    else:
+        e_got, e_ref = got.double(), ref.double()
+    scale = e_ref.abs().amax(dim=0, keepdim=True).clamp_min(1e-30)
+    worst = float(((e_got - e_ref).abs() / scale).max())
+    assert worst <= 1e-4, (what, worst)
+
+
 def stream(live: LiveMelFeatures, audio: np.ndarray, sizes) -> torch.Tensor:
     out, i, frames = [], 0, 0
     for size in sizes:
@@ -98,7 +121,7 @@ def test_random_pieces_equal_whole_signal(name):
         audio = random_signal(rng, int(rng.integers(1, 3 * 16000)))
         ref = whole(fe, audio)
         got = stream(live, audio, random_sizes(rng, len(audio)))
-        assert got.shape == ref.shape and torch.equal(got, ref), (name, seed)
+        assert_same_frames(got, ref, fe, (name, seed))
         live.reset()
 
 
@@ -110,15 +133,15 @@ def test_jfk_random_pieces():
     live = LiveMelFeatures(fe)
     for seed in range(3):
         got = stream(live, audio, random_sizes(np.random.default_rng(100 + seed), len(audio)))
-        assert torch.equal(got, ref), seed
+        assert_same_frames(got, ref, fe, seed)
         live.reset()
     # One piece, one sample at a time for the first second, then 10 ms pieces.
     sizes = [len(audio)]
-    assert torch.equal(stream(live, audio, sizes), ref)
+    assert_same_frames(stream(live, audio, sizes), ref, fe)
     live.reset()
     sizes = [1] * 16000 + [160] * ((len(audio) - 16000) // 160)
     sizes.append(len(audio) - sum(sizes))
-    assert torch.equal(stream(live, audio, sizes), ref)
+    assert_same_frames(stream(live, audio, sizes), ref, fe)
 
 
 @pytest.mark.parametrize("name", ["nemo", "nfft256-hop160", "odd-nfft-no-log", "exact-pad", "exact-pad-no-preemph"])
@@ -142,7 +165,7 @@ def test_short_streams(name):
             assert (fe.exact_pad or n == 0) and int(fe.output_lengths(torch.tensor([n]))[0]) <= 0
             assert got.shape == (fe.n_mels, 0)
         else:
-            assert torch.equal(got, ref), (name, n)
+            assert_same_frames(got, ref, fe, (name, n))
         live.reset()
 
 
@@ -165,7 +188,7 @@ def test_input_types_and_float64_like_the_frontend():
     feats, n = fe(torch.from_numpy(audio64)[None], torch.tensor([5000]))  # the front end casts to float32
     live = LiveMelFeatures(fe)
     got = torch.cat([live.push(audio64[:1234]), live.push(torch.from_numpy(audio64[1234:])), live.finish()], dim=1)
-    assert torch.equal(got, feats[0, :, : int(n[0])])
+    assert_same_frames(got, feats[0, :, : int(n[0])], fe)
     live.reset()
     with pytest.raises(ValueError, match="1-D"):
         live.push(np.zeros((2, 100), np.float32))
@@ -188,7 +211,7 @@ def test_push_after_finish_and_reset():
     rng = np.random.default_rng(5)
     a, b = random_signal(rng, 7000), random_signal(rng, 9000)
     first = torch.cat([live.push(a), live.finish()], dim=1)
-    assert torch.equal(first, whole(fe, a))
+    assert_same_frames(first, whole(fe, a), fe)
     assert live.finished
     with pytest.raises(RuntimeError, match="reset"):
         live.push(b)
@@ -199,12 +222,12 @@ def test_push_after_finish_and_reset():
     live.reset()
     assert live.samples == 0 and live.frames == 0 and not live.finished
     second = torch.cat([live.push(b[:3000]), live.push(b[3000:]), live.finish()], dim=1)
-    assert torch.equal(second, whole(fe, b))
+    assert_same_frames(second, whole(fe, b), fe)
     # Reset mid-stream forgets the samples held (pre-emphasis's previous sample included).
     live.reset()
     live.push(a[:5000])
     live.reset()
-    assert torch.equal(torch.cat([live.push(b), live.finish()], dim=1), whole(fe, b))
+    assert_same_frames(torch.cat([live.push(b), live.finish()], dim=1), whole(fe, b), fe)
 
 
 def test_empty_stream():
@@ -227,4 +250,4 @@ def test_memory_is_bounded_over_60_s_in_10_ms_pieces():
     # At most one window plus one hop plus a piece: 512 + 160 + 160.
     assert most <= fe.n_fft + 2 * fe.hop_length
     out.append(live.finish())
-    assert torch.equal(torch.cat(out, dim=1), whole(fe, audio))
+    assert_same_frames(torch.cat(out, dim=1), whole(fe, audio), fe)

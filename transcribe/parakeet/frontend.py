@@ -124,6 +124,70 @@ class NemoMelFrontEnd(nn.Module):
             raise ValueError(f"unknown log_zero_guard_value {v!r}")
         return float(v)
 
+    def log_mel(self, spec: torch.Tensor) -> torch.Tensor:
+        """The STFT's complex frames [..., n_freq, T] -> (log) mel features [..., n_mels, T] in float32.
+
+        Each frame's features depend on that frame's spectrum alone, through operations whose
+        results do not depend on how many frames are computed together or on the CPU's code path:
+        the magnitude (exact IEEE operations), the mel projection as a fixed-order banded sum (see
+        `_project`), and the logarithm computed in float64 and rounded once to float32. So the live
+        front end (live_features.py), which computes a few frames at a time, gets the same bits as
+        the whole signal; a batch gets what each input gets alone. Against NeMo's float32 matrix
+        product and float32 log the values move within float32 rounding (the parity tests' bounds).
+        """
+        mag = torch.view_as_real(spec).pow(2).sum(-1).sqrt()
+        if self.mag_power != 1.0:
+            mag = mag.pow(self.mag_power)
+        x = self._project(mag)
+        if self.log:
+            g = self._guard(x)
+            x = x + g if self.log_zero_guard_type == "add" else torch.clamp(x, min=g)
+            x = torch.log(x.double()).float()
+        return x
+
+    def _bands(self, device: torch.device) -> tuple[torch.Tensor, torch.Tensor]:
+        """The filterbank as bands: for each mel band, the FFT bins from its first to its last
+        non-zero weight. Returns (bins [W, n_mels] long, weights [W, n_mels, 1] float32), W the widest
+        band (narrower bands padded with weight 0 on bin 0). Rebuilt when `fb` is another tensor (moved
+        to a device) or is loaded (a checkpoint's or GGUF file's filterbank replaces the computed one)."""
+        fb = self.fb
+        key = (fb.data_ptr(), fb.device, device)
+        cached = getattr(self, "_band_cache", None)
+        if cached is not None and cached[0] == key:
+            return cached[1]
+        w = fb.detach().reshape(fb.shape[-2], fb.shape[-1]).float().cpu()
+        nz = w != 0
+        any_nz = nz.any(dim=1)
+        cols = torch.arange(w.shape[1])
+        lo = torch.where(nz, cols, w.shape[1]).amin(dim=1)
+        hi = torch.where(nz, cols + 1, 0).amax(dim=1)
+        width = torch.where(any_nz, hi - lo, 0)
+        wmax = max(int(width.max()), 1)
+        i = torch.arange(wmax)[:, None]
+        inside = i < width[None, :]
+        bins = torch.where(inside, lo[None, :] + i, 0)
+        weights = torch.where(inside, w[torch.arange(w.shape[0])[None, :], bins], 0.0)
+        out = (bins.to(device), weights[..., None].to(device))
+        self._band_cache = (key, out)
+        return out
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self._band_cache = None  # fb is copied in place: the bands are rebuilt from the loaded values
+        return super()._load_from_state_dict(*args, **kwargs)
+
+    def _project(self, mag: torch.Tensor) -> torch.Tensor:
+        """mag [..., n_freq, T] -> fb @ mag [..., n_mels, T], summed band by band in a fixed order:
+        each output is ((0 + w0 * m0) + w1 * m1) + ... over its band's bins, one multiply and one add
+        per step, each rounded as IEEE float32. A matrix product's sums instead depend on the BLAS
+        kernel the shape and the CPU pick (one column against many, AVX-512 against AMX), which moves
+        the last bits between a live stream's few frames and the whole signal's."""
+        bins, weights = self._bands(mag.device)
+        acc = None
+        for b, w in zip(bins, weights):
+            term = mag.index_select(-2, b).mul_(w)
+            acc = term if acc is None else acc.add_(term)
+        return acc
+
     @torch.no_grad()
     def forward(self, audio: torch.Tensor, lengths: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         audio = audio.float()
@@ -145,13 +209,7 @@ class NemoMelFrontEnd(nn.Module):
             pad_mode="constant",
             return_complex=True,
         )
-        mag = torch.view_as_real(spec).pow(2).sum(-1).sqrt()
-        if self.mag_power != 1.0:
-            mag = mag.pow(self.mag_power)
-        x = torch.matmul(self.fb.float(), mag)
-        if self.log:
-            g = self._guard(x)
-            x = torch.log(x + g) if self.log_zero_guard_type == "add" else torch.log(torch.clamp(x, min=g))
+        x = self.log_mel(spec)
         t = torch.arange(x.shape[-1], device=x.device)[None, :]
         valid = t < frames[:, None]
         if self.normalize == "per_feature":

@@ -27,10 +27,13 @@ Per-feature or all-feature normalization uses statistics of the whole utterance 
 computed live: a front end that normalizes is refused (cache-aware streaming models use
 ``normalize: NA``). Masking and ``pad_to`` pad a batch and are not part of the frames.
 
-One detail of the bitwise equality: the mel projection is a matrix product, and a one-column
-product goes down a different BLAS path (matrix-vector) whose sums can differ from the
-whole-signal product's in the last bit; a lone frame is therefore projected as two columns (the
-whole-signal product always has at least two: its valid frames plus the last STFT frame).
+The float32 operations after the STFT are the front end's own (`NemoMelFrontEnd.log_mel`), chosen
+so that a frame's features do not depend on how many frames are computed together: the mel
+projection is a fixed-order banded sum rather than a matrix product (whose sums follow the BLAS
+kernel picked for the shape and the CPU: a few columns and many differ in the last bits on some
+CPUs) and the log is taken in float64 and rounded once. What is left to the libraries is the FFT of
+each frame, which the FFT library computes frame by frame the same way for any number of frames on
+the CPUs tested (tests/test_live_features.py checks the frames against the whole signal).
 """
 from __future__ import annotations
 
@@ -201,7 +204,8 @@ class LiveMelFeatures:
         return out
 
     def _mel(self, seg: torch.Tensor, k: int) -> torch.Tensor:
-        """Log-mel of the k frames of seg, with NemoMelFrontEnd.forward's operations after the STFT."""
+        """Log-mel of the k frames of seg: the STFT as the whole-signal front end takes it, then its own
+        operations after the STFT (`log_mel`)."""
         fe = self.frontend
         spec = torch.stft(
             seg[None],
@@ -212,13 +216,4 @@ class LiveMelFeatures:
             center=False,
             return_complex=True,
         )
-        mag = torch.view_as_real(spec).pow(2).sum(-1).sqrt()
-        if fe.mag_power != 1.0:
-            mag = mag.pow(fe.mag_power)
-        if k == 1:
-            mag = torch.cat([mag, mag], dim=-1)  # see the module's docstring: no one-column product
-        x = torch.matmul(fe.fb.float(), mag)
-        if fe.log:
-            g = fe._guard(x)
-            x = torch.log(x + g) if fe.log_zero_guard_type == "add" else torch.log(torch.clamp(x, min=g))
-        return x[0, :, :k].contiguous()
+        return fe.log_mel(spec)[0, :, :k].contiguous()
