@@ -71,7 +71,7 @@ import time
 from importlib import metadata
 from pathlib import Path
 
-from machine import cpu_model, package_commit  # benchmarks/machine.py (this script's folder is on sys.path)
+from machine import cpu_info, cpu_line, package_commit  # benchmarks/machine.py (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -482,12 +482,12 @@ def main(argv=None) -> int:
                                     model=labels[model], model_path="default" if model == "default" else shown(model),
                                     summary=summary, texts=texts, runs=runs))
     total_s = time.perf_counter() - t_all
-    header = (f"`transcribe batch` throughput at {commit}; {cpu_model()}, {cores} cores; "
+    header = (f"`transcribe batch` throughput at {commit}; {cpu_line()}, {cores} usable; "
               f"load average at start {load_start[0]:.2f}, at end {os.getloadavg()[0]:.2f}; {total_s / 60:.1f} min")
     print("\n" + header + "\n")
     print("\n\n".join(tables))
     if args.json:
-        out = dict(started=started, package_commit=commit, cpu_model=cpu_model(), cores=cores, cpu_count=os.cpu_count(),
+        out = dict(started=started, package_commit=commit, **cpu_info(), cores=cores,
                    python=sys.version.split()[0], torch=version("torch"), ray=version("ray"),
                    rounds=args.rounds, modes={m: MODES[m] for m in modes}, total_s=round(total_s, 1),
                    loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in os.getloadavg()],

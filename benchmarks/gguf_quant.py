@@ -45,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_model, package_commit  # benchmarks/machine.py
+from machine import cpu_info, cpu_line, package_commit  # benchmarks/machine.py
 from parakeet_rtfx import RESULT_TAG, SAMPLE_RATE, ChildProcess, _peak_rss_mb, _rss_mb, shown, summarize
 
 HERE = Path(__file__).resolve().parent
@@ -187,13 +187,13 @@ def main(argv=None) -> int:
     base = "nemo-fp32" if "nemo-fp32" in rows else variants[0]
     text = table(rows, base)
     print(f"\nParakeet TDT 0.6B ({model.name}) from GGUF, ours at {commit}, {args.seconds:g} s clip, {args.threads} threads, "
-          f"{args.rounds} rounds after 1 warm-up; {cpu_model()}; load average at start {load_start[0]:.2f}, "
+          f"{args.rounds} rounds after 1 warm-up; {cpu_line()}; load average at start {load_start[0]:.2f}, "
           f"at end {os.getloadavg()[0]:.2f}\n")
     print(text)
     if args.json:
         out = dict(started=started, package_commit=commit, model=shown(args.model), clip_seconds=args.seconds,
-                   clip_utterances=used, threads=args.threads, rounds=args.rounds, cpu_count=os.cpu_count(),
-                   cpu_model=cpu_model(), loadavg_start=[round(x, 2) for x in load_start],
+                   clip_utterances=used, threads=args.threads, rounds=args.rounds,
+                   **cpu_info(), loadavg_start=[round(x, 2) for x in load_start],
                    loadavg_end=[round(x, 2) for x in os.getloadavg()], results=rows, table=text)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")

@@ -27,6 +27,8 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
+
 REPO = Path(__file__).resolve().parent.parent
 
 
@@ -100,6 +102,7 @@ def main() -> int:
 
     import soundfile as sf
 
+    print(cpu_line())
     runs = []
     tmp = tempfile.TemporaryDirectory()
     for m in args.minutes:
@@ -114,11 +117,11 @@ def main() -> int:
         runs.append(json.loads(out.stdout.strip().splitlines()[-1]))
         print(json.dumps(runs[-1]))
     a, b = runs[0], runs[-1]
-    summary = {"runs": runs, "working_memory_ratio": round(b["working_mb"] / max(a["working_mb"], 1e-9), 2),
+    summary = {**cpu_info(), "runs": runs, "working_memory_ratio": round(b["working_mb"] / max(a["working_mb"], 1e-9), 2),
                "beyond_decoded_audio_ratio": round(b["beyond_decoded_audio_mb"] / max(a["beyond_decoded_audio_mb"], 1e-9), 2),
                "length_ratio": round(b["minutes"] / a["minutes"], 2), "threads": args.threads,
                "model": Path(args.model).name}
-    print(json.dumps({k: v for k, v in summary.items() if k != "runs"}))
+    print(json.dumps({k: v for k, v in summary.items() if k != "runs" and not k.startswith("cpu_")}))
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(summary, indent=1) + "\n")

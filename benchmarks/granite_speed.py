@@ -40,12 +40,13 @@ import argparse
 import datetime
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
 
 REPO = Path(__file__).resolve().parents[1]
 AUDIO_DIR = "../shared/audio"  # relative to the repository root
@@ -283,16 +284,6 @@ def _git_dirty() -> bool:
         return False
 
 
-def _cpu_name() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def table(results: list[dict]) -> str:
     mb = 2 ** 20
     lines = [
@@ -346,6 +337,7 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="granite-speed-"))
     commit, dirty = _git_commit(), _git_dirty()
     load_start = os.getloadavg()[0]
+    print(cpu_line(), flush=True)
     print(f"load average at start: {load_start:.2f}", flush=True)
     results = []
     for dt in a.dtypes.split(","):
@@ -376,7 +368,7 @@ def main() -> None:
 
         doc = {
             "date": datetime.date.today().isoformat(), "commit": commit, "transcribe_modified": dirty,
-            "torch": torch.__version__, "cpu": _cpu_name(), "cpus": os.cpu_count(), "threads": a.threads,
+            "torch": torch.__version__, **cpu_info(), "threads": a.threads,
             "rounds": a.rounds, "seconds": a.seconds, "seed": a.seed, "tune_malloc": a.tune_malloc,
             "config": a.config or CONFIG, "audio_dir": a.audio_dir or AUDIO_DIR,
             "load_average_start": load_start, "load_average_end": load_end,

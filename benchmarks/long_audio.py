@@ -36,7 +36,7 @@ import sys
 import time
 from pathlib import Path
 
-from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -158,13 +158,13 @@ def main(argv=None) -> int:
                        f"{r['peak_rss_mb']} MB", f"{r['peak_growth_mb_per_min']} MB"] for r in rows]
     w = [max(len(str(l[i])) for l in lines) for i in range(len(head))]
     text = "\n".join(" | ".join(str(c).ljust(w[i]) for i, c in enumerate(l)) for l in lines)
-    print(f"\n{cpu_model()}, {args.threads} threads, attention {args.attention}; load average at start "
+    print(f"\n{cpu_line()}, {args.threads} threads, attention {args.attention}; load average at start "
           f"{load_start[0]:.2f}, at end {os.getloadavg()[0]:.2f}\n\n{text}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(dict(
             started=started, model=args.model if not Path(args.model).is_relative_to(REPO) else str(Path(args.model).relative_to(REPO)),
-            threads=args.threads, attention=args.attention, cpu_model=cpu_model(),
+            threads=args.threads, attention=args.attention, **cpu_info(),
             loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in os.getloadavg()],
             results=rows, table=text), indent=2) + "\n")
     return 0

@@ -32,7 +32,7 @@ import sys
 import time
 from pathlib import Path
 
-from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -114,13 +114,13 @@ def main(argv=None) -> int:
                        f"{r['speedup_vs_first']:.2f}x", "yes" if r["same_tokens_as_first"] else "NO"] for r in rows]
     w = [max(len(l[i]) for l in lines) for i in range(len(head))]
     text = "\n".join(" | ".join(c.ljust(w[i]) for i, c in enumerate(l)) for l in lines)
-    print(f"\n{args.clips} clips of {args.min_s:g}-{args.max_s:g} s ({audio_s:.0f} s of audio), {cpu_model()}, "
+    print(f"\n{args.clips} clips of {args.min_s:g}-{args.max_s:g} s ({audio_s:.0f} s of audio), {cpu_line()}, "
           f"{args.threads} threads, best of {args.rounds}; load average {load_start[0]:.2f} -> {os.getloadavg()[0]:.2f}\n\n{text}")
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(dict(
             started=time.strftime("%Y-%m-%d %H:%M:%S"), clips=args.clips, min_s=args.min_s, max_s=args.max_s,
-            audio_s=round(audio_s, 1), threads=args.threads, rounds=args.rounds, cpu_model=cpu_model(),
+            audio_s=round(audio_s, 1), threads=args.threads, rounds=args.rounds, **cpu_info(),
             loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in os.getloadavg()],
             results=rows, table=text), indent=2) + "\n")
     return 0

@@ -62,6 +62,7 @@ def main(argv=None) -> int:
     import torch
 
     import transcribe
+    from machine import cpu_info, cpu_line
     from speech_clip import speech_clip
     from transcribe.runtime import model_call, tune_malloc
     from transcribe.parakeet import beams
@@ -131,6 +132,7 @@ def main(argv=None) -> int:
 
     g, gc = best["greedy"], best["greedy+conf"]
     nemo = _nemo(args, pcm)
+    print(cpu_line())
     print(f"model {Path(args.model).name}, {args.seconds:.0f} s of speech ({T} encoder frames), "
           f"{args.threads} threads, best of {args.rounds} rounds, beam {k}")
     print(f"{'search':13s} {'seconds':>8s} {'x greedy':>9s} {'tokens':>7s}")
@@ -149,7 +151,7 @@ def main(argv=None) -> int:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(dict(
             model=Path(args.model).name, seconds=args.seconds, frames=T, threads=args.threads, rounds=args.rounds,
-            beam_size=k, decode_s=best,
+            **cpu_info(), beam_size=k, decode_s=best,
             over_greedy={n_: best[n_] / (gc if n_.endswith("+conf") else g) for n_ in best},
             tokens={n_: len(t) for n_, t in tokens.items()}, clip=used,
             nbest8=dict(batched_s=batched, one_at_a_time_s=alone, same_lists=same),

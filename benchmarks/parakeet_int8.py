@@ -27,6 +27,7 @@ import sys
 import time
 from pathlib import Path
 
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
 from whisper_wer import word_edits  # Levenshtein over any sequence (here token ids)
 
 HERE = Path(__file__).resolve().parent
@@ -87,11 +88,12 @@ def main(argv=None) -> int:
                        f"{r['identical_utterances']}/{r['utterances']}"] for r in rows]
     w = [max(len(l[i]) for l in lines) for i in range(len(head))]
     text = "\n".join(" | ".join(c.ljust(w[i]) for i, c in enumerate(l)) for l in lines)
+    print(cpu_line())
     print(text)
     if args.json:
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(dict(started=time.strftime("%Y-%m-%d %H:%M:%S"), threads=args.threads,
-                                                   loadavg=round(os.getloadavg()[0], 2), results=rows, table=text),
+                                                   **cpu_info(), loadavg=round(os.getloadavg()[0], 2), results=rows, table=text),
                                               indent=2) + "\n")
     return 0
 

@@ -45,6 +45,7 @@ def main() -> int:
 
     import transcribe
     import transcribe.runtime
+    from machine import cpu_line
     from speech_clip import speech_clip
 
     torch.set_num_threads(a.threads)
@@ -69,6 +70,7 @@ def main() -> int:
             t = m.transcribe(pcm)
     wall = time.perf_counter() - t0
     faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults0
+    print(cpu_line())
     print(f"{a.seconds:g} s clip, dtype {a.dtype or 'float32'}, {a.threads} threads: {wall:.2f} s "
           f"under the profiler, {len(t.tokens)} tokens, {faults} minor page faults, "
           f"load average {os.getloadavg()[0]:.2f}\n")

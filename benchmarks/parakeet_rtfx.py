@@ -61,7 +61,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_model, package_commit  # benchmarks/machine.py (this script's folder is on sys.path)
+from machine import cpu_info, cpu_line, package_commit  # benchmarks/machine.py (this script's folder is on sys.path)
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -339,12 +339,12 @@ def main(argv=None) -> int:
             rows.append(row)
     text = table(rows)
     print(f"\nParakeet TDT 0.6B ({Path(args.model).name}), ours at {commit}, {args.seconds:g} s clip, {args.threads} threads, "
-          f"{args.rounds} alternating rounds after 1 warm-up; {cpu_model()}; load average at start {load_start[0]:.2f}, "
+          f"{args.rounds} alternating rounds after 1 warm-up; {cpu_line()}; load average at start {load_start[0]:.2f}, "
           f"at end {os.getloadavg()[0]:.2f}\n")
     print(text)
     if args.json:
         out = dict(started=started, package_commit=commit, model=shown(args.model), clip_seconds=args.seconds, clip_utterances=used,
-                   threads=args.threads, rounds=args.rounds, cpu_count=os.cpu_count(), cpu_model=cpu_model(),
+                   threads=args.threads, rounds=args.rounds, **cpu_info(),
                    loadavg_start=[round(x, 2) for x in load_start],
                    loadavg_end=[round(x, 2) for x in os.getloadavg()], results=rows, table=text)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)

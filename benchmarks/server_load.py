@@ -37,6 +37,8 @@ import threading
 import time
 from pathlib import Path
 
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
+
 REPO = Path(__file__).resolve().parent.parent
 DEV = REPO.parent / "shared" / "audio" / "dev"
 
@@ -231,6 +233,7 @@ def main() -> None:
         "concurrency_speedup": round(rps(8, top) / rps(8, 1), 2) if rps(8, 1) and rps(8, top) else None,
         "batching_speedup": round(rps(8, top) / rps(1, top), 2) if rps(1, top) and rps(8, top) else None,
     }
+    print(cpu_line())
     print("| max batch | clients | requests | req/s | audio s/s | p50 s | p95 s | mean batch | /health p95 ms |")
     print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
@@ -239,12 +242,10 @@ def main() -> None:
     print(f"\n{top} concurrent clients vs one at a time: {summary['concurrency_speedup']}x; "
           f"batching (max batch 8 vs 1, {top} clients): {summary['batching_speedup']}x")
     if args.json:
-        import platform
-
         git = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True).stdout.strip()
         args.json.write_text(json.dumps({
             "command": " ".join(["python3", "benchmarks/server_load.py", *sys.argv[1:]]),
-            "commit": git, "cpu": platform.processor() or platform.machine(), "cores": os.cpu_count(),
+            "commit": git, **cpu_info(),
             "model": args.model or "tiny.en (default)", "seconds": args.seconds, "rows": rows, "summary": summary,
         }, indent=1) + "\n")
 

@@ -73,6 +73,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
+from machine import cpu_info, cpu_line  # noqa: E402  (benchmarks/machine.py)
+
 CONFIGS = "tests/configs/published"  # relative to the repository
 DEFAULT_MODELS = "parakeet_realtime_eou_120m-v1,nemotron-speech-streaming-en-0.6b"
 ENC_GAIN = 30.0
@@ -544,13 +546,14 @@ def run_parallel(a) -> int:
                               stderr=subprocess.STDOUT) for i in range(a.parallel)]
     load_start = os.getloadavg()
     rcs = [p.wait() for p in procs]
+    print(cpu_line())
     results = []
     for i, rc in enumerate(rcs):
         print(f"--- copy {i} (exit {rc})")
         print((tmp / f"copy{i}.log").read_text())
         if rc == 0:
             results.append(json.loads((tmp / f"copy{i}.json").read_text()))
-    res = {"parallel": a.parallel, "copies": results, "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
+    res = {"parallel": a.parallel, **cpu_info(), "copies": results, "loadavg_start": load_start, "loadavg_end": os.getloadavg()}
     if a.json:
         Path(a.json).parent.mkdir(parents=True, exist_ok=True)
         Path(a.json).write_text(json.dumps(res, indent=1) + "\n")
@@ -587,8 +590,8 @@ def main() -> int:
     pcm, _ = speech_clip(a.seconds)
     load_start = os.getloadavg()
     print(f"{a.seconds:g} s of speech, {a.threads} thread(s), best of {a.rounds} rounds; "
-          f"load {load_start[0]:.2f}", flush=True)
-    res = {"threads": a.threads, "rounds": a.rounds, "seconds": a.seconds, "piece_ms": a.piece_ms,
+          f"load {load_start[0]:.2f}; {cpu_line()}", flush=True)
+    res = {**cpu_info(), "threads": a.threads, "rounds": a.rounds, "seconds": a.seconds, "piece_ms": a.piece_ms,
            "tokens_per_second_target": a.tokens_per_second, "torch": torch.__version__,
            "loadavg_start": load_start, "commit": git_state(), "models": []}
     with tempfile.TemporaryDirectory(prefix="chunk_cost_") as tmp:

@@ -44,6 +44,8 @@ import time
 from array import array
 from pathlib import Path
 
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
+
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(REPO))
@@ -269,6 +271,7 @@ def main() -> int:
         import tracemalloc
 
         tracemalloc.start(8)
+    print(cpu_line(), flush=True)
     print(f"model {Path(a.model).name}, att_context_size {list(sched.att_context_size)}, chunk {chunk_ms:.0f} ms, "
           f"{a.hours:g} h in {a.piece_ms:g} ms pieces, {a.threads} thread(s); load {os.getloadavg()[0]:.2f}",
           flush=True)
@@ -383,6 +386,7 @@ def main() -> int:
         "chunk_ms": chunk_ms,
         "piece_ms": a.piece_ms,
         "threads": a.threads,
+        **cpu_info(),
         "audio_hours": audio_s / 3600,
         "speech_hours": stream.speech_samples / SAMPLE_RATE / 3600,
         "utterances": stream.utterances,

@@ -48,6 +48,7 @@ def main() -> int:
 
     import stream_chunk_cost as scc
     import transcribe.runtime
+    from machine import cpu_line
     from speech_clip import speech_clip
     from transcribe.parakeet import cache_aware
     from transcribe.parakeet.live_features import LiveMelFeatures
@@ -58,6 +59,7 @@ def main() -> int:
     transcribe.runtime.tune_malloc()
     cfg, want, _ = scc.load_config(a.model, [a.chunk_ms])
     pcm, _ = speech_clip(a.seconds)
+    print(cpu_line(), flush=True)
     print(f"{a.model}, {a.chunk_ms} ms chunks {want[a.chunk_ms]}, {a.threads} thread(s), best of {a.rounds}; "
           f"load {os.getloadavg()[0]:.2f}; package at {scc.git_state()}", flush=True)
 

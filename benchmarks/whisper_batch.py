@@ -26,6 +26,8 @@ import transcribe
 from transcribe.audio import load_audio
 from transcribe.whisper import batched
 
+from machine import cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
+
 DEV = Path(__file__).resolve().parents[2] / "shared" / "audio" / "dev"
 
 
@@ -90,6 +92,7 @@ def main():
             if k not in best or total < best[k][0]:
                 best[k] = (total, dict(clock.spent))
     load = os.getloadavg()[0]
+    print(cpu_line())
     print(f"{len(pcms)} dev clips, {audio_s:.1f} s of audio; torch threads {torch.get_num_threads()}; "
           f"best of {args.rounds} rounds; load average (1 min) at the end {load:.2f}")
     print(f"{'':<14}{'total s':>9}{'RTFx':>8}{'encoder s':>11}{'decoding s':>12}{'rest s':>9}")

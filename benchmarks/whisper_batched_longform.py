@@ -35,7 +35,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from whisper_speed import LABELS, Worker, commit, cpu_model  # noqa: E402
+from machine import cpu_info, cpu_line  # noqa: E402
+from whisper_speed import LABELS, Worker, commit  # noqa: E402
 from whisper_systems import FW_PYTHON, OPENAI_CHECKPOINT, path_option  # noqa: E402
 from whisper_wer import corpus_wer  # noqa: E402
 
@@ -84,11 +85,11 @@ def main() -> None:
     tmp = Path(tempfile.mkdtemp(prefix="whisper-longform-"))
     wav = tmp / "dev_joined.wav"
     ref, seconds = long_input(wav)
-    meta = {"threads": args.threads, "rounds": args.rounds, "cpu": cpu_model(), "commit": commit(),
+    meta = {"threads": args.threads, "rounds": args.rounds, **cpu_info(), "commit": commit(),
             "fallback": not args.no_fallback,
             "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "audio_s": seconds, "loadavg_start": os.getloadavg()}
-    print(f"input {seconds:.1f} s; cpu {meta['cpu']}, cores {meta['affinity']}, threads {args.threads}, "
+    print(f"input {seconds:.1f} s; cpu {cpu_line()}, cores {meta['affinity']}, threads {args.threads}, "
           f"commit {meta['commit']}, load average {meta['loadavg_start'][0]:.2f}", flush=True)
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
     workers = {}

