@@ -8,16 +8,39 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 
 
+def _cpu_module():
+    """transcribe/cpu.py loaded by its path (standard library only): the package's own view of the CPU,
+    without importing the package (this file also runs under NeMo's and the peers' Pythons)."""
+    import importlib.util
+    import sys
+
+    name = "_transcribe_cpu"
+    if name not in sys.modules:
+        spec = importlib.util.spec_from_file_location(name, REPO / "transcribe" / "cpu.py")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[name]
+
+
 def cpu_model() -> str:
     """The CPU's model name from /proc/cpuinfo, or "unknown"."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "unknown"
+    return _cpu_module().cpu_model()
+
+
+def cpu_info() -> dict:
+    """What a benchmark records of its CPU: cpu_model, cpu_family ("amx", "avx512_bf16", "avx512",
+    "avx2", "other": what benchmarks/README.md groups figures by), cpu_flags (those of AMX-BF16,
+    AMX-INT8, AVX512-BF16, AVX512-VNNI, AVX-VNNI, AVX-512F, AVX2 this process may use: the CPU's,
+    less what ONEDNN_MAX_CPU_ISA / ATEN_CPU_CAPABILITY / MKL_ENABLE_INSTRUCTIONS take away) and
+    cpu_count."""
+    return _cpu_module().describe()
+
+
+def cpu_line() -> str:
+    """cpu_info() in one line for a printed header: "AMD EPYC (avx512_bf16: avx512_bf16 avx512_vnni ...; 2 cores)"."""
+    c = cpu_info()
+    return f"{c['cpu_model']} ({c['cpu_family']}: {' '.join(c['cpu_flags']) or 'none of the listed flags'}; {c['cpu_count']} cores)"
 
 
 def package_commit() -> str:
