@@ -132,7 +132,9 @@ def _dq_q5_1(b: torch.Tensor) -> torch.Tensor:
 
 def _dq_q8_0(b: torch.Tensor) -> torch.Tensor:
     d = _f16(b[:, 0:2])
-    return b[:, 2:34].contiguous().view(torch.int8).float() * d
+    w = torch.empty(b.shape[0], 32, dtype=torch.float32)
+    w.copy_(b[:, 2:34].view(torch.int8))  # int8 -> float32 in one strided pass (exact)
+    return w.mul_(d)
 
 
 def _scale_min_k4(s: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -367,8 +369,11 @@ def int8_rows(raw: Raw, qtype: int, shape: tuple[int, ...]) -> tuple[torch.Tenso
     q = torch.empty(rows, k, dtype=torch.int8)
     scale = torch.empty(rows, dtype=torch.float32)
     for r0, r1 in _row_chunks(rows, k):
+        # The decoded chunk is a fresh tensor of this loop's own: the formula's steps run in place on it,
+        # with the same IEEE operations (max |w| as max(-min, max), one pass).
         w = _decode(_chunk_bytes(flat, r0 * rb, r1 * rb), qtype).reshape(r1 - r0, k)
-        s = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-        q[r0:r1] = torch.round(w / s[:, None]).clamp_(-127, 127).to(torch.int8)
+        lo, hi = torch.aminmax(w, dim=1)
+        s = torch.maximum(lo.neg_(), hi).clamp_min_(1e-12).div_(127.0)
+        q[r0:r1].copy_(w.div_(s[:, None]).round_().clamp_(-127, 127))
         scale[r0:r1] = s
     return q, scale
