@@ -91,6 +91,45 @@ def test_the_cli_configures_its_own_process(monkeypatch, tmp_path):
     assert calls == [1]
 
 
+def _omp_env(**set_vars) -> dict:
+    import os
+
+    env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
+    env.update(set_vars)
+    return env
+
+
+@pytest.mark.parametrize("chosen", [{}, {"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "300000"}])
+def test_openmp_waiting_is_passive_in_the_package_own_processes(chosen):
+    """A process of the package's own (configure_process) sets OMP_WAIT_POLICY=PASSIVE before PyTorch is
+    imported, unless the user chose; once PyTorch is imported it changes nothing."""
+    code = ("import os, sys; from transcribe import runtime; first = runtime.configure_process(malloc=False); "
+            "import torch; again = runtime.openmp_wait_policy(); "
+            "print(os.environ.get('OMP_WAIT_POLICY'), os.environ.get('GOMP_SPINCOUNT'), again)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=_omp_env(**chosen))
+    assert out.returncode == 0, out.stderr
+    want = {(): "PASSIVE None False", ("OMP_WAIT_POLICY",): "ACTIVE None False",
+            ("GOMP_SPINCOUNT",): "None 300000 False"}[tuple(chosen)]
+    assert out.stdout.split("\n")[0] == want
+
+
+def test_the_command_sets_openmp_waiting_before_torch_loads(tmp_path):
+    """`transcribe` (cli.main) decides OpenMP's waiting before anything imports PyTorch, whatever the
+    subcommand; a program that imported PyTorch before calling it keeps its environment."""
+    def code(out_dir):
+        return ("import os, sys; from transcribe import cli; "
+                f"rc = cli.main([{str(AUDIO / 'jfk.wav')!r}, '-m', {TDT!r}, '-q', '-o', {str(out_dir)!r}]); "
+                "print(rc, os.environ.get('OMP_WAIT_POLICY'))")
+
+    out = subprocess.run([sys.executable, "-c", code(tmp_path / "a")], capture_output=True, text=True, timeout=300, env=_omp_env())
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split()[-2:] == ["0", "PASSIVE"]
+    late = subprocess.run([sys.executable, "-c", "import torch; " + code(tmp_path / "b")], capture_output=True, text=True, timeout=300,
+                          env=_omp_env())
+    assert late.returncode == 0, late.stderr
+    assert late.stdout.split()[-2:] == ["0", "None"]
+
+
 def test_bad_threads_are_refused():
     with pytest.raises(transcribe.ModelError, match="threads must be a positive integer"):
         transcribe.load_model(TDT, threads=0)
