@@ -54,6 +54,49 @@ def test_int8_rows_are_independent_and_shapes_kept():
     torch.testing.assert_close(q.forward_transposed(x[0]), whole[0].t(), rtol=1e-6, atol=1e-6)
 
 
+_SATURATING_CHILD = """
+import sys, torch
+from transcribe.quant import Int8Linear, int_mm, int_mm_is_exact
+torch.manual_seed(0)
+a = torch.randint(-127, 128, (37, 640), dtype=torch.int8)
+b = torch.randint(-127, 128, (640, 96), dtype=torch.int8)
+exact = bool((int_mm(a, b).long() == a.long() @ b.long()).all())
+exact_t = bool((int_mm(b.t().contiguous(), a.t()).long() == (a.long() @ b.long()).t()).all())
+lin = torch.nn.Linear(640, 96)
+x = torch.randn(37, 640)
+layer = Int8Linear.from_linear(lin)
+torch.save({"probe": int_mm_is_exact(), "exact": exact and exact_t, "y": layer(x), "yt": layer.forward_transposed(x)},
+           sys.argv[1])
+"""
+
+
+@pytest.mark.parametrize("isa", ["", "AVX2", "AVX512_CORE"])
+def test_int8_products_are_exact_and_equal_on_cpus_without_vnni(isa, tmp_path):
+    """oneDNN's int8 kernels without VNNI (ONEDNN_MAX_CPU_ISA forces the ones an AVX2-only or an AVX-512
+    CPU without VNNI runs) saturate u8 x s8 pair sums in int16; int_mm detects it and splits the right
+    operand, so the int32 products are exact and a layer's output is bitwise what this CPU gives."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "ONEDNN_MAX_CPU_ISA"}
+    if isa:
+        env["ONEDNN_MAX_CPU_ISA"] = isa
+    out = tmp_path / "out.pt"
+    r = subprocess.run([sys.executable, "-c", _SATURATING_CHILD, str(out)], env=env, capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    got = torch.load(out)
+    assert got["exact"]
+    print(f"ONEDNN_MAX_CPU_ISA={isa or '(unset)'}: torch._int_mm exact for full-range int8: {got['probe']}")
+    torch.manual_seed(0)
+    torch.randint(-127, 128, (37, 640), dtype=torch.int8), torch.randint(-127, 128, (640, 96), dtype=torch.int8)
+    lin = nn.Linear(640, 96)
+    x = torch.randn(37, 640)
+    layer = Int8Linear.from_linear(lin)
+    assert torch.equal(got["y"], layer(x)) and torch.equal(got["yt"], layer.forward_transposed(x))
+
+
 def test_zero_rows_and_zero_weights():
     lin = nn.Linear(16, 8)
     with torch.no_grad():

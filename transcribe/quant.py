@@ -6,6 +6,11 @@ with int32 accumulation (`torch._int_mm`: oneDNN's AMX/VNNI int8 kernels on a CP
 Every row is quantized and multiplied on its own, so a row's result does not depend on the other
 rows of the call: a batch gives each input what it gets alone.
 
+The int32 products are exact on every CPU (`int_mm`), so int8 results are the same everywhere: without
+VNNI (AVX2-only CPUs such as AMD Zen 2/3, AVX-512 ones such as Intel Skylake-SP) oneDNN multiplies
+pairs of u8 x s8 into an int16 that saturates (vpmaddubsw), and `torch._int_mm` is then wrong by up to
+10^6 for full-range int8; there the right operand is split into halves that cannot saturate.
+
 `quantize_linears(module)` swaps a module's `nn.Linear` children for `Int8Linear` in place (the
 float weight is freed). The accuracy cost is reported by the benchmarks, never assumed; int8 is
 an option (`load_model(..., dtype="int8")`), never a default.
@@ -20,6 +25,39 @@ from torch import nn
 # torch._int_mm on a CPU takes any M; on CUDA it wants M > 16 and K, N multiples of 8: rows are
 # padded up to this many there.
 _CUDA_MIN_ROWS = 17
+
+
+_EXACT_PROBE: list = []
+
+
+def int_mm_is_exact() -> bool:
+    """Whether `torch._int_mm` on this CPU gives the exact int32 products of full-range int8 (a probe of
+    the saturating case, once per process: rows of 127 against columns of 127 and of -127)."""
+    if not _EXACT_PROBE:
+        ok = True
+        for m in (1, 17, 64):
+            a = torch.full((m, 64), 127, dtype=torch.int8)
+            for v in (127, -127):
+                b = torch.full((64, 32), v, dtype=torch.int8)
+                ok = ok and bool((torch._int_mm(a, b) == 64 * 127 * v).all())
+        _EXACT_PROBE.append(ok)
+    return _EXACT_PROBE[0]
+
+
+def split_int8(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """b = 2 * hi + lo with hi = floor(b / 2) in [-64, 63] and lo in {0, 1}, both int8 in b's layout: with
+    |right operand| <= 64 a saturating u8 x s8 pair sum stays below 2^15 (2 * 255 * 64 = 32640)."""
+    return torch.bitwise_right_shift(b, 1), torch.bitwise_and(b, 1)
+
+
+def int_mm(a: torch.Tensor, b: torch.Tensor, b_split: Optional[tuple[torch.Tensor, torch.Tensor]] = None) -> torch.Tensor:
+    """a [M, K] int8 @ b [K, N] int8 -> int32 [M, N], exact on every device and CPU: `torch._int_mm`, or,
+    where it saturates (`int_mm_is_exact`), 2 * (a @ hi) + (a @ lo) of `split_int8(b)` (`b_split` when
+    the caller keeps it), two products of the same int32 result."""
+    if a.is_cuda or int_mm_is_exact():
+        return torch._int_mm(a, b)
+    hi, lo = split_int8(b) if b_split is None else b_split
+    return torch._int_mm(a, hi).mul_(2).add_(torch._int_mm(a, lo))
 
 
 class Int8Linear(nn.Module):
@@ -66,7 +104,7 @@ class Int8Linear(nn.Module):
         """(x W^T + b)^T for x [M, K]: [N, M], computed in that layout (W x^T), with x quantized
         per row as in forward, so equal to forward(x).t() up to float rounding."""
         xq, sx = self._quantize_rows(x.to(torch.float32))
-        acc = torch._int_mm(self.weight_t.t(), xq.t())
+        acc = int_mm(self.weight_t.t(), xq.t())
         y = acc.to(torch.float32).mul_(self.weight_scale[:, None]).mul_(sx.t())
         if self.bias is not None:
             y.add_(self.bias[:, None])
@@ -80,11 +118,26 @@ class Int8Linear(nn.Module):
         xq, sx = self._quantize_rows(x2)
         if xq.is_cuda and m < _CUDA_MIN_ROWS:
             xq = torch.cat([xq, xq.new_zeros(_CUDA_MIN_ROWS - m, xq.shape[1])])
-        acc = torch._int_mm(xq, self.weight_t)[:m]
+        acc = int_mm(xq, self.weight_t, self._weight_split())[:m]
         y = acc.to(torch.float32).mul_(sx).mul_(self.weight_scale)
         if self.bias is not None:
             y.add_(self.bias)
         return y.to(dtype).reshape(*shape[:-1], self.out_features)
+
+    def _load_from_state_dict(self, *args, **kwargs):
+        self.__dict__.pop("_split", None)  # weight_t is copied in place: its halves are made again
+        return super()._load_from_state_dict(*args, **kwargs)
+
+    def _weight_split(self) -> Optional[tuple[torch.Tensor, torch.Tensor]]:
+        """The weight's halves (`split_int8`) where the CPU's int8 product saturates, made once (they are
+        not part of the state dict); None elsewhere."""
+        if self.weight_t.is_cuda or int_mm_is_exact():
+            return None
+        split = self.__dict__.get("_split")
+        if split is None or split[0] is not self.weight_t:
+            split = (self.weight_t, split_int8(self.weight_t))
+            self.__dict__["_split"] = split
+        return split[1]
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
