@@ -15,7 +15,7 @@ Run from the repository root with the project's Python, alone on the machine:
 
 A load is `transcribe.load_model(path)` timed in a child process that has already imported the package and
 PyTorch and called `tune_malloc` (as the command line does); the file is in the page cache (one untimed load
-of each first). Each child runs under the environment the package's own processes get (OMP_WAIT_POLICY=PASSIVE,
+of each first). Each child runs under the environment the package's own processes get (GOMP_SPINCOUNT=1000,
 transcribe/runtime.py) unless OMP_WAIT_POLICY or GOMP_SPINCOUNT is set. Reported: best and median seconds,
 and the Q8_0 / .nemo ratio of each.
 """
@@ -50,7 +50,7 @@ print(json.dumps({{"load_s": time.perf_counter() - t0}}))
 def load_once(path: Path, dtype, threads: int) -> float:
     env = dict(os.environ, PYTHONPATH=str(REPO), OMP_NUM_THREADS=str(threads))
     if "OMP_WAIT_POLICY" not in env and "GOMP_SPINCOUNT" not in env:
-        env["OMP_WAIT_POLICY"] = "PASSIVE"  # what the package's own processes set (runtime.openmp_wait_policy)
+        env["GOMP_SPINCOUNT"] = "1000"  # what the package's own processes set (runtime.openmp_waiting)
     code = CHILD.format(threads=threads, path=str(path), dtype=f", dtype={dtype!r}" if dtype else "")
     r = subprocess.run([sys.executable, "-c", code], cwd=REPO, env=env, capture_output=True, text=True)
     if r.returncode:

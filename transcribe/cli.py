@@ -27,7 +27,7 @@ import transcribe
 
 from . import stream_cli
 from .errors import TranscribeError
-from .runtime import configure_process, openmp_wait_policy
+from .runtime import configure_process, openmp_waiting
 from .cli_args import add_decoding_arguments, decoding_options as _decoding_options
 from .cli_args import positive_int as _positive_int
 from .writers import WRITERS
@@ -50,8 +50,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     if argv is None:
         argv = sys.argv[1:]
     # Before anything imports PyTorch (its OpenMP runtime reads the setting once): every subcommand runs
-    # models in a process of its own (runtime.openmp_wait_policy).
-    openmp_wait_policy()
+    # models in a process of its own (runtime.openmp_waiting).
+    openmp_waiting()
     if argv and argv[0] == "serve":  # `transcribe serve ...` (a file named serve: `./serve`)
         from .server.cli import main as serve
 

@@ -150,10 +150,10 @@ def model_call(threads: Optional[int] = None) -> Iterator[None]:
 
 def configure_process(threads: Optional[int] = None, malloc: bool = True) -> None:
     """Process-wide settings for a program that runs models and nothing else (the CLI, a server, a
-    batch worker, a Ray actor): OpenMP's waiting (see `openmp_wait_policy`; it takes effect only when
+    batch worker, a Ray actor): OpenMP's waiting (see `openmp_waiting`; it takes effect only when
     this is called before PyTorch is imported), PyTorch's thread count, and glibc's malloc thresholds
     (see `tune_malloc`)."""
-    openmp_wait_policy()
+    openmp_waiting()
     if threads is not None:
         import torch
 
@@ -162,30 +162,32 @@ def configure_process(threads: Optional[int] = None, malloc: bool = True) -> Non
         tune_malloc()
 
 
-# What a process of the package's own sets for OpenMP, unless the user chose (benchmarks/README.md,
-# "OpenMP's waiting"): idle threads of PyTorch's OpenMP team sleep at once instead of spinning.
-OPENMP_WAIT_POLICY = "PASSIVE"
+# What a process of the package's own sets for OpenMP unless the user chose (benchmarks/README.md, "OpenMP's
+# waiting"): idle threads of PyTorch's OpenMP team (libgomp) spin 1000 rounds, not 300000, before they sleep.
+OPENMP_SPINCOUNT = "1000"
 
 
-def openmp_wait_policy(environ=None) -> bool:
-    """Make OpenMP's idle threads sleep instead of spin in this process: OMP_WAIT_POLICY=PASSIVE in the
-    environment, read by the OpenMP runtime (libgomp) once, when PyTorch is imported. True when it was
-    set now (and so takes effect, child processes inheriting it).
+def openmp_waiting(environ=None) -> bool:
+    """Let OpenMP's idle threads sleep soon instead of spinning in this process: GOMP_SPINCOUNT=1000 in the
+    environment, read by GNU OpenMP (libgomp, PyTorch's on Linux) once, when PyTorch is imported. True when it
+    was set now (and so takes effect, child processes inheriting it).
 
-    Nothing is changed when the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT already set: GOMP_SPINCOUNT
-    =300000 is libgomp's default) or when PyTorch is already imported (too late for this process; the
-    environment of a program that imported it is left as it is). By default libgomp's idle threads spin
-    for some 300000 rounds after each parallel region: on a machine whose cores are all busy that spinning
-    takes the core the work itself needs (measured: a 10 s Parakeet call beside one busy process on 2
-    cores, 2 threads, took 4x longer). Only for processes that run models and nothing else: the command
-    line, the server, batch workers and Ray actors call it through `configure_process`; an application
-    embedding the library sets OMP_WAIT_POLICY=PASSIVE itself, before it imports torch (README)."""
+    Nothing is changed when the user chose (OMP_WAIT_POLICY or GOMP_SPINCOUNT already set; GOMP_SPINCOUNT=300000
+    is libgomp's own default) or when PyTorch is already imported (too late for this process; the environment
+    of a program that imported it is left as it is). By default libgomp's idle threads spin some 300000
+    rounds after each parallel region; when every core is busy that spinning takes the core the work itself
+    needs. Measured on 2 cores, 2 threads, a 10 s Parakeet 0.6B call beside one busy process: 3.35 s with the
+    default spin, 2.18 s with 1000 rounds, 2.21 s with no spin at all (OMP_WAIT_POLICY=PASSIVE); alone on
+    the machine 1.17, 1.20 and 1.31 s (benchmarks/contention.py). Only for processes that run models and
+    nothing else: the command line, the server, batch workers and Ray actors call it through
+    `configure_process`; an application embedding the library sets GOMP_SPINCOUNT=1000 (or
+    OMP_WAIT_POLICY=PASSIVE) itself, before it imports torch (README)."""
     import sys
 
     env = os.environ if environ is None else environ
     if "OMP_WAIT_POLICY" in env or "GOMP_SPINCOUNT" in env or "torch" in sys.modules:
         return False
-    env["OMP_WAIT_POLICY"] = OPENMP_WAIT_POLICY
+    env["GOMP_SPINCOUNT"] = OPENMP_SPINCOUNT
     return True
 
 
