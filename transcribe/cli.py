@@ -28,7 +28,7 @@ import transcribe
 from . import stream_cli
 from .errors import TranscribeError
 from .runtime import configure_process, openmp_waiting
-from .cli_args import add_decoding_arguments, decoding_options as _decoding_options
+from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
 from .cli_args import positive_int as _positive_int
 from .writers import WRITERS
 
@@ -126,8 +126,7 @@ def _parser() -> argparse.ArgumentParser:
                    help="inputs decoded together (default: the model's choice for its device and dtype)")
     p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads for PyTorch")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
-                   help="compute precision (default: the model's choice for the device)")
+    add_dtype_argument(p)
     add_decoding_arguments(p)
     stream_cli.add_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")

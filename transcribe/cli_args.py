@@ -86,3 +86,13 @@ def schedule(temps: tuple[float, ...], increment: float) -> tuple[float, ...]:
     while out[-1] + increment <= 1.0 + 1e-6:
         out.append(round(out[-1] + increment, 6))
     return tuple(out)
+
+
+DTYPES = ("float32", "bfloat16", "float16", "int8", "auto")
+
+
+def add_dtype_argument(p) -> None:
+    """--dtype, as the command, the server and batch jobs take it (load_model's dtype)."""
+    p.add_argument("--dtype", choices=DTYPES,
+                   help="compute precision (default: the model's choice for the device, float32 on a CPU; "
+                        "auto: the fastest measured for this CPU, which changes results slightly: README)")

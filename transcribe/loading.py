@@ -35,6 +35,12 @@ class Family:
     def load(self, *args):
         return self._fn("load")(*args)
 
+    def fastest_cpu_dtype(self, kind: str, cpu_family: str) -> Optional[str]:
+        """dtype="auto" on a CPU: the family's fastest precision measured on such a CPU (its module's
+        `fastest_cpu_dtype(kind, cpu_family)`), or None (its default, float32) where it has none."""
+        fn = getattr(importlib.import_module(self.module), "fastest_cpu_dtype", None)
+        return fn(kind, cpu_family) if fn is not None else None
+
 
 # Asked in this order: the first family that recognizes a path loads it.
 FAMILIES = (
@@ -52,20 +58,24 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     device: "cpu", "cuda" or "cuda:N". dtype: None (the family's choice for the device: float32 on
     a CPU; Whisper takes float16 on a GPU, as openai-whisper does; a Q8_0 GGUF file keeps
     its weights int8), "float32", "bfloat16",
-    "float16" or "int8" (linear layers with int8 weights and per-row int8 activations, transcribe/quant.py;
-    every family). threads: PyTorch's CPU threads while this model runs (restored after every call; the
+    "float16", "int8" (linear layers with int8 weights and per-row int8 activations, transcribe/quant.py;
+    every family) or "auto" (on a CPU, the family's fastest precision measured on this kind of CPU,
+    `transcribe.cpu.family()`: bf16 and int8 change results slightly; on a GPU the family's default). threads: PyTorch's CPU threads while this model runs (restored after every call; the
     process's setting is left alone)."""
     import torch
 
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ModelError(f"threads must be a positive integer, got {threads!r}")
-    if isinstance(dtype, str):
+    auto = isinstance(dtype, str) and dtype == "auto"
+    if auto:
+        dtype = None
+    elif isinstance(dtype, str):
         if dtype not in _DTYPES:
-            raise ModelError(f"unknown dtype {dtype!r} (float32, bfloat16, float16, int8)")
+            raise ModelError(f"unknown dtype {dtype!r} (float32, bfloat16, float16, int8, auto)")
         dtype = getattr(torch, _DTYPES[dtype])
     elif dtype is not None and dtype not in (torch.float32, torch.bfloat16, torch.float16, torch.int8):
-        raise ModelError(f"unsupported dtype {dtype!r} (float32, bfloat16, float16, int8)")
+        raise ModelError(f"unsupported dtype {dtype!r} (float32, bfloat16, float16, int8, auto)")
     try:
         dev = torch.device(device)
     except (RuntimeError, TypeError) as e:
@@ -78,6 +88,11 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     for family in FAMILIES:
         kind = family.detect(path)
         if kind is not None:
+            if auto and dev.type == "cpu":
+                from .cpu import family as cpu_family
+
+                fastest = family.fastest_cpu_dtype(kind, cpu_family())
+                dtype = getattr(torch, fastest) if fastest else None
             model = family.load(path, display, dev, dtype, kind)
             model.threads = threads
             return model

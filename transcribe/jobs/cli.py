@@ -23,7 +23,7 @@ FORMATS = ("txt", "json", "srt", "vtt")
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..cli_args import add_decoding_arguments, positive_int as _positive_int
+    from ..cli_args import add_decoding_arguments, add_dtype_argument, positive_int as _positive_int
 
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -62,8 +62,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--vad", dest="detector", default="auto", choices=("auto", "silero", "energy"),
                    help="pause detector for the cuts (default: auto, Silero VAD when installed)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
-                   help="compute precision (default: the model's choice for the device)")
+    add_dtype_argument(p)
     add_decoding_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     return p

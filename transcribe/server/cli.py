@@ -17,7 +17,7 @@ import socket
 import sys
 from typing import Optional
 
-from ..cli_args import positive_int as _positive_int
+from ..cli_args import add_dtype_argument, positive_int as _positive_int
 from ..errors import TranscribeError
 
 PROG = "transcribe serve"
@@ -48,8 +48,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--workers-threads", type=_positive_int, default=None, metavar="N",
                    help="CPU threads the models run on (default: PyTorch's, one per core)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
-    p.add_argument("--dtype", choices=("float32", "bfloat16", "float16", "int8"),
-                   help="compute precision (default: the model's choice for the device)")
+    add_dtype_argument(p)
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")
     return p

@@ -35,6 +35,7 @@ from typing import Optional
 import torch
 from torch import nn
 
+from ..cpu import features
 from ..quant import Int8Linear
 
 
@@ -53,22 +54,11 @@ def _quantize_rows(w: torch.Tensor, block: int = 4096) -> tuple[torch.Tensor, to
 
 
 @functools.lru_cache(maxsize=None)
-def _cpu_flags() -> frozenset:
-    """The CPU's feature flags from /proc/cpuinfo (empty where it cannot be read)."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("flags"):
-                    return frozenset(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return frozenset()
-
-
 def _cpu_has_vnni() -> bool:
     """Whether the CPU multiplies u8 x s8 without the int16 saturation of AVX2's vpmaddubsw
     (AVX512-VNNI or AVX-VNNI); elsewhere fbgemm is asked for 7-bit activations (reduce_range)."""
-    return bool(_cpu_flags() & {"avx512_vnni", "avx_vnni"})
+    f = features()
+    return f["avx512_vnni"] or f["avx_vnni"]
 
 
 @functools.lru_cache(maxsize=None)
@@ -211,7 +201,8 @@ class Int8Embedding(nn.Module):
 def cpu_has_bf16() -> bool:
     """Whether the CPU computes bfloat16 natively (AVX512-BF16 or AMX): attention then runs in
     bfloat16 in the int8 form (2-3x faster there; elsewhere bfloat16 is emulated and slower)."""
-    return bool(_cpu_flags() & {"avx512_bf16", "amx_bf16"})
+    f = features()
+    return f["avx512_bf16"] or f["amx_bf16"]
 
 
 # What the int8 form does besides int8 weights, decided by measurement (benchmarks/README.md; dev
