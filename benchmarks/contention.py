@@ -43,7 +43,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_info, cpu_line, package_commit  # benchmarks/machine.py
+from machine import cpu_line, package_commit, write_result  # benchmarks/machine.py
 from parakeet_rtfx import RESULT_TAG, SAMPLE_RATE, ChildProcess
 
 HERE = Path(__file__).resolve().parent
@@ -269,13 +269,10 @@ def main(argv=None) -> int:
         for name, row in results["batch"].items():
             print(f"| {name} | {row['best_s']:.1f} / {row['median_s']:.1f} | {row['audio_s_per_s_best']} |")
     if args.json:
-        out = dict(started=started, package_commit=package_commit(), **cpu_info(), policies=policies,
-                   loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in os.getloadavg()],
-                   command=" ".join(["python3", "benchmarks/contention.py", *(argv if argv is not None else sys.argv[1:])]),
-                   results=results)
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-        print(f"\nwritten {args.json}")
+        write_result(args.json, dict(started=started, policies=policies,
+                                     loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in os.getloadavg()],
+                                     command=" ".join(["python3", "benchmarks/contention.py", *(argv if argv is not None else sys.argv[1:])]),
+                                     results=results))
     return 0
 
 

@@ -31,7 +31,7 @@ import time
 from pathlib import Path
 
 from contention import Busy  # benchmarks/contention.py
-from machine import cpu_info, cpu_line, package_commit  # benchmarks/machine.py
+from machine import cpu_line, package_commit, write_result  # benchmarks/machine.py
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -105,13 +105,10 @@ def main(argv=None) -> int:
         print(f"| {cond} | {r['nemo fp32']['best_s']:.2f} / {r['nemo fp32']['median_s']:.2f} s | "
               f"{r['q8_0']['best_s']:.2f} / {r['q8_0']['median_s']:.2f} s | {r['ratio_best']:.2f}, {r['ratio_median']:.2f} |")
     if args.json:
-        out = dict(started=started, package_commit=package_commit(), **cpu_info(), threads=args.threads,
-                   model=str(model.relative_to(REPO)) if model.is_relative_to(REPO) else str(model),
-                   loadavg_start=[round(x, 2) for x in load_start], results=results,
-                   command=" ".join(["python3", "benchmarks/load_time.py", *(argv if argv is not None else sys.argv[1:])]))
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=1) + "\n")
-        print(f"\nwritten {args.json}")
+        write_result(args.json, dict(started=started, threads=args.threads,
+                                     model=str(model.relative_to(REPO)) if model.is_relative_to(REPO) else str(model),
+                                     loadavg_start=[round(x, 2) for x in load_start], results=results,
+                                     command=" ".join(["python3", "benchmarks/load_time.py", *(argv if argv is not None else sys.argv[1:])])))
     return 0
 
 

@@ -53,3 +53,14 @@ def package_commit() -> str:
         return head + ("+dirty" if dirty else "")
     except (OSError, subprocess.CalledProcessError):
         return "unknown"
+
+
+def write_result(path, record: dict) -> None:
+    """A benchmark's JSON record at `path` (its folder made), with the CPU (cpu_info) and the package's
+    commit added, and a line saying so."""
+    import json
+
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"package_commit": package_commit(), **cpu_info(), **record}, indent=1) + "\n")
+    print(f"\nwritten {path}")
