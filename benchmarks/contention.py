@@ -114,6 +114,13 @@ class Busy:
         self.p.wait()
 
 
+def condition(name: str):
+    """The machine's state for a measurement: "busy" (one Busy process beside it) or "quiet"."""
+    import contextlib
+
+    return Busy() if name == "busy" else contextlib.nullcontext()
+
+
 def stats(times: list[float]) -> dict:
     return {"best_s": round(min(times), 3), "median_s": round(statistics.median(times), 3),
             "times_s": [round(t, 3) for t in times]}
@@ -139,10 +146,7 @@ def part_single(args, policies: list[str]) -> dict:
         out = {}
         for cond in ("quiet", "busy"):
             times = {v: [] for v in variants}
-            ctx = Busy() if cond == "busy" else None
-            if ctx:
-                ctx.__enter__()
-            try:
+            with condition(cond):
                 for k in range(args.rounds):
                     order = variants[k % len(variants):] + variants[:k % len(variants)]
                     for v in order:
@@ -150,9 +154,6 @@ def part_single(args, policies: list[str]) -> dict:
                     print(f"    single {cond} round {k + 1}: " + ", ".join(f"{p} x{t} {times[(p, t)][-1]:.2f} s"
                                                                         for p, t in variants)
                           + f" (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
-            finally:
-                if ctx:
-                    ctx.__exit__(None, None, None)
             out[cond] = {f"{p} x{t}": stats(times[(p, t)]) for p, t in variants}
         for kid in kids.values():
             kid.finish()

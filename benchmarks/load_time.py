@@ -30,7 +30,7 @@ import sys
 import time
 from pathlib import Path
 
-from contention import Busy  # benchmarks/contention.py
+from contention import condition  # benchmarks/contention.py
 from machine import cpu_line, package_commit, write_result  # benchmarks/machine.py
 
 HERE = Path(__file__).resolve().parent
@@ -81,18 +81,12 @@ def main(argv=None) -> int:
     results = {}
     for cond in [c.strip() for c in args.conditions.split(",") if c.strip()]:
         times = {name: [] for name in variants}
-        busy = Busy() if cond == "busy" else None
-        if busy:
-            busy.__enter__()
-        try:
+        with condition(cond):
             for k in range(args.rounds):
                 for name in (list(variants)[k % 2:] + list(variants)[:k % 2]):
                     times[name].append(load_once(*variants[name], args.threads))
                 print(f"    {cond} round {k + 1}: " + ", ".join(f"{n} {t[-1]:.2f} s" for n, t in times.items())
                       + f" (load {os.getloadavg()[0]:.2f})", file=sys.stderr, flush=True)
-        finally:
-            if busy:
-                busy.__exit__(None, None, None)
         results[cond] = {n: {"best_s": round(min(t), 2), "median_s": round(statistics.median(t), 2),
                              "times_s": [round(x, 2) for x in t]} for n, t in times.items()}
         r = results[cond]
