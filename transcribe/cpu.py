@@ -27,25 +27,25 @@ __all__ = ["cpu_model", "cpu_flags", "features", "family", "describe", "FLAG_NAM
 # The flags that decide the speed of the precisions, as /proc/cpuinfo names them.
 FLAG_NAMES = ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx_vnni", "avx512f", "avx2")
 
-# oneDNN's ISA names (ONEDNN_MAX_CPU_ISA), lowest first, and the flags each one may use.
-_ONEDNN_ISA = [
-    ("SSE41", set()),
-    ("AVX", set()),
-    ("AVX2", {"avx2"}),
-    ("AVX2_VNNI", {"avx2", "avx_vnni"}),
-    ("AVX2_VNNI_2", {"avx2", "avx_vnni"}),
-    ("AVX512_CORE", {"avx2", "avx512f"}),
-    ("AVX512_CORE_VNNI", {"avx2", "avx512f", "avx512_vnni", "avx_vnni"}),
-    ("AVX512_CORE_BF16", {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"}),
-    ("AVX10_1_512", {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"}),
-    ("AVX512_CORE_FP16", {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"}),
-    ("AVX10_1_512_AMX", set(FLAG_NAMES)),
-    ("AVX512_CORE_AMX", set(FLAG_NAMES)),
-    ("AVX10_1_512_AMX_FP16", set(FLAG_NAMES)),
-    ("AVX512_CORE_AMX_FP16", set(FLAG_NAMES)),
-    ("AVX10_2_512", set(FLAG_NAMES)),
-    ("AVX10_2_512_AMX_2", set(FLAG_NAMES)),
-]
+# oneDNN's ISA names (ONEDNN_MAX_CPU_ISA) and the flags each one may use.
+_ONEDNN_ISA = {
+    "SSE41": set(),
+    "AVX": set(),
+    "AVX2": {"avx2"},
+    "AVX2_VNNI": {"avx2", "avx_vnni"},
+    "AVX2_VNNI_2": {"avx2", "avx_vnni"},
+    "AVX512_CORE": {"avx2", "avx512f"},
+    "AVX512_CORE_VNNI": {"avx2", "avx512f", "avx512_vnni", "avx_vnni"},
+    "AVX512_CORE_BF16": {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"},
+    "AVX10_1_512": {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"},
+    "AVX512_CORE_FP16": {"avx2", "avx512f", "avx512_vnni", "avx_vnni", "avx512_bf16"},
+    "AVX10_1_512_AMX": set(FLAG_NAMES),
+    "AVX512_CORE_AMX": set(FLAG_NAMES),
+    "AVX10_1_512_AMX_FP16": set(FLAG_NAMES),
+    "AVX512_CORE_AMX_FP16": set(FLAG_NAMES),
+    "AVX10_2_512": set(FLAG_NAMES),
+    "AVX10_2_512_AMX_2": set(FLAG_NAMES),
+}
 
 
 @functools.lru_cache(maxsize=None)
@@ -81,7 +81,7 @@ def features(environ=None) -> dict[str, bool]:
     env = os.environ if environ is None else environ
     have = {name: name in cpu_flags() for name in FLAG_NAMES}
     isa = env.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
-    allowed = dict(_ONEDNN_ISA).get(isa)
+    allowed = _ONEDNN_ISA.get(isa)
     if allowed is not None:
         for name in ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx_vnni"):
             have[name] = have[name] and name in allowed

@@ -35,11 +35,10 @@ class Family:
     def load(self, *args):
         return self._fn("load")(*args)
 
-    def fastest_cpu_dtype(self, kind: str, cpu_family: str) -> Optional[str]:
+    def fastest_cpu_dtype(self, cpu_family: str) -> Optional[str]:
         """dtype="auto" on a CPU: the family's fastest precision measured on such a CPU (its module's
-        `fastest_cpu_dtype(kind, cpu_family)`), or None (its default, float32) where it has none."""
-        fn = getattr(importlib.import_module(self.module), "fastest_cpu_dtype", None)
-        return fn(kind, cpu_family) if fn is not None else None
+        table FASTEST_CPU_DTYPE, by `transcribe.cpu.family()`), or None (its default, float32)."""
+        return getattr(importlib.import_module(self.module), "FASTEST_CPU_DTYPE", {}).get(cpu_family)
 
 
 # Asked in this order: the first family that recognizes a path loads it.
@@ -60,8 +59,9 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     its weights int8), "float32", "bfloat16",
     "float16", "int8" (linear layers with int8 weights and per-row int8 activations, transcribe/quant.py;
     every family) or "auto" (on a CPU, the family's fastest precision measured on this kind of CPU,
-    `transcribe.cpu.family()`: bf16 and int8 change results slightly; on a GPU the family's default). threads: PyTorch's CPU threads while this model runs (restored after every call; the
-    process's setting is left alone)."""
+    `transcribe.cpu.family()`: bf16 and int8 change results slightly; on a GPU the family's default).
+    threads: PyTorch's CPU threads while this model runs (restored after every call; the process's
+    setting is left alone)."""
     import torch
 
     if threads is not None:
@@ -91,7 +91,7 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
             if auto and dev.type == "cpu":
                 from .cpu import family as cpu_family
 
-                fastest = family.fastest_cpu_dtype(kind, cpu_family())
+                fastest = family.fastest_cpu_dtype(cpu_family())
                 dtype = getattr(torch, fastest) if fastest else None
             model = family.load(path, display, dev, dtype, kind)
             model.threads = threads

@@ -17,6 +17,7 @@ an option (`load_model(..., dtype="int8")`), never a default.
 """
 from __future__ import annotations
 
+import functools
 from typing import Callable, Optional
 
 import torch
@@ -27,21 +28,17 @@ from torch import nn
 _CUDA_MIN_ROWS = 17
 
 
-_EXACT_PROBE: list = []
-
-
+@functools.lru_cache(maxsize=None)
 def int_mm_is_exact() -> bool:
     """Whether `torch._int_mm` on this CPU gives the exact int32 products of full-range int8 (a probe of
     the saturating case, once per process: rows of 127 against columns of 127 and of -127)."""
-    if not _EXACT_PROBE:
-        ok = True
-        for m in (1, 17, 64):
-            a = torch.full((m, 64), 127, dtype=torch.int8)
-            for v in (127, -127):
-                b = torch.full((64, 32), v, dtype=torch.int8)
-                ok = ok and bool((torch._int_mm(a, b) == 64 * 127 * v).all())
-        _EXACT_PROBE.append(ok)
-    return _EXACT_PROBE[0]
+    for m in (1, 17, 64):
+        a = torch.full((m, 64), 127, dtype=torch.int8)
+        for v in (127, -127):
+            b = torch.full((64, 32), v, dtype=torch.int8)
+            if not bool((torch._int_mm(a, b) == 64 * 127 * v).all()):
+                return False
+    return True
 
 
 def split_int8(b: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

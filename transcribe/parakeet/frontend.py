@@ -157,11 +157,10 @@ class NemoMelFrontEnd(nn.Module):
             return cached[1]
         w = fb.detach().reshape(fb.shape[-2], fb.shape[-1]).float().cpu()
         nz = w != 0
-        any_nz = nz.any(dim=1)
         cols = torch.arange(w.shape[1])
         lo = torch.where(nz, cols, w.shape[1]).amin(dim=1)
         hi = torch.where(nz, cols + 1, 0).amax(dim=1)
-        width = torch.where(any_nz, hi - lo, 0)
+        width = (hi - lo).clamp_min(0)  # a band without a non-zero weight: hi 0, lo n_freq
         wmax = max(int(width.max()), 1)
         i = torch.arange(wmax)[:, None]
         inside = i < width[None, :]

@@ -14,15 +14,11 @@ def detect(path: Path) -> Optional[str]:
     return detect_format(path)
 
 
-# dtype="auto" on a CPU (transcribe.cpu.family): the fastest precision measured for tiny.en, 60 s, greedy, 2
-# threads (benchmarks/README.md, "Precision per CPU"; speed against float32): AMX int8 about 2x; AVX512-BF16 int8
-# 1.83x; AVX-512 without BF16/VNNI int8 2.01x; AVX2 int8 1.90x.
+# dtype="auto" on a CPU (loading.Family.fastest_cpu_dtype, by transcribe.cpu.family): the fastest precision
+# measured for tiny.en, 60 s, greedy, 2 threads (benchmarks/README.md, "Precision per CPU"; speed against
+# float32): AMX int8 2.01x (1 thread); AVX512-BF16 int8 1.83x; AVX-512 without BF16/VNNI int8 2.01x; AVX2 int8 1.90x.
 FASTEST_CPU_DTYPE = {"amx": "int8", "avx512_bf16": "int8", "avx512": "int8", "avx2": "int8"}
 
-
-def fastest_cpu_dtype(kind: str, cpu_family: str) -> Optional[str]:
-    """dtype="auto" on a CPU of `cpu_family` (see FASTEST_CPU_DTYPE); None (float32) where none was measured."""
-    return FASTEST_CPU_DTYPE.get(cpu_family)
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
