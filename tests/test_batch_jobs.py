@@ -53,12 +53,13 @@ def test_inputs_from_directories_globs_files_and_manifests(tmp_path):
     items = jin.collect([str(tmp_path / "a"), str(tmp_path / "b.wav"), str(tmp_path / "c" / "*.wav")])
     assert [it.id for it in items] == ["deep/y", "x", "b", "x-2"]  # the directory's relative paths; clashes numbered
     assert all(it.path.endswith((".wav", ".flac")) for it in items)  # notes.txt is not audio
+    assert all(it.manifest is None for it in items)  # no manifest: nothing carried
 
     man = tmp_path / "m.jsonl"
     man.write_text('{"audio": "b.wav", "id": "first", "speaker": "s1", "duration": 9}\n\n'
                    '{"audio": "a/x.wav", "lang": "en"}\n')
     items = jin.collect([], str(man))
-    assert [(it.id, it.audio, it.extra) for it in items] == [("first", "b.wav", {"speaker": "s1", "manifest_duration": 9}),
+    assert [(it.id, it.audio, it.manifest) for it in items] == [("first", "b.wav", {"speaker": "s1", "duration": 9}),
                                                              ("x", "a/x.wav", {"lang": "en"})]
     assert items[0].path == str(tmp_path / "b.wav")  # relative to the manifest's folder
 
@@ -302,7 +303,7 @@ def test_resume_after_kill_9_gives_every_result_once(tmp_path):
     assert len(ids) == len(set(ids)) == 60
     assert all(d["status"] == "ok" for d in lines)
     assert all(d in lines for d in kept)  # not run again
-    assert {d["k"] for d in lines} == {0, 1, 2}  # the manifest's fields carried
+    assert {d["manifest"]["k"] for d in lines} == {0, 1, 2}  # the manifest's fields carried
     for d in lines:
         for o in d["outputs"]:
             text = (out / o).read_text()
@@ -400,3 +401,18 @@ def test_a_single_file_gets_one_worker_with_every_core(tmp_path, monkeypatch):
     monkeypatch.setattr(runner, "cores", lambda: 2)
     s = transcribe.batch([str(JFK)], str(tmp_path / "o"), model=str(TINY))
     assert (s.ok, s.workers, s.threads) == (1, 1, 2)  # not a second process for nothing
+
+
+def test_manifest_fields_are_carried_under_manifest(tmp_path):
+    """A manifest's reference `text` (or any field) never sits beside the transcript's fields."""
+    man = tmp_path / "m.jsonl"
+    man.write_text(json.dumps({"audio": str(JFK), "id": "j", "text": "the reference", "duration": 99,
+                               "speaker": "jfk"}) + "\n")
+    out = tmp_path / "out"
+    s = transcribe.batch([str(JFK)], str(out), manifest=str(man), model=str(TINY), workers=1)
+    assert s.ok == 2
+    lines = {d["id"]: d for d in _lines(out)}
+    assert lines["j"]["manifest"] == {"text": "the reference", "duration": 99, "speaker": "jfk"}
+    assert "text" not in lines["j"] and "speaker" not in lines["j"]
+    assert lines["j"]["duration"] == pytest.approx(11.0, abs=0.01)  # the audio's, not the manifest's
+    assert "manifest" not in lines["jfk"]  # an input given by name has no manifest

@@ -9,8 +9,8 @@ Every input becomes an `Item` with a stable `id`, which names its output files (
 - a glob (`*`, `?`, `[`, `**` recursive): each match as if given by name;
 - a manifest line (`{"audio": path, "id": ...}`): its `id`, else as a file given by name; a
   relative `audio` is relative to the manifest's folder; the line's other fields are carried to the
-  input's line in `results.jsonl` (one named like a field of that line, `duration` say, as
-  `manifest_duration`).
+  input's line in `results.jsonl` under `manifest` (a reference `text` never sits beside the
+  transcript's fields).
 
 Two inputs with the same derived id get `-2`, `-3`, ...; two manifest lines with the same `id` are
 an error. An argument that names nothing (no such file, a glob without matches, a directory without
@@ -22,7 +22,7 @@ from __future__ import annotations
 import glob
 import json
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Optional
 
@@ -32,9 +32,6 @@ AUDIO_EXTENSIONS = frozenset({
     ".wav", ".wave", ".flac", ".mp3", ".m4a", ".mp4", ".aac", ".ogg", ".oga", ".opus", ".webm", ".mkv",
     ".mka", ".mov", ".wma", ".aif", ".aiff", ".aifc", ".caf", ".amr", ".3gp", ".ac3", ".au", ".snd", ".w64",
 })
-
-
-RESULT_FIELDS = ("status", "error", "duration", "seconds", "outputs")
 
 
 class JobError(TranscribeError):
@@ -47,13 +44,13 @@ class Item:
     id: str                          # stable name: output files and results.jsonl
     audio: str                       # as given (the manifest's value, or the path as found)
     path: str                        # what is opened
-    extra: dict = field(default_factory=dict)  # a manifest line's other fields
+    manifest: Optional[dict] = None  # a manifest line's other fields; None for an input not from a manifest
     duration: Optional[float] = None  # seconds, from the container's header; None when unknown
 
 
 def collect(inputs: Iterable[str] = (), manifest: Optional[str] = None) -> list[Item]:
     """The job's inputs, in the order given (directories and globs sorted)."""
-    found: list[tuple[str, str, str, dict, bool]] = []  # (audio, path, id, extra, id given)
+    found: list[tuple[str, str, str, Optional[dict], bool]] = []  # (audio, path, id, manifest fields, id given)
     for arg in inputs:
         arg = os.fspath(arg)
         p = Path(arg)
@@ -63,9 +60,9 @@ def collect(inputs: Iterable[str] = (), manifest: Optional[str] = None) -> list[
                 raise JobError(f"{arg}: no audio files in this directory ({', '.join(sorted(AUDIO_EXTENSIONS)[:6])}, ...)")
             for f in files:
                 rel = f.relative_to(p).with_suffix("")
-                found.append((str(f), str(f), rel.as_posix(), {}, False))
+                found.append((str(f), str(f), rel.as_posix(), None, False))
         elif p.is_file():
-            found.append((arg, arg, p.stem or "audio", {}, False))
+            found.append((arg, arg, p.stem or "audio", None, False))
         elif glob.has_magic(arg):
             matches = sorted(glob.glob(arg, recursive=True))
             files = []
@@ -77,7 +74,7 @@ def collect(inputs: Iterable[str] = (), manifest: Optional[str] = None) -> list[
                     files.append(m)
             if not files:
                 raise JobError(f"{arg}: no file matches")
-            found += [(f, f, Path(f).stem or "audio", {}, False) for f in files]
+            found += [(f, f, Path(f).stem or "audio", None, False) for f in files]
         else:
             raise JobError(f"{arg}: no such file or directory")
     if manifest is not None:
@@ -87,7 +84,7 @@ def collect(inputs: Iterable[str] = (), manifest: Optional[str] = None) -> list[
     return _with_ids(found)
 
 
-def _read_manifest(path: str) -> list[tuple[str, str, str, dict, bool]]:
+def _read_manifest(path: str) -> list[tuple[str, str, str, Optional[dict], bool]]:
     try:
         with open(path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -109,8 +106,7 @@ def _read_manifest(path: str) -> list[tuple[str, str, str, dict, bool]]:
         audio = d.get("audio")
         if not isinstance(audio, str) or not audio:
             raise JobError(f'{path}:{n}: needs "audio": a path (a string)')
-        # The line's other fields are carried; one named as a field of results.jsonl is carried as manifest_<name>.
-        extra = {(f"manifest_{k}" if k in RESULT_FIELDS else k): v for k, v in d.items() if k not in ("audio", "id")}
+        carried = {k: v for k, v in d.items() if k not in ("audio", "id")}  # results.jsonl's "manifest"
         resolved = audio if os.path.isabs(audio) else str(base / audio)
         if "id" in d:
             ident = d["id"]
@@ -119,9 +115,9 @@ def _read_manifest(path: str) -> list[tuple[str, str, str, dict, bool]]:
             problem = _unsafe_id(str(ident))
             if problem:
                 raise JobError(f'{path}:{n}: id {ident!r} {problem}')
-            out.append((audio, resolved, str(ident), extra, True))
+            out.append((audio, resolved, str(ident), carried, True))
         else:
-            out.append((audio, resolved, Path(audio).stem or "audio", extra, False))
+            out.append((audio, resolved, Path(audio).stem or "audio", carried, False))
     if not out:
         raise JobError(f"{path}: the manifest has no lines")
     return out
@@ -146,7 +142,7 @@ def _with_ids(found) -> list[Item]:
         raise JobError(f"the manifest gives the same id to several lines: {', '.join(dup[:5])}")
     used = set(given)
     items = []
-    for index, (audio, path, ident, extra, is_given) in enumerate(found):
+    for index, (audio, path, ident, carried, is_given) in enumerate(found):
         if not is_given:
             base, k = ident, 1
             while ident in used:
@@ -155,7 +151,7 @@ def _with_ids(found) -> list[Item]:
             if _unsafe_id(ident):
                 ident = f"input-{index + 1}"
         used.add(ident)
-        items.append(Item(index, ident, audio, path, extra))
+        items.append(Item(index, ident, audio, path, carried))
     return items
 
 

@@ -187,7 +187,7 @@ def _drive(events, todo: list[Item], outputs: Outputs, results: Results, summary
         drop_scratch(out_dir, index)
         if duration is None:
             duration = item.duration
-        line = {"id": item.id, "audio": item.audio, **item.extra,
+        line = {"id": item.id, "audio": item.audio, **({} if item.manifest is None else {"manifest": item.manifest}),
                 "status": "ok" if error is None else "error", "error": error,
                 "duration": None if duration is None else round(duration, 3),
                 "seconds": round(seconds or 0.0, 3), "outputs": written}
