@@ -416,3 +416,21 @@ def test_manifest_fields_are_carried_under_manifest(tmp_path):
     assert "text" not in lines["j"] and "speaker" not in lines["j"]
     assert lines["j"]["duration"] == pytest.approx(11.0, abs=0.01)  # the audio's, not the manifest's
     assert "manifest" not in lines["jfk"]  # an input given by name has no manifest
+
+
+@pytest.mark.parametrize("argv, inputs, ray", [
+    (["--ray", "in/", "-o", "out"], ["in/"], "local"),
+    (["a.wav", "--ray", "b.wav", "-o", "out"], ["a.wav", "b.wav"], "local"),
+    (["--ray", "b.wav", "a.wav", "-o", "out"], ["b.wav", "a.wav"], "local"),
+    (["a.wav", "-o", "out", "--ray"], ["a.wav"], "local"),
+    (["a.wav", "--ray", "auto", "-o", "out"], ["a.wav"], "auto"),
+    (["--ray", "head-1.example:6379", "a.wav", "-o", "out"], ["a.wav"], "head-1.example:6379"),
+    (["--ray", "ray://10.0.0.2:10001", "a.wav", "-o", "out"], ["a.wav"], "ray://10.0.0.2:10001"),
+    (["--ray=[::1]:6379", "a.wav", "-o", "out"], ["a.wav"], "[::1]:6379"),
+    (["a.wav", "-o", "out"], ["a.wav"], None),
+])
+def test_ray_takes_an_address_only_when_it_is_one(argv, inputs, ray):
+    from transcribe.jobs.cli import parse
+
+    args = parse(argv)
+    assert (args.inputs, args.ray, args.output_dir) == (inputs, ray, "out")

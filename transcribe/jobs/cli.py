@@ -12,6 +12,7 @@ folder in the way); 1 an internal error; 130 interrupted (finished inputs are ke
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from typing import Optional
 
@@ -50,7 +51,8 @@ def _parser() -> argparse.ArgumentParser:
                    help="PyTorch threads per worker (default: cores / workers; workers x threads <= cores)")
     p.add_argument("--ray", nargs="?", const="local", metavar="ADDRESS",
                    help="run on Ray Data: alone, a Ray instance on this machine; with an address (auto, "
-                        "host:6379, ray://head:10001), a running cluster (needs transcribe[ray])")
+                        "host:6379, ray://head:10001), a running cluster (needs transcribe[ray]); a value that "
+                        "is no address is an input")
     p.add_argument("--resume", action="store_true",
                    help="go on with the job in DIR: skip inputs already ok in results.jsonl, retry the failed")
     p.add_argument("--overwrite", action="store_true", help="replace output files already in DIR")
@@ -73,7 +75,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     parser = _parser()
     try:
-        args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+        args = parse(sys.argv[1:] if argv is None else argv, parser)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     formats = list(FORMATS) if args.format == "all" else [f.strip() for f in args.format.split(",") if f.strip()]
@@ -130,6 +132,45 @@ def main(argv: Optional[list[str]] = None) -> int:
               f"{s.results}",
               file=sys.stderr)
     return EXIT_SOME_FAILED if s.failed else 0
+
+
+# What `--ray VALUE` takes as a Ray address: auto, local, ray://..., host:port ([v6]:port).
+_RAY_ADDRESS = re.compile(r"(auto|local|ray://\S+|(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9]([A-Za-z0-9.-]*[A-Za-z0-9])?):[0-9]{1,5})")
+
+
+def parse(argv: list[str], parser: Optional[argparse.ArgumentParser] = None) -> argparse.Namespace:
+    """The command's arguments. `--ray` takes an optional address, so argparse gives it the input that
+    follows (`--ray archive/ -o out`): a value that is not an address is put back among the inputs,
+    where it stood, and Ray runs on this machine."""
+    args = (parser or _parser()).parse_args(argv)
+    if args.ray is not None and not _RAY_ADDRESS.fullmatch(args.ray):
+        value, before = args.ray, 0
+        for k, tok in enumerate(argv):  # the inputs given before it stay before it
+            opt, eq, attached = tok.partition("=")
+            if eq and attached == value and _is_ray_option(opt):
+                start = k  # --ray=VALUE
+            elif tok == value and k > 0 and _is_ray_option(argv[k - 1]):
+                start = k - 1  # --ray VALUE
+            else:
+                continue
+            before = _count_in_order(args.inputs, argv[:start])
+            break
+        args.inputs.insert(before, value)
+        args.ray = "local"
+    return args
+
+
+def _is_ray_option(tok: str) -> bool:
+    return len(tok) >= 4 and "--ray".startswith(tok)  # argparse takes --ra for --ray
+
+
+def _count_in_order(inputs: list[str], tokens: list[str]) -> int:
+    """How many of `inputs` (in order) are among `tokens`."""
+    n = 0
+    for tok in tokens:
+        if n < len(inputs) and tok == inputs[n]:
+            n += 1
+    return n
 
 
 def _one_line(s: str) -> str:
