@@ -434,3 +434,17 @@ def test_ray_takes_an_address_only_when_it_is_one(argv, inputs, ray):
 
     args = parse(argv)
     assert (args.inputs, args.ray, args.output_dir) == (inputs, ray, "out")
+
+
+def test_ray_followed_by_an_input_runs_it_without_ray_log_lines(tmp_path):
+    """`transcribe batch --ray INPUT -o out`: INPUT is the input, Ray runs here (one actor: no more
+    than the inputs), and nothing of Ray's own logging reaches stderr: only the summary line."""
+    pytest.importorskip("ray", reason="needs Ray: pip install 'transcribe[ray]'")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
+    r = _cli("--ray", JFK, "-o", out, "--model", TINY, env=env)
+    assert r.returncode == 0, r.stderr
+    assert [d["status"] for d in _lines(out)] == ["ok"]
+    assert "logging.cc" not in r.stderr and "Set ray log level" not in r.stderr and ".cc:" not in r.stderr
+    assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("transcribe batch: 1 ok"), r.stderr
+    assert "1 Ray actor x" in r.stderr

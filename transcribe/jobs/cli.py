@@ -97,10 +97,6 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     from .runner import batch
 
-    if args.ray:  # Ray's core logs notes of its own on stderr (a program of our own: its environment is ours)
-        import os
-
-        os.environ.setdefault("RAY_BACKEND_LOG_LEVEL", "fatal")
     progress = not args.quiet and _isatty(sys.stderr)
     try:
         s = batch(args.inputs, args.output_dir, manifest=args.manifest, model=args.model, formats=formats,
@@ -126,7 +122,7 @@ def main(argv: Optional[list[str]] = None) -> int:
         for ident, why in s.errors:
             print(f"{PROG}: error: {ident}: {why}", file=sys.stderr)
     if not args.quiet:
-        where = f"{s.workers} Ray actors" if s.mode == "ray" else f"{s.workers} worker{'s' * (s.workers > 1)}"
+        where = f"{s.workers} {'Ray actor' if s.mode == 'ray' else 'worker'}{'s' * (s.workers > 1)}"
         print(f"{PROG}: {s.ok} ok, {s.failed} failed, {s.skipped} already done; {s.audio_s / 3600:.2f} h of audio "
               f"in {s.wall_s:.1f} s ({s.speed:.1f}x real time, {where} x {s.threads} thread{'s' * (s.threads > 1)}); "
               f"{s.results}",

@@ -21,6 +21,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import sys
+import tempfile
 from typing import Optional
 
 import numpy as np
@@ -114,9 +117,9 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             if address == "local":
                 from .local import cores
 
-                ray.init(num_cpus=cores(), **kw)
+                _init_quietly(ray, num_cpus=cores(), **kw)
             else:
-                ray.init(address=address, **kw)
+                _init_quietly(ray, address=address, **kw)
         except Exception as e:  # noqa: BLE001 - no cluster there, a bad address
             raise JobError(f"cannot start or join Ray at {address!r}: {reason(e)}") from None
         started = True
@@ -130,15 +133,16 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
     try:
         res = ray.cluster_resources()
         cpus, gpus = int(res.get("CPU", 1)), int(res.get("GPU", 0))
+        # By default never more actors than inputs (Ray Data warns on stderr of actors without work).
         if options.device != "cpu":
             if gpus < 1:
                 raise JobError(f"--device {options.device}: the Ray cluster has no GPU")
             threads = threads or 1
-            actors = workers or gpus
+            actors = workers or max(1, min(gpus, len(todo)))
             per_actor = {"num_gpus": 1, "num_cpus": threads}
         else:
             threads = threads or (max(1, cpus // workers) if workers else 1)
-            actors = workers or max(1, cpus // threads)  # one thread an actor, as local workers
+            actors = workers or max(1, min(cpus // threads, len(todo)))  # one thread an actor, as local workers
             per_actor = {"num_cpus": threads}
         largest = max((n.get("Resources", {}).get("CPU", 0) for n in ray.nodes() if n.get("Alive")), default=0)
         if per_actor["num_cpus"] > largest:  # such an actor would wait for a node forever
@@ -151,8 +155,9 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
         ds = ray.data.from_items([{"index": it.index, "path": it.path, "probed": -1.0 if it.duration is None
                                   else it.duration} for it in order],
                                  override_num_blocks=len(order))  # a block an input: batches form freely
+        tasks = min(len(order), max(2, actors))  # more tasks than inputs: Ray Data warns on stderr
         ds = ds.flat_map(_prepare, fn_kwargs={"piece_s": piece_s, "detector": options.detector},
-                         num_cpus=0, compute=ray.data.TaskPoolStrategy(size=max(2, actors)))
+                         num_cpus=0, compute=ray.data.TaskPoolStrategy(size=tasks))
         # One batch in flight per actor: a batch queued behind a busy actor would wait while another idles.
         pool = ray.data.ActorPoolStrategy(size=actors, max_tasks_in_flight_per_actor=1)
 
@@ -184,6 +189,49 @@ def ray_events(todo: list[Item], options: Options, address: str, workers: Option
             _end(ray, started, ctx, bars, quiet)
 
     return events(), actors, threads
+
+
+BACKEND_LOG_LEVEL = "RAY_BACKEND_LOG_LEVEL"
+_LEVEL_NOTE = b"Set ray log level from environment variable " + BACKEND_LOG_LEVEL.encode()
+
+
+def _init_quietly(ray, **kw) -> None:
+    """`ray.init(**kw)` without Ray's own log lines on stderr. Ray's core in this process writes its
+    errors there (one for every actor Ray Data starts: its arguments are in the object store and it may
+    restart) unless RAY_BACKEND_LOG_LEVEL raises the bar, and it says that it read that variable, on
+    stderr too, as it starts. So, unless the variable is set already (then it is the user's, and so is
+    what Ray says): it is set to `fatal` while Ray starts (the Ray processes started here keep it), and
+    what reached stderr meanwhile is written back without that one line."""
+    if BACKEND_LOG_LEVEL in os.environ:
+        ray.init(**kw)
+        return
+    os.environ[BACKEND_LOG_LEVEL] = "fatal"
+    try:
+        sys.stderr.flush()
+        saved = os.dup(2)
+    except (OSError, ValueError, AttributeError):  # no stderr to take lines from
+        saved = None
+    try:
+        if saved is None:
+            ray.init(**kw)
+            return
+        with tempfile.TemporaryFile() as caught:
+            os.dup2(caught.fileno(), 2)
+            try:
+                ray.init(**kw)
+            finally:
+                try:
+                    sys.stderr.flush()
+                except (OSError, ValueError):
+                    pass
+                os.dup2(saved, 2)
+                os.close(saved)
+                caught.seek(0)
+                said = b"".join(line for line in caught.read().splitlines(keepends=True) if _LEVEL_NOTE not in line)
+                if said:
+                    os.write(2, said)
+    finally:
+        os.environ.pop(BACKEND_LOG_LEVEL, None)
 
 
 def _end(ray, started: bool, ctx, bars, quiet) -> None:
