@@ -10,7 +10,7 @@ import soundfile as sf
 
 import transcribe
 from transcribe import cli
-from transcribe.errors import ModelError, TranscribeError
+from transcribe.errors import ModelError, OptionsNotTaken, TranscribeError
 from transcribe.results import Segment, Transcript, Word
 
 SR = 16000
@@ -27,6 +27,11 @@ class FakeModel:
         self.calls = []
         self.refuse_len = None  # raise TranscribeError for an input of this many samples
         self.crash = False
+
+    def check_options(self, **options):
+        refused = set(options) - {"head"}
+        if refused:
+            raise OptionsNotTaken(self.name, "Parakeet", refused)
 
     def transcribe(self, audios, batch_size=8, timestamps=True, head=None):
         self.calls.append({"n": len(audios), "batch_size": batch_size, "timestamps": timestamps, "head": head})
@@ -259,6 +264,30 @@ def test_no_progress_when_stderr_is_not_a_tty(fake, wavs, capsys):
     assert code == 0 and err == ""
 
 
+def test_missing_inputs_are_told_before_the_model_loads(fake, wavs, capsys):
+    """A missing input is named at once, before the model loads (minutes for a large one); when every
+    input is missing, nothing is loaded at all. The inputs that are there are still transcribed."""
+    code, out, err = run(capsys, wavs / "nope.wav", "-m", "m")
+    assert code == 2 and out == "" and err == f"transcribe: error: {wavs / 'nope.wav'}: no such file\n"
+    assert fake.load_kwargs is None
+    code, out, err = run(capsys, wavs / "nope.wav", wavs / "one.wav", "-m", "m")
+    assert code == 2 and out == "heard 1.00 seconds\n"
+    assert err == f"transcribe: error: {wavs / 'nope.wav'}: no such file\n"
+
+
+def test_an_unknown_model_name_is_told_before_pytorch_loads():
+    """`--model nope` is refused from its name alone: PyTorch is never imported for it."""
+    import subprocess
+
+    code = ("import sys, transcribe\n"
+            "try:\n    transcribe.load_model('nope')\nexcept transcribe.ModelError as e:\n    print(e)\n"
+            "print('torch' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    message, imported = out.stdout.strip().splitlines()
+    assert message.startswith("unknown model 'nope'") and imported == "False"
+
+
 class _Tty(io.StringIO):
     def isatty(self):
         return True
@@ -267,7 +296,7 @@ class _Tty(io.StringIO):
 def test_progress_display(fake, wavs, capsys, monkeypatch):
     tty = _Tty()
     monkeypatch.setattr(sys, "stderr", tty)
-    code = cli.main([str(wavs / "one.wav"), str(wavs / "missing.wav"), "-m", "m", "--batch-size", "1"])
+    code = cli.main([str(wavs / "one.wav"), str(wavs / "notes.wav"), "-m", "m", "--batch-size", "1"])
     shown = tty.getvalue()
     assert code == 2
     assert "2/2 files" in shown and "[" + "#" * cli._Progress.WIDTH + "]" in shown
@@ -345,15 +374,15 @@ def test_unwritable_output_dir_is_refused_before_any_work(fake, wavs, tmp_path, 
 
 
 @pytest.mark.parametrize("argv, named", [
-    (["--patience", "2"], "--patience applies"),
-    (["--language", "de", "--temperature", "0.2"], "--language, --temperature apply"),
-    (["--temperature-increment", "0.1"], "--temperature-increment applies"),
-    (["--batched"], "--batched applies"),
+    (["--patience", "2"], "--patience"),
+    (["--language", "de", "--temperature", "0.2"], "--language or --temperature"),
+    (["--temperature-increment", "0.1"], "--temperature"),  # the fallback schedule's step: Whisper's temperature
+    (["--batched"], "--batched"),
 ])
 def test_whisper_options_with_a_parakeet_model_are_one_usage_error(fake, wavs, capsys, argv, named):
     code, out, err = run(capsys, wavs / "one.wav", wavs / "notes.wav", "-m", "m", *argv)
     assert code == 2 and out == ""
-    assert err.splitlines() == [f"transcribe: error: {named} to Whisper models only; fake-model is a Parakeet model"]
+    assert err.splitlines() == [f"transcribe: error: fake-model is a Parakeet model and does not take {named}"]
     assert fake.calls == []  # no audio decoded or transcribed
 
 

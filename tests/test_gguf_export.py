@@ -93,16 +93,33 @@ def test_transcribe_cpp_equals_upstream(model, qtype, tmp_path):
 
 
 def test_cli_subprocess_writes_the_upstream_file(tmp_path):
-    """Run from shared/models with the relative model path, as upstream was (general.name is that path)."""
+    """Upstream's converter ran from shared/models and stored the model path as typed as general.name;
+    ours stores the model's name, so the upstream file is reproduced by giving that name."""
     out = tmp_path / "ctc.gguf"
     env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
     r = subprocess.run([sys.executable, "-m", "transcribe", "convert", "parakeet-tiny/tiny-ctc-fit.nemo", str(out),
-                        "--schema", "parakeet.cpp", "--type", "q8_0"],
+                        "--schema", "parakeet.cpp", "--type", "q8_0",
+                        "--meta", "general.name=parakeet-tiny/tiny-ctc-fit.nemo"],
                        cwd=SHARED / "models", env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert r.stderr == "" and r.stdout == ""  # progress only on a terminal
     assert_same_gguf(out, CPP / "tiny-ctc-fit-q8_0.gguf")
     assert [p.name for p in tmp_path.iterdir()] == ["ctc.gguf"]  # no temporary left
+
+
+def test_the_file_does_not_depend_on_the_working_directory(tmp_path):
+    """general.name is the model's name, not the path as typed: the same model converted from two working
+    directories gives the same bytes."""
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    outs = []
+    for cwd, model in ((SHARED / "models", "parakeet-tiny/tiny-ctc-fit.nemo"), (TINY, "tiny-ctc-fit.nemo")):
+        out = tmp_path / f"{len(outs)}.gguf"
+        r = subprocess.run([sys.executable, "-m", "transcribe", "convert", model, str(out), "--type", "q8_0"],
+                           cwd=cwd, env=env, capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr
+        outs.append(out)
+    assert GGUFFile(outs[0]).meta["general.name"] == "tiny-ctc-fit.nemo"
+    assert outs[0].read_bytes() == outs[1].read_bytes()
 
 
 def test_cli_main_transcribe_cpp_with_meta(tmp_path, capsys):
@@ -296,7 +313,7 @@ def test_existing_out_needs_force(tmp_path, capsys):
     assert out.read_bytes() == b"keep me"
     code, err = _run([TINY / "tiny-ctc-fit.nemo", out, "--force", "--type", "q4_0"], capsys)
     assert code == 0, err
-    assert GGUFFile(out).meta["general.name"] == str(TINY / "tiny-ctc-fit.nemo")
+    assert GGUFFile(out).meta["general.name"] == "tiny-ctc-fit.nemo"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out.gguf"]
 
 

@@ -242,8 +242,55 @@ def test_fields_it_does_not_use_are_ignored(plain, capsys):
     with open(SAMPLE, "rb") as f:
         r = client.audio.transcriptions.create(
             model="gpt-4o-transcribe", file=f, include=["logprobs"], chunking_strategy="auto", language="en",
-            prompt="", extra_body={"known_speaker_names[]": "ann", "something_new": "1", "nbest": "2"})
+            prompt="", extra_body={"known_speaker_names[]": "ann", "something_new": "1"})
     assert r.text + "\n" == _cli(capsys, str(SAMPLE))
+
+
+def test_an_option_a_model_cannot_honour_is_refused_in_the_words_of_the_command(guarded, capsys):
+    """One rule on every surface: what the command refuses, the server refuses (400), in the same
+    sentence, each naming the option as it spells it (--initial-prompt, prompt); temperature 0 (the API's
+    default) asks nothing of a model."""
+    def post(fields):
+        body, headers = multipart(fields, {"file": ("a.wav", SAMPLE.read_bytes())})
+        return guarded.request("POST", "/v1/audio/transcriptions", body, {**headers, "Authorization": f"Bearer {KEY}"})
+
+    def cli_error(*args) -> str:
+        from transcribe.cli import main
+
+        assert main([str(SAMPLE), *args]) == 2
+        return capsys.readouterr().err.strip().removeprefix("transcribe: error: ")
+
+    parakeet = STREAMING.name
+    cases = [  # (form fields, the command's arguments, the param named, the form's spelling of the command's words)
+        ({"model": parakeet, "language": "de"}, ["--model", str(STREAMING), "--language", "de"], "language",
+         {"--language": "language"}),
+        ({"model": parakeet, "temperature": "0.4"}, ["--model", str(STREAMING), "--temperature", "0.4"], "temperature",
+         {"--temperature": "temperature"}),
+        ({"model": parakeet, "prompt": "Kennedy"}, ["--model", str(STREAMING), "--initial-prompt", "Kennedy"],
+         "prompt", {"--initial-prompt": "prompt"}),
+        ({"model": "tiny.en", "hotwords": "Kennedy"}, ["--hotwords", "Kennedy"], "hotwords",
+         {"--hotwords": "hotwords"}),
+        ({"model": "tiny.en", "patience": "2", "beam_size": "2", "nbest": "2"},
+         ["--beam-size", "2", "--nbest", "2", "--patience", "2"], "nbest", {"--nbest": "nbest"}),
+        ({"model": "tiny.en", "language": "de"}, ["--language", "de"], "language", {}),
+        ({"model": "tiny.en", "language": "xx"}, ["--language", "xx"], "language", {}),
+    ]
+    for fields, args, param, spelling in cases:
+        status, _, raw = post(fields)
+        err = json.loads(raw)["error"]
+        assert status == 400 and err["param"] == param, (fields, err)
+        words = cli_error(*args)
+        for flag, field in spelling.items():
+            words = words.replace(flag, field)
+        assert err["message"] == words, (fields, err["message"], words)
+    # The model given as a path is also named by its file's name and stem; temperature 0 is the default.
+    for name in (parakeet, STREAMING.stem):
+        status, _, raw = post({"model": name, "temperature": "0", "language": ""})
+        assert status == 200, raw
+    # A translation by an English-only model, and by a Parakeet model: refused with the model's words.
+    body, headers = multipart({"model": "tiny.en"}, {"file": ("a.wav", SAMPLE.read_bytes())})
+    status, _, raw = guarded.request("POST", "/v1/audio/translations", body, {**headers, "Authorization": f"Bearer {KEY}"})
+    assert status == 400 and json.loads(raw)["error"]["message"] == cli_error("--task", "translate")
 
 
 def test_translation_needs_a_multilingual_model(plain, guarded):
@@ -253,7 +300,7 @@ def test_translation_needs_a_multilingual_model(plain, guarded):
     assert "translate" in str(e.value)
     body, headers = multipart({"model": str(STREAMING)}, {"file": ("a.wav", SAMPLE.read_bytes())})
     err = _error(guarded.request("POST", "/v1/audio/translations", body, {**headers, "Authorization": f"Bearer {KEY}"}))
-    assert err["code"] == "unsupported_task"
+    assert err["code"] == "unsupported_option" and err["param"] == "task" and "does not take task" in err["message"]
 
 
 def test_two_models_pick_by_id(guarded, capsys):
@@ -320,6 +367,7 @@ def test_bad_requests_get_errors_and_the_server_goes_on(guarded, capsys):
     big = np.zeros(16000 * 70, np.int16).tobytes()  # 2.2 MB
     response = post({"model": "tiny.en"}, {"file": ("big.raw", big)})
     assert response[0] == 413 and _error(response)["code"] == "file_too_large"
+    assert "the server's limit of 2 MB" in _error(response)["message"]  # as --max-upload-mb gave it
     # ... and sent without a length (chunked): read up to the limit, then refused.
     response = _chunked_post(guarded.port, *multipart({"model": "tiny.en"}, {"file": ("big.wav", _wav(big))}), auth)
     assert response[0] == 413 and _error(response)["code"] == "file_too_large"

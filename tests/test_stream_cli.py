@@ -175,13 +175,13 @@ def test_model_without_stream_and_options_of_another_family(capsys, monkeypatch)
     assert err == "transcribe: error: old-model cannot stream (its model family has no streaming session)\n"
     code, out, err = run(capsys, "--stream", JFK, "--model", "m", "--att-context", "70,13", "--head", "ctc")
     assert code == 2 and out == ""
-    assert "--att-context, --head apply to Parakeet models only; old-model is a Whisper model" in err
+    assert "old-model is a whisper model and does not take --att-context or --head" in err
 
 
 def test_whisper_options_with_a_parakeet_stream(capsys):
     code, out, err = run(capsys, "--stream", JFK, "--model", STREAMING, "--language", "en")
     assert code == 2 and out == ""
-    assert "--language applies to Whisper models only; tiny-tdt-streaming-random.nemo is a Parakeet model" in err
+    assert "tiny-tdt-streaming-random.nemo is a Parakeet model and does not take --language" in err
 
 
 def test_realtime_feeds_a_file_at_the_speed_of_its_audio(capsys, monkeypatch):

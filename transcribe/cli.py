@@ -26,7 +26,7 @@ from typing import Optional, TextIO
 import transcribe
 
 from . import stream_cli
-from .errors import TranscribeError
+from .errors import OptionsNotTaken, TranscribeError
 from .runtime import configure_process, openmp_waiting
 from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
 from .cli_args import positive_int as _positive_int
@@ -184,12 +184,20 @@ def _run(args, progress: "_Progress") -> int:
             if stem != default:
                 _say(f"note: {_display(name)} is written as {stem}.* ({default}.* is another input's)")
 
+    # What can be told before the model loads (minutes for a large one) is told first: inputs that are not
+    # there, and options a local model's family does not take.
     family = _local_family(args.model)
-    if family is not None:  # a local model: its options are checked before PyTorch is even imported
-        misplaced = _options_for_other_families(args, _Named(family, _model_name(args.model)))
-        if misplaced:
-            _say(f"error: {misplaced}")
+    if family is not None:
+        try:
+            family.check_options(_model_name(args.model), _decoding_options(args))
+        except OptionsNotTaken as e:
+            _say(f"error: {e.spelled(_flag)}")
             return 2
+    missing = [name for name in args.audio if name != "-" and not Path(name).exists()]
+    for name in missing:
+        _say(f"error: {name}: no such file")
+    if missing and len(missing) == len(args.audio):
+        return 2
 
     configure_process(args.threads)  # a program of its own: threads and allocator for the whole run
     try:
@@ -197,17 +205,14 @@ def _run(args, progress: "_Progress") -> int:
     except TranscribeError as e:
         _say(f"error: {_one_line(str(e))}")
         return 2
-    misplaced = _options_for_other_families(args, model)
-    if misplaced:
-        _say(f"error: {misplaced}")
+    try:  # the decoding options, checked once before any input
+        model.check_options(**_decoding_options(args))
+    except OptionsNotTaken as e:
+        _say(f"error: {e.spelled(_flag)}")
         return 2
-    check = getattr(model, "check_options", None)
-    if check is not None:
-        try:  # the decoding options, checked once before any input
-            check(**_decoding_options(args))
-        except TranscribeError as e:
-            _say(f"error: {_one_line(str(e))}")
-            return 2
+    except TranscribeError as e:
+        _say(f"error: {_one_line(str(e))}")
+        return 2
     rate = int(model.sample_rate)
     timestamps = formats != ["txt"]
 
@@ -262,7 +267,11 @@ def _run(args, progress: "_Progress") -> int:
     # GROUP_AUDIO_S seconds of audio (a longer input runs alone), so memory holds one group's PCM.
     group: list = []
     held = 0
+    failed += len(missing)
+    done += len(missing)
     for index, name in enumerate(args.audio):
+        if name in missing:
+            continue
         try:
             pcm = load_audio(name, sample_rate=rate)
         except TranscribeError as e:
@@ -308,33 +317,20 @@ def _check_output_dir(out_dir: Path, stems: list[str], formats: list[str], overw
     return None
 
 
-# Options that apply to one family only: option attribute -> (flag, family).
-_FAMILY_OPTIONS = {
-    "patience": ("--patience", "whisper"),
-    "nbest": ("--nbest", "parakeet"), "beam": ("--beam", "parakeet"), "score_norm": ("--no-score-norm", "parakeet"),
-    "hotwords": ("--hotwords", "parakeet"), "hotword_weight": ("--hotword-weight", "parakeet"),
-    "lm": ("--lm", "parakeet"), "lm_weight": ("--lm-weight", "parakeet"),
-    "language": ("--language", "whisper"), "task": ("--task", "whisper"),
-    "initial_prompt": ("--initial-prompt", "whisper"), "temperature": ("--temperature", "whisper"),
-    "temperature_increment": ("--temperature-increment", "whisper"), "head": ("--head", "parakeet"),
-    "batched": ("--batched", "whisper"),
-}
+def _flag(option: str) -> str:
+    """The command's flag of a decoding option (`initial_prompt` -> `--initial-prompt`)."""
+    return "--no-score-norm" if option == "score_norm" else "--" + option.replace("_", "-")
 
 
-class _Named:
-    def __init__(self, family: str, name: str):
-        self.family, self.name = family, name
-
-
-def _local_family(name: Optional[str]) -> Optional[str]:
-    """The family of the default model or of a local model path, from its files; None otherwise
+def _local_family(name: Optional[str]):
+    """The `loading.Family` of the default model or of a local model path, from its files; None otherwise
     (a hub id: known once it is loaded)."""
     from .hub import default_model_path
-    from .loading import family_of
+    from .loading import local_family
 
     try:
         path = default_model_path() if name is None else Path(os.path.expanduser(name))
-        return family_of(path) if path.exists() else None
+        return local_family(path) if path.exists() else None
     except TranscribeError:
         return None
 
@@ -343,19 +339,6 @@ def _model_name(name: Optional[str]) -> str:
     from .hub import DEFAULT_MODEL
 
     return DEFAULT_MODEL if name is None else (Path(name).name or name)
-
-
-def _options_for_other_families(args, model) -> Optional[str]:
-    """A usage error naming the options given that the loaded model's family does not take."""
-    family = getattr(model, "family", "")
-    wrong = [(flag, fam) for attr, (flag, fam) in _FAMILY_OPTIONS.items()
-             if getattr(args, attr, None) is not None and fam != family]
-    if not wrong:
-        return None
-    flags = ", ".join(flag for flag, _ in wrong)
-    kinds = sorted({fam.capitalize() for _, fam in wrong})
-    return (f"{flags} {'applies' if len(wrong) == 1 else 'apply'} to {' and '.join(kinds)} models only; "
-            f"{getattr(model, 'name', 'the model')} is a {family.capitalize() or 'different'} model")
 
 
 def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:

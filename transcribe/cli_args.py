@@ -70,9 +70,9 @@ def decoding_options(args) -> dict:
     names = ("beam_size", "patience", "language", "task", "initial_prompt", "head", "nbest", "beam", "score_norm",
              "hotwords", "hotword_weight", "lm", "lm_weight", "batched")
     out = {n: getattr(args, n) for n in names if getattr(args, n, None) is not None}
-    if args.temperature is not None:
+    if args.temperature is not None or args.temperature_increment is not None:
         increment = 0.2 if args.temperature_increment is None else args.temperature_increment
-        out["temperature"] = schedule(args.temperature, increment)
+        out["temperature"] = schedule(args.temperature or (0.0,), increment)
     if args.word_timestamps:
         out["word_timestamps"] = True
     return out

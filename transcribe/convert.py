@@ -120,7 +120,7 @@ def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[
         tmp = tmpdir / dest.name
         from .loading import export_gguf
 
-        schema, qtype = export_gguf(src, tmp, schema, qtype, meta or None, name=model)
+        schema, qtype = export_gguf(src, tmp, schema, qtype, meta or None)  # general.name: the model's name
         if not tmp.is_file():
             raise RuntimeError(f"the exporter wrote no file at {tmp}")
         if (dest.exists() or dest.is_symlink()) and not force:

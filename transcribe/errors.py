@@ -28,3 +28,28 @@ def weights_only_refusal(e: BaseException) -> Optional[str]:
         return None  # the weights-only unpickler failing on bytes that are not a pickle
     m = re.search(r"GLOBAL ([\w.]+)", text) or re.search(r"but got <class '([\w.]+)'>", text)
     return m.group(1) if m else ""
+
+
+class OptionValueError(TranscribeError):
+    """A value of an option the model takes but cannot honour (a language it does not know, a task it
+    cannot do); `option` names the option, so a surface can point at its own field."""
+
+    def __init__(self, option: str, message: str):
+        self.option = option
+        super().__init__(message)
+
+
+class OptionsNotTaken(TranscribeError):
+    """Options a model cannot honour: every surface (the Python API, the command, the server, batch jobs,
+    streaming sessions) refuses them with the same sentence, each spelling the options its own way
+    (`initial_prompt`, `--initial-prompt`, the form field `prompt`)."""
+
+    def __init__(self, model: str, kind: str, names):
+        self.model, self.kind, self.names = str(model), str(kind), sorted(names)
+        super().__init__(self.spelled(lambda name: name))
+
+    def spelled(self, spell) -> str:
+        """The message with each option written as `spell(keyword)` gives it."""
+        words = [spell(n) for n in self.names]
+        listed = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+        return f"{self.model} is a {self.kind} model and does not take {listed}"

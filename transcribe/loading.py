@@ -8,12 +8,13 @@ has an `export_gguf(path, out, schema, qtype, meta, name) -> (schema, qtype)`.
 from __future__ import annotations
 
 import importlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .errors import ModelError
-from .hub import resolve
+from .errors import ModelError, OptionsNotTaken
+from .hub import ALIASES, DEFAULT_MODEL, resolve
 
 _DTYPES = {
     "float32": "float32", "fp32": "float32", "bfloat16": "bfloat16", "bf16": "bfloat16",
@@ -34,6 +35,21 @@ class Family:
 
     def load(self, *args):
         return self._fn("load")(*args)
+
+    @property
+    def kind(self) -> str:
+        """The family's name in messages ("Parakeet", "Whisper", ...): its module's KIND."""
+        return getattr(importlib.import_module(self.module), "KIND", self.name)
+
+    def check_options(self, model_name: str, options) -> None:
+        """Raises errors.OptionsNotTaken for the keyword options the family's recognizers do not take
+        (its module's OPTIONS), with the words the loaded model would use: the command checks a local
+        model's options with it before PyTorch is imported."""
+        taken = getattr(importlib.import_module(self.module), "OPTIONS", None)
+        if taken is not None:
+            refused = set(options) - set(taken)
+            if refused:
+                raise OptionsNotTaken(model_name, self.kind, refused)
 
     def fastest_cpu_dtype(self, cpu_family: str) -> Optional[str]:
         """dtype="auto" on a CPU: the family's fastest precision measured on such a CPU (its module's
@@ -62,11 +78,14 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     `transcribe.cpu.family()`: bf16 and int8 change results slightly; on a GPU the family's default).
     threads: PyTorch's CPU threads while this model runs (restored after every call; the process's
     setting is left alone)."""
-    import torch
-
     if threads is not None:
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
             raise ModelError(f"threads must be a positive integer, got {threads!r}")
+    # A name that needs no network (the default, a local path, an unknown short name) is resolved before
+    # PyTorch is imported, so a wrong one is told at once; a hub id after the device and dtype are checked.
+    resolved = resolve(name) if _resolves_offline(name) else None
+    import torch
+
     auto = isinstance(dtype, str) and dtype == "auto"
     if auto:
         dtype = None
@@ -84,7 +103,7 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
         raise ModelError("device cuda was asked for, but no CUDA GPU is available")
     if dev.type not in ("cpu", "cuda"):
         raise ModelError(f"unsupported device {device!r} (cpu, cuda)")
-    path, display = resolve(name)
+    path, display = resolved or resolve(name)
     for family in FAMILIES:
         kind = family.detect(path)
         if kind is not None:
@@ -103,13 +122,38 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
     )
 
 
+def model_name(path) -> str:
+    """A local model's name: its file's or folder's name (what `hub.resolve` names it by)."""
+    path = Path(path)
+    return path.name or path.resolve().name
+
+
+def _resolves_offline(name) -> bool:
+    """Whether `hub.resolve(name)` answers without the network: the default model, a local path, or a
+    name with no '/' that is no hub alias (an unknown short name: an error)."""
+    if name is None:
+        return True
+    name = str(name)
+    if Path(os.path.expanduser(name)).exists():
+        return True
+    if name in ALIASES:
+        return name == DEFAULT_MODEL
+    return "/" not in name and "\\" not in name
+
+
 def family_of(path) -> Optional[str]:
     """The family whose model a local path holds ("granite", "whisper", "parakeet"), found from its files
     alone (no PyTorch, no weights read), or None."""
+    family = local_family(path)
+    return None if family is None else family.name
+
+
+def local_family(path) -> Optional[Family]:
+    """The `Family` whose model a local path holds, from its files alone, or None."""
     path = Path(path)
     for family in FAMILIES:
         if family.detect(path) is not None:
-            return family.name
+            return family
     return None
 
 
@@ -124,7 +168,9 @@ def export_gguf(path, out, schema: Optional[str] = None, qtype: Optional[str] = 
             if writer is None:
                 raise ModelError(f"{path}: a {family.name} model; GGUF files are written for Parakeet and "
                                  "Granite Speech NAR models")
-            return writer(path, Path(out), schema, qtype, meta, str(name if name is not None else path))
+            # general.name: the model's name (its file's or folder's name, as a loaded model is named), never
+            # the path as typed, so the file does not depend on the working directory it was made from
+            return writer(path, Path(out), schema, qtype, meta, str(name if name is not None else model_name(path)))
     raise ModelError(f"{path}: not a model convert can read (a .nemo file, a NeMo directory with "
                      "model_config.yaml, or a Granite Speech NAR directory with config.json)")
 

@@ -29,7 +29,7 @@ import sys
 import time
 from typing import Iterator, Optional
 
-from .errors import TranscribeError
+from .errors import OptionsNotTaken, TranscribeError
 from .results import Word
 from .runtime import configure_process
 
@@ -176,13 +176,11 @@ def _stream_options(args, model) -> tuple[dict, Optional[str]]:
         if value is None:
             continue
         if fam != family:
-            wrong.append((flag, fam))
+            wrong.append(flag)
         options[key] = value
-    if wrong:
-        flags = ", ".join(flag for flag, _ in wrong)
-        kinds = " and ".join(sorted({fam.capitalize() for _, fam in wrong}))
-        return options, (f"{flags} {'applies' if len(wrong) == 1 else 'apply'} to {kinds} models only; "
-                         f"{getattr(model, 'name', 'the model')} is a {family.capitalize() or 'different'} model")
+    if wrong:  # in the words of every surface (errors.OptionsNotTaken), naming the flags
+        return options, str(OptionsNotTaken(getattr(model, "name", "the model"),
+                                            getattr(model, "kind", family or "different"), wrong))
     return options, None
 
 

@@ -9,6 +9,10 @@ from typing import Optional
 
 from .config import MODEL_TYPES
 
+# The family contract (loading.Family): its name in messages and the keyword options transcribe() takes.
+KIND = "Granite Speech NAR"
+OPTIONS = frozenset({"batch_size", "timestamps", "sample_rate", "max_piece_s", "detector", "word_timestamps"})
+
 
 def detect(path: Path) -> Optional[str]:
     """"granite" for a directory whose config.json names a Granite Speech NAR model (its model_type,

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 
 from ..audio import load_groups, model_input
-from ..errors import ModelError, TranscribeError
+from ..errors import ModelError, OptionsNotTaken, TranscribeError
+from . import KIND
 from ..results import Segment, Token, Transcript, Word
 from ..runtime import release_memory, scoped
 from ..search.ctc import forced_align
@@ -38,13 +39,6 @@ log = logging.getLogger("transcribe")
 PUNCTUATION = {".", ",", "?", "!", ";", ":"}
 # A batch holds at most this much padded audio (its longest piece times its size).
 MAX_BATCH_AUDIO_S = 6 * 60.0
-
-OTHER_FAMILIES_OPTIONS = {
-    "language", "task", "condition_on_previous_text", "initial_prompt", "prefix", "no_speech_threshold",
-    "logprob_threshold", "patience", "length_penalty", "temperature", "best_of", "compression_ratio_threshold",
-    "seed", "prepend_punctuations", "append_punctuations", "head", "confidence", "attention", "beam_size", "nbest",
-    "beam", "score_norm", "hotwords", "hotword_weight", "lm", "lm_weight",
-}
 
 
 class GraniteTokenizer:
@@ -103,6 +97,7 @@ class GraniteASR:
     """A loaded Granite Speech NAR model: `transcribe()` takes paths, bytes or arrays."""
 
     family = "granite"
+    kind = KIND
     sample_rate = 16000
 
     def __init__(self, model: GraniteNAR, tokenizer: GraniteTokenizer, name: str, device: str = "cpu"):
@@ -164,11 +159,7 @@ class GraniteASR:
         word_timestamps (Whisper's option) is accepted: words come with the timestamps here."""
         options.pop("word_timestamps", None)
         if options:
-            unknown = sorted(set(options) - OTHER_FAMILIES_OPTIONS)
-            if unknown:
-                raise TranscribeError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-            raise TranscribeError(f"{self.name} is a Granite Speech NAR model: it takes none of "
-                                  f"{', '.join(sorted(options))} (no language prompt, beam search or heads)")
+            raise OptionsNotTaken(self.name, KIND, options)
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TranscribeError("batch_size must be a positive integer")
         if not 10.0 <= float(max_piece_s) <= 200.0:

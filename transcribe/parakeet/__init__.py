@@ -7,6 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+# The family contract (loading.Family): how the family is named in messages, and the keyword options its
+# recognizer's transcribe() takes (every surface refuses any other with errors.OptionsNotTaken; the
+# command checks a local model's options with this before PyTorch is imported).
+KIND = "Parakeet"
+OPTIONS = frozenset({
+    "batch_size", "timestamps", "head", "confidence", "attention", "sample_rate", "beam_size", "nbest", "beam",
+    "score_norm", "hotwords", "hotword_weight", "lm", "lm_weight", "word_timestamps",
+})
+
 
 def detect(path: Path) -> Optional[str]:
     """"gguf" for a GGUF file (the last family asked: one whose general.architecture is not "parakeet"

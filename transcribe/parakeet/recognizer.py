@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # pragma: no cover
     from ..streaming import StreamingSession
-from ..errors import ModelError, TranscribeError
+from ..errors import ModelError, OptionsNotTaken, TranscribeError
+from . import KIND
 from .checkpoint import read_nemo
 from . import beams
 from .model import ParakeetModel
@@ -41,16 +42,13 @@ LOCAL_CONTEXT = (128, 128)
 MAX_BATCH_AUDIO_S = 8 * 60.0
 
 
-# Options of Whisper's transcribe() that Parakeet does not take (named in the error).
-WHISPER_OPTIONS = {"language", "task", "condition_on_previous_text", "initial_prompt", "prefix", "no_speech_threshold",
-                   "logprob_threshold", "patience", "length_penalty", "temperature", "best_of",
-                   "compression_ratio_threshold", "seed", "prepend_punctuations", "append_punctuations", "batched"}
 
 
 class ParakeetASR:
     """A loaded Parakeet model: `transcribe()` takes paths, bytes or arrays at `sample_rate`."""
 
     family = "parakeet"
+    kind = KIND
 
     def __init__(self, model: ParakeetModel, tokenizer: SentencePieceTokenizer, name: str, device: str = "cpu"):
         self.model = model
@@ -159,10 +157,7 @@ class ParakeetASR:
         """
         options.pop("word_timestamps", None)  # words always come with Parakeet's timestamps
         if options:
-            unknown = sorted(set(options) - WHISPER_OPTIONS)
-            if unknown:
-                raise TranscribeError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-            raise TranscribeError(f"{self.name} is a Parakeet model: {', '.join(sorted(options))} apply to Whisper models")
+            raise OptionsNotTaken(self.name, KIND, options)
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         head = self._resolve_head(head)

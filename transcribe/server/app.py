@@ -27,9 +27,9 @@ from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
 
-from ..errors import AudioError, TranscribeError
+from ..errors import AudioError, OptionsNotTaken, OptionValueError, TranscribeError
 from .engine import Engine, NoSuchModel, Served
-from .openai_api import ApiError, error_body, render, request_options
+from .openai_api import ApiError, error_body, field_name, render, request_options
 
 log = logging.getLogger("transcribe.server")
 
@@ -104,7 +104,9 @@ def _header(scope, name: bytes) -> Optional[str]:
 
 
 def _too_large(limit: int) -> dict:
-    return error_body(413, f"the upload is larger than the server's limit of {limit / 2**20:g} MB",
+    """413's body, naming the limit as --max-upload-mb gives it (MB of 2**20 bytes), rounded as it was written."""
+    mb = round(limit / 2**20, 3)
+    return error_body(413, f"the upload is larger than the server's limit of {mb:g} MB ({limit} bytes)",
                       "file", "file_too_large")
 
 
@@ -231,12 +233,13 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
             served.preparing += 1
             counted = True
             model = served.model
-            options, fmt, grains, stream = request_options(model, fields, task)
-            if task == "translate" and not (served.family == "whisper" and getattr(model, "multilingual", False)):
-                raise ApiError(400, f"{served.id} cannot translate (only multilingual Whisper models can)",
-                               "model", "unsupported_task")
+            options, fmt, grains, stream = request_options(fields, task)
             try:
                 await engine.check_options(model, options)  # transcribes nothing
+            except OptionsNotTaken as e:
+                raise ApiError(400, e.spelled(field_name), field_name(e.names[0]), "unsupported_option") from None
+            except OptionValueError as e:
+                raise ApiError(400, str(e), field_name(e.option), "invalid_value") from None
             except TranscribeError as e:
                 raise ApiError(400, str(e), None, "invalid_value") from None
             try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -58,6 +59,14 @@ def options_key(options: dict) -> tuple:
     return tuple(sorted((k, frozen(v)) for k, v in options.items()))
 
 
+def _short_names(model_id: str) -> set[str]:
+    """The other names of a model given as a path: its last part and that part's stem."""
+    if not os.path.exists(model_id):  # a hub id or a short name: no other names
+        return set()
+    last = os.path.basename(os.path.normpath(model_id))
+    return {last, os.path.splitext(last)[0]} if last else set()
+
+
 @dataclass
 class Served:
     """One loaded model: the id clients name it by, and its batching queue."""
@@ -98,9 +107,14 @@ class Engine:
         'whisper-1'); with several, the one of that id. Raises NoSuchModel."""
         if len(self.models) == 1:
             return next(iter(self.models.values()))
-        if name not in self.models:
+        if name in self.models:
+            return self.models[name]
+        # A model given as a path is also named by its file's name and its stem (model=tiny.nemo or
+        # model=tiny for --model models/tiny.nemo), where that names one model only.
+        found = [s for s in self.models.values() if name and name in _short_names(s.id)]
+        if len(found) != 1:
             raise NoSuchModel(name, list(self.models))
-        return self.models[name]
+        return found[0]
 
     def stats(self) -> dict:
         return {"requests": self.requests, "dropped": self.dropped, "batches": self.batches,

@@ -11,6 +11,8 @@ import math
 import zlib
 from typing import Any, Optional
 
+from ..text.languages import LANGUAGE_NAMES
+
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("word", "segment")
 
@@ -23,25 +25,17 @@ def _bool(s: str) -> bool:
     raise ValueError(f"not a boolean: {s!r}")
 
 
-# Extra form fields (not in OpenAI's API) passed on to a model family's `transcribe`: name ->
-# (families, parser). Parakeet's beam search and hotwords; Whisper's beam options; Granite's pieces.
+# Extra form fields (not in OpenAI's API) passed on as a model's decoding options, and how a form's text
+# becomes their values. They go to every model: a model refuses the options it does not take
+# (errors.OptionsNotTaken), as the command and the library refuse them.
 EXTRA_FIELDS = {
-    "beam_size": (("parakeet", "whisper"), int),
-    "nbest": (("parakeet",), int),
-    "beam": (("parakeet",), str),
-    "score_norm": (("parakeet",), _bool),
-    "hotwords": (("parakeet",), str),
-    "hotword_weight": (("parakeet",), float),
-    "head": (("parakeet",), str),
-    "patience": (("whisper",), float),
-    "best_of": (("whisper",), int),
-    "length_penalty": (("whisper",), float),
-    "condition_on_previous_text": (("whisper",), _bool),
-    "no_speech_threshold": (("whisper",), float),
-    "logprob_threshold": (("whisper",), float),
-    "compression_ratio_threshold": (("whisper",), float),
-    "max_piece_s": (("granite",), float),
+    "beam_size": int, "nbest": int, "beam": str, "score_norm": _bool, "hotwords": str, "hotword_weight": float,
+    "head": str, "patience": float, "best_of": int, "length_penalty": float, "condition_on_previous_text": _bool,
+    "no_speech_threshold": float, "logprob_threshold": float, "compression_ratio_threshold": float,
+    "max_piece_s": float,
 }
+# The form's name of an option where it is not the option's own.
+FIELD_NAMES = {"initial_prompt": "prompt"}
 
 
 class ApiError(Exception):
@@ -63,11 +57,9 @@ def error_body(status: int, message: str, param: Optional[str] = None, code: Opt
     return ApiError(status, message, param, code).body()
 
 
-def request_options(model, fields: dict[str, list[str]], task: str) -> tuple[dict, str, set[str], bool]:
+def request_options(fields: dict[str, list[str]], task: str) -> tuple[dict, str, set[str], bool]:
     """(decoding options, response_format, timestamp granularities, stream) from the form fields
     (each a list of the values given). Raises ApiError(400) on a bad value."""
-    family = getattr(model, "family", "")
-
     def one(name: str) -> Optional[str]:
         values = fields.get(name)
         return values[-1] if values else None
@@ -95,21 +87,21 @@ def request_options(model, fields: dict[str, list[str]], task: str) -> tuple[dic
     except ValueError:
         raise ApiError(400, f"stream must be true or false; got {stream_value!r}", "stream", "invalid_value") from None
 
+    # Every option the request gives goes to the model, which refuses what it cannot honour (400, with
+    # the words every surface uses); what OpenAI's API sends by default (temperature 0, the word
+    # granularity) asks for nothing a model must refuse.
     options: dict[str, Any] = {}
-    if family == "whisper":
+    if task == "translate":
         options["task"] = task
-        if "word" in grains and fmt == "verbose_json":
-            options["word_timestamps"] = True
-    elif task == "translate":
-        raise ApiError(400, f"{model_name(model)} cannot translate (only multilingual Whisper models can)",
-                       "model", "unsupported_task")
+    if "word" in grains and fmt == "verbose_json":
+        options["word_timestamps"] = True
 
     language = one("language")
     if language is not None and language.strip():
-        options.update(_language(model, language.strip().lower(), task))
+        options["language"] = language.strip()
 
     prompt = one("prompt")
-    if prompt and prompt.strip() and family == "whisper":
+    if prompt and prompt.strip():
         options["initial_prompt"] = prompt
 
     temperature = one("temperature")
@@ -121,9 +113,9 @@ def request_options(model, fields: dict[str, list[str]], task: str) -> tuple[dic
                            "invalid_value") from None
         if not (0.0 <= t <= 1.0) or math.isnan(t):
             raise ApiError(400, f"temperature must lie between 0 and 1; got {t}", "temperature", "invalid_value")
-        if family == "whisper" and t > 0:
-            # As openai-whisper's command: fall back from t in steps of 0.2 up to 1.0 (0: the
-            # default schedule from 0, which is what the API's temperature 0 means).
+        if t > 0:
+            # As openai-whisper's command: fall back from t in steps of 0.2 up to 1.0 (0 is the API's
+            # default: the model's own decoding, for Whisper its fallback schedule from 0).
             steps = []
             v = t
             while v <= 1.0 + 1e-9:
@@ -131,34 +123,15 @@ def request_options(model, fields: dict[str, list[str]], task: str) -> tuple[dic
                 v += 0.2
             options["temperature"] = tuple(steps)
 
-    for name, (families, parse) in EXTRA_FIELDS.items():
+    for name, parse in EXTRA_FIELDS.items():
         value = one(name)
-        if value is None or family not in families or not value.strip():
+        if value is None or not value.strip():
             continue
         try:
             options[name] = parse(value)
         except ValueError:
             raise ApiError(400, f"{name}: invalid value {value!r}", name, "invalid_value") from None
     return options, fmt, grains, stream
-
-
-def _language(model, code: str, task: str) -> dict:
-    family = getattr(model, "family", "")
-    code = LANGUAGE_CODES.get(code, code)  # "english" -> "en"
-    if family == "whisper":
-        if getattr(model, "multilingual", False):
-            known = getattr(getattr(model, "tokenizer", None), "languages", {}) or {}
-            if code not in known:
-                raise ApiError(400, f"unknown language {code!r} for {model_name(model)}", "language", "invalid_value")
-            return {"language": code}
-        if code != "en":
-            raise ApiError(400, f"{model_name(model)} is an English-only model; language {code!r} is not available",
-                           "language", "invalid_value")
-        return {}
-    if code not in LANGUAGE_NAMES:
-        raise ApiError(400, f"unknown language {code!r} (an ISO 639-1 code such as en, de, fr)", "language",
-                       "invalid_value")
-    return {}  # Parakeet and Granite find the language themselves: a valid hint is not needed
 
 
 def model_name(model) -> str:
@@ -233,33 +206,13 @@ def _segment(index: int, seg, transcript, model) -> dict:
     }
 
 
+def field_name(option: str) -> str:
+    """How the form names a decoding option."""
+    return FIELD_NAMES.get(option, option)
+
+
 def language_name(code: Optional[str]) -> str:
     """OpenAI names the language in words ("english"); "unknown" when the model does not say."""
     if not code:
         return "unknown"
     return LANGUAGE_NAMES.get(code, code)
-
-
-# ISO 639-1 codes (and Whisper's extra codes) -> the lowercase English names the API returns.
-LANGUAGE_NAMES = {
-    "en": "english", "zh": "chinese", "de": "german", "es": "spanish", "ru": "russian", "ko": "korean",
-    "fr": "french", "ja": "japanese", "pt": "portuguese", "tr": "turkish", "pl": "polish", "ca": "catalan",
-    "nl": "dutch", "ar": "arabic", "sv": "swedish", "it": "italian", "id": "indonesian", "hi": "hindi",
-    "fi": "finnish", "vi": "vietnamese", "he": "hebrew", "uk": "ukrainian", "el": "greek", "ms": "malay",
-    "cs": "czech", "ro": "romanian", "da": "danish", "hu": "hungarian", "ta": "tamil", "no": "norwegian",
-    "th": "thai", "ur": "urdu", "hr": "croatian", "bg": "bulgarian", "lt": "lithuanian", "la": "latin",
-    "mi": "maori", "ml": "malayalam", "cy": "welsh", "sk": "slovak", "te": "telugu", "fa": "persian",
-    "lv": "latvian", "bn": "bengali", "sr": "serbian", "az": "azerbaijani", "sl": "slovenian",
-    "kn": "kannada", "et": "estonian", "mk": "macedonian", "br": "breton", "eu": "basque",
-    "is": "icelandic", "hy": "armenian", "ne": "nepali", "mn": "mongolian", "bs": "bosnian",
-    "kk": "kazakh", "sq": "albanian", "sw": "swahili", "gl": "galician", "mr": "marathi",
-    "pa": "punjabi", "si": "sinhala", "km": "khmer", "sn": "shona", "yo": "yoruba", "so": "somali",
-    "af": "afrikaans", "oc": "occitan", "ka": "georgian", "be": "belarusian", "tg": "tajik",
-    "sd": "sindhi", "gu": "gujarati", "am": "amharic", "yi": "yiddish", "lo": "lao", "uz": "uzbek",
-    "fo": "faroese", "ht": "haitian creole", "ps": "pashto", "tk": "turkmen", "nn": "nynorsk",
-    "mt": "maltese", "sa": "sanskrit", "lb": "luxembourgish", "my": "myanmar", "bo": "tibetan",
-    "tl": "tagalog", "mg": "malagasy", "as": "assamese", "tt": "tatar", "haw": "hawaiian",
-    "ln": "lingala", "ha": "hausa", "ba": "bashkir", "jw": "javanese", "su": "sundanese",
-    "yue": "cantonese", "ga": "irish", "ky": "kyrgyz", "zu": "zulu", "xh": "xhosa", "ig": "igbo",
-}
-LANGUAGE_CODES = {name: code for code, name in LANGUAGE_NAMES.items()}

@@ -6,6 +6,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+# The family contract (loading.Family): its name in messages and the keyword options transcribe() takes.
+KIND = "Whisper"
+OPTIONS = frozenset({
+    "batch_size", "batched", "timestamps", "language", "task", "condition_on_previous_text", "initial_prompt",
+    "prefix", "no_speech_threshold", "logprob_threshold", "beam_size", "patience", "length_penalty", "temperature",
+    "best_of", "compression_ratio_threshold", "seed", "word_timestamps", "prepend_punctuations",
+    "append_punctuations", "sample_rate",
+})
+
 
 def detect(path: Path) -> Optional[str]:
     """Which Whisper checkpoint format a path holds, or None (see `checkpoints.detect`)."""

@@ -8,7 +8,6 @@ timestamps), with the window loop in transcribe/whisper/transcribe.py.
 """
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -16,7 +15,9 @@ import torch
 
 from ..audio import model_input
 from ..runtime import scoped
-from ..errors import ModelError, TranscribeError
+from ..errors import ModelError, OptionsNotTaken, OptionValueError, TranscribeError
+from ..text.languages import language_code
+from . import KIND
 from ..streaming import StreamingSession
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .model import KVCache, Whisper, WhisperDims
@@ -28,17 +29,14 @@ from . import transcribe as longform
 from . import batched as lockstep
 
 
-log = logging.getLogger("transcribe")
-
 
 BATCHED_WINDOWS = 8  # windows decoded together by transcribe(batched=True) unless batch_size says
 
-# Options of Parakeet's transcribe() that Whisper does not take (named in the error).
-PARAKEET_OPTIONS = {"nbest", "beam", "score_norm", "hotwords", "hotword_weight", "lm", "lm_weight", "confidence", "attention"}
 
 
 class WhisperASR:
     family = "whisper"
+    kind = KIND
     sample_rate = 16000
 
     def __init__(self, model: Whisper, tokenizer: WhisperTokenizer, config: dict, name: str):
@@ -294,7 +292,6 @@ class WhisperASR:
         batch_size: Optional[int] = None,
         batched: bool = False,
         timestamps: bool = True,
-        head: Optional[str] = None,
         language: Optional[str] = None,
         task: str = "transcribe",
         condition_on_previous_text: bool = True,
@@ -342,22 +339,13 @@ class WhisperASR:
 
         sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own."""
         if options:
-            theirs = sorted(set(options) & PARAKEET_OPTIONS)
-            unknown = sorted(set(options) - PARAKEET_OPTIONS)
-            if unknown:
-                raise TranscribeError(f"unknown option{'s' if len(unknown) > 1 else ''} {', '.join(unknown)}")
-            raise TranscribeError(f"{self.name} is a Whisper model: {', '.join(theirs)} apply to Parakeet models")
-        if head is not None:
-            raise TranscribeError(f"{self.name} is a Whisper model: it has no {head} head")
-        if language is not None:
-            if not self.multilingual:
-                if language != "en":
-                    log.warning("%s is an English-only model: transcribing in English, not %r", self.name, language)
-                language = "en"
-            elif language not in self.tokenizer.languages:
-                raise TranscribeError(f"unknown language {language!r} (this model knows {', '.join(self.tokenizer.languages)})")
+            raise OptionsNotTaken(self.name, KIND, options)
+        language = self.language_code(language)
         if task not in ("transcribe", "translate"):
             raise TranscribeError(f"task must be transcribe or translate, got {task!r}")
+        if task == "translate" and not self.multilingual:
+            raise OptionValueError("task", f"{self.name} is an English-only Whisper model and cannot translate "
+                                  "(a multilingual model can)")
         if word_timestamps and not self.alignment_heads():
             raise TranscribeError(f"{self.name}: the model's config names no alignment heads, needed for word timestamps")
         if batch_size is None:
@@ -398,6 +386,28 @@ class WhisperASR:
                                        logprob_threshold, search_opts, fallback, words)
                for a in items]
         return out[0] if single else out
+
+    def check_options(self, **options) -> None:
+        """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing)."""
+        self.transcribe([], **options)
+
+    def language_code(self, language: Optional[str]) -> Optional[str]:
+        """A `language` option (a code or a name, any case) as the model's code; None stays None.
+        Raises TranscribeError for a language the model cannot transcribe: an unknown one, or any but
+        English for an English-only model (openai-whisper transcribes such a request in English with a
+        warning; here it is refused, as every surface refuses what a model cannot honour)."""
+        if language is None:
+            return None
+        code = language_code(str(language))
+        if not self.multilingual:
+            if code != "en":
+                raise OptionValueError("language", f"{self.name} is an English-only Whisper model and cannot transcribe "
+                                      f"language {language!r} (only en)")
+            return code
+        if code not in self.tokenizer.languages:
+            raise OptionValueError("language", f"unknown language {language!r} (this model knows "
+                                  f"{', '.join(self.tokenizer.languages)})")
+        return code
 
     def alignment_heads(self) -> list[tuple[int, int]]:
         """(decoder layer, head) pairs whose cross-attention follows the speech: from the model's
