@@ -104,9 +104,16 @@ def main(argv: Optional[list[str]] = None) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
-        description="Transcribe speech in audio files with a local Parakeet or Whisper model.",
-        epilog="Exit status: 0 all inputs done, 2 usage error / bad model / any bad input "
-               "(the good inputs are still transcribed), 1 internal error. "
+        usage="%(prog)s AUDIO... [options]\n"
+              "       %(prog)s --stream FILE|- [options]\n"
+              "       %(prog)s serve|batch|convert ... (each with its own --help)",
+        description="Transcribe speech in audio files with a local model: Whisper, Parakeet (TDT, RNN-T, CTC, "
+                    "hybrids) or Granite Speech NAR (--model: a model file or folder, a short name or a hub id).",
+        epilog="Other commands: 'transcribe serve' runs an OpenAI-compatible HTTP server with WebSocket "
+               "streaming; 'transcribe batch' transcribes a corpus into a folder (resumable, local workers or "
+               "Ray); 'transcribe convert' writes a model as a GGUF file. "
+               "Exit status: 0 all inputs done, 2 usage error / bad model / any bad input "
+               "(the good inputs are still transcribed), 1 internal error, 130 interrupted. "
                "TRANSCRIBE_DEBUG=1 shows tracebacks.",
     )
     p.add_argument("audio", nargs="*", metavar="AUDIO",
