@@ -352,3 +352,145 @@ def test_real_whisper_segments_without_words():
     spans = [(s.start, s.end) for s in segments]
     for c in cues:
         assert any(a - 1e-9 <= c.start and c.end <= b + 1e-9 for a, b in spans), c
+
+
+# --- where lines and cues break: phrases, pauses, balance (issue 26, item 11) --------------------
+
+JFK = json.loads((REPO / "tests" / "fixtures" / "jfk_words.json").read_text())["runs"]
+JFK_PUNCTUATED = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
+
+
+def jfk_transcript(run, punctuated=False):
+    """jfk.wav as a real run timed its words; `punctuated`: the same times, the words written as the
+    reference punctuates them (as larger models write them)."""
+    r = JFK[run]
+    texts = [w for w, _, _ in r["words"]]
+    if punctuated:
+        texts = JFK_PUNCTUATED.split()
+        assert [w.strip(",.").lower() for w in texts] == [w.lower() for w in r["text"].split()]
+    words = [Word(text, start, end) for text, (_, start, end) in zip(texts, r["words"])]
+    return Transcript(text=" ".join(texts), duration=r["duration"], language=r["language"], words=words)
+
+
+def breaks_of(cues):
+    """Word indices after which a line or a cue ends (not the last one), and which of them end cues."""
+    lines, cue_ends, n = [], set(), 0
+    for c in cues:
+        for line in c.lines:
+            n += len(line.split())
+            lines.append(n)
+        cue_ends.add(n)
+    return set(lines[:-1]), cue_ends - {n}
+
+
+@pytest.mark.parametrize("punctuated", [False, True], ids=["as-recognized", "punctuated"])
+@pytest.mark.parametrize("run", sorted(JFK))
+def test_jfk_breaks_only_between_phrases(run, punctuated):
+    t = jfk_transcript(run, punctuated)
+    words = [w.word for w in t.words]
+    cues = build_cues(t)
+    check(cues, t.duration, max_duration=7.0)
+    assert words_of(cues) == words  # nothing lost or reordered
+    assert len(cues) >= 2  # 10.5 s of speech: more than one cue of at most 7 s
+    breaks, cue_breaks = breaks_of(cues)
+    # Never inside "your country", "ask not", "what your", "can do", "for you", "my fellow".
+    assert 9 not in breaks and words[8:10] == ["your", "country"]
+    for i in (5, 7, 10, 12, 2):
+        assert i + 1 not in breaks, (words[i:i + 2], [c.lines for c in cues])
+    # Every line ends at a comma or where a phrase ends: "...Americans," "ask not" "...for you,".
+    assert breaks <= {5, 7, 14}, [c.lines for c in cues]
+    if punctuated:
+        assert all(words[i - 1].endswith(",") for i in breaks), [c.lines for c in cues]
+
+
+@pytest.mark.parametrize("text,lines", [
+    ("we drove all night long to reach the small town before the storm arrived",
+     ["we drove all night long to reach", "the small town before the storm arrived"]),
+    ("please send a copy of the new contract to your lawyer before friday",
+     ["please send a copy of the new contract", "to your lawyer before friday"]),
+])
+def test_a_line_does_not_end_inside_a_phrase_when_another_break_fits(text, lines):
+    # The most even split ends a line with "the" (36/35) or "new" (29/37); subtitle guidelines
+    # break before the noun phrase or the preposition instead, even at some imbalance.
+    cues = build_cues(Transcript(text=text, duration=5.0, language="en"))
+    assert [c.lines for c in cues] == [lines]
+
+
+def test_english_word_lists_apply_to_english_or_unknown_language_only():
+    text = "the committee will announce its decision about the new library next week"
+    expected = ["the committee will announce its decision", "about the new library next week"]
+    for language in ("en", "en-GB", None):
+        assert build_cues(Transcript(text=text, duration=5.0, language=language))[0].lines == expected
+    # Another language: only punctuation, pauses and balance count ("its" is nothing special).
+    other = build_cues(Transcript(text=text, duration=5.0, language="fr"))[0].lines
+    assert other == ["the committee will announce its", "decision about the new library next week"]
+
+
+def test_two_lines_of_equal_balance_are_bottom_heavy():
+    # Without words that say where a phrase ends, 19/24 and 24/19 are equally even: the shorter
+    # on top.
+    t = Transcript(text="aaaa bbbb cccc dddd eeee ffff gggg hhhh iiii", duration=3.0, language="xx")
+    cues = build_cues(t)
+    assert cues[0].lines == ["aaaa bbbb cccc dddd", "eeee ffff gggg hhhh iiii"]
+
+
+WAITED = ("we waited for the bus in the cold rain for almost an hour "
+          "and nobody came to tell us anything at all")
+
+
+def test_the_longer_pause_ends_the_cue():
+    # 100 characters without punctuation: two cues. Two short pauses (both too short to force a
+    # cut, both before a preposition); the cue ends at the longer one, whichever it is.
+    text = WAITED
+    words = text.split()
+    bus, rain = words.index("bus"), words.index("rain")
+    for longer, shorter in [(bus, rain), (rain, bus)]:
+        t = timed(text, gaps={longer: 0.24, shorter: 0.12})
+        cues = build_cues(t)
+        check(cues, t.duration, max_duration=7.0)
+        assert words_of(cues) == words
+        assert len(cues) == 2
+        assert cues[0].text.replace("\n", " ").split()[-1] == words[longer], [c.lines for c in cues]
+
+
+def test_a_pause_outweighs_a_phrase_boundary():
+    # No pause: the cue ends before a preposition ("rain / for almost"). A 0.3 s pause after "hour"
+    # (below split_pause, so not forced) moves the end there.
+    text = WAITED
+    words = text.split()
+    plain = build_cues(timed(text))
+    assert plain[0].text.replace("\n", " ") == "we waited for the bus in the cold rain"
+    t = timed(text, gaps={words.index("hour"): 0.3})
+    cues = build_cues(t)
+    check(cues, t.duration, max_duration=7.0)
+    assert cues[0].text.replace("\n", " ").endswith("for almost an hour")
+    assert words_of(cues) == words
+
+
+def test_two_line_search_finds_the_best_wrapping():
+    """The quick search for two-line cues (Knuth's speed-up) agrees with trying every wrapping."""
+    from transcribe.text import cues as cues_module
+
+    rng = random.Random(7)
+    zh = "".join(rng.choice("我们今天去公园玩了一整天天气非常好然后吃晚饭")
+                 + ("，" if rng.random() < 0.08 else "") for _ in range(300))
+    t_en = whisper_words_transcript()
+    cases = [(cues_module._word_units(t_en.words, 42), True, True, 42),
+             (cues_module._split_text(zh), False, False, 16)]
+    for units, is_timed, english, width in cases:
+        if not is_timed:
+            units = cues_module._spread(units, 0.0, 60.0)
+        g = cues_module._Grouper(width, 2, 7.0, 0.5, english)
+        g.group_run(units, is_timed)  # sets the tables the searches read
+        n, below, compared = len(units), None, 0
+        for i in range(n - 1, -1, -1):
+            last = i + 1
+            while last < n and cues_module._count_lines(units[i:last + 1], width) <= 2:
+                last += 1
+            row, split = g._two_line_row(i, last, below)
+            below = split
+            dp = g._wrap_table(i, last, 2)[0][2]
+            for e in range(i + 2, last + 1):
+                assert row[e - i] == pytest.approx(dp[e - i], abs=1e-12), (i, e)
+                compared += 1
+        assert compared > 1000

@@ -15,26 +15,40 @@ Where the text comes from, first match wins:
    its time shared out in proportion to their characters.
 4. Text only: the text over the whole duration, split the same way.
 
+Where a line or a cue may end, best first: after sentence punctuation (. ? ! and the CJK ones);
+after a clause mark (, ; : and the like); at a pause between word times (the longer, the better; half
+of `split_pause` counts as much as a clause mark); between phrases; anywhere else; and worst,
+inside a phrase. Phrases are told by small lists of English function words, used when the
+transcript's language is English or not given: a phrase opens at a conjunction, a preposition or
+a question word ("ask not / what your country", "... / for you") and closes after an object
+pronoun ("for you / ask"); a line never willingly ends with an article, a possessive, a
+preposition, an auxiliary, a subject pronoun or a title ("Mr."), nor starts with "not", nor
+splits a name written in capitals ("Valencia / Creek"). Other languages break at punctuation and
+pauses, and by balance.
+
 Cutting a run of words into cues. A pause of `split_pause` seconds or more between two words
 always ends a cue, unless only one word comes before it since the last such cut (a pause of 2 s
-or more ends even that). Between such pauses, the cuts are chosen together (dynamic programming) as the cheapest
-among those where every cue fits: at most `max_line_count` lines when wrapped and at most
-`max_duration` seconds from its first word's start to its last word's end (a cue of one word always
-fits, however long). Each cue costs one, plus the cost of where it ends: nothing after sentence
-punctuation (. ? ! and the CJK ones), a little after a clause mark (, ; : and the like), a bit more
-at a shorter pause (half of `split_pause`), most anywhere else (more again just after a title such
-as "Mr."); plus a little for a sentence that ends inside the cue, more when the next sentence runs
-on past the cue's end; plus a little for a cue less than half full. So cues are as few as
-punctuation allows, end at sentence ends when they can, then at clause marks, then at pauses, and
-avoid short leftovers. Text without word times is cut the same way, without the pauses and the
-duration limit (its times are only estimates).
+or more ends even that). Between such pauses, the cuts are chosen together (dynamic programming)
+as the cheapest among those where every cue fits: at most `max_line_count` lines when wrapped and
+at most `max_duration` seconds from its first word's start to its last word's end (a cue of one
+word always fits, however long). Each cue costs one, plus the cost of where it ends (above: from
+nothing after a sentence to 3.5 inside a phrase); plus a little for a sentence that ends inside
+the cue, more when the next sentence runs on past the cue's end; plus a little for a cue less
+than half full; plus the cost of its lines (below). So cues are as few as punctuation allows, end
+at sentence ends when they can, then at clause marks, pauses and phrase boundaries, and avoid
+short leftovers; no cue is filled to the width at the price of a line or cue ending inside a
+phrase when another cut fits. Text without word times is cut the same way, without the pauses
+and the duration limit (its times are only estimates).
 
-Lines are balanced: a cue's text is wrapped into as few lines as possible, and among those
-wrappings the one with lines of the most similar length is chosen, with a mild preference for a
-line ending at punctuation. Lines break at spaces; text written without spaces (Chinese,
-Japanese, Thai...) breaks between characters, never before closing punctuation or after an
-opening one. A word is never cut: one longer than a line stands alone on its own line (a word
-written without spaces that is longer than a line is split into characters, its time shared out).
+Lines: a cue's text is wrapped into as few lines as possible, and among those wrappings the
+cheapest is chosen: each line break costs as its place is good (a comma is worth about 20
+characters of imbalance, a phrase boundary 13; a break inside a phrase is made only to save some
+27 characters, or when nothing else fits), plus the spread of the lines' lengths, plus a little for
+a top line longer than the one below (bottom-heavy, as subtitle guidelines ask). Lines break at
+spaces; text written without spaces (Chinese, Japanese, Thai...) breaks between characters,
+never before closing punctuation or after an opening one. A word is never cut: one longer than a
+line stands alone on its own line (a word written without spaces that is longer than a line is
+split into characters, its time shared out).
 
 Times: non-finite times are replaced (a start by the previous end, an end by its start), every time
 is clamped to [0, duration] (when the duration is positive and finite), each cue starts no earlier
@@ -100,7 +114,7 @@ _TRAILERS = "\"'”’»›)]}）］｝」』】〕〉》〙〗〟｣"
 # A word ending in "." that does not end a sentence (a title before a name, mostly).
 _ABBREVIATIONS = frozenset({"mr", "mrs", "ms", "dr", "prof", "st", "jr", "sr", "vs", "mt", "e.g", "i.e"})
 
-_SENTENCE, _CLAUSE, _PAUSE = 3, 2, 1
+_SENTENCE, _CLAUSE = 2, 1
 _ALWAYS_SPLIT_PAUSE = 2.0  # seconds: a pause this long ends even a one-word cue
 
 
@@ -268,15 +282,116 @@ def _segment_span(seg, prev_end: float) -> tuple[float, float]:
     return start, end
 
 
+# --- where a line or a cue may end -------------------------------------------------------------
+
+# English function words, used only when the transcript's language is English or not given (other
+# languages break at punctuation and pauses, and by balance). Kept small on purpose: each word
+# here is nearly always what its list says. Left out because they are as often something else:
+# "so", "yet", "as", "like" (adverbs, verbs), "that", "this", "her" (pronouns that end a phrase),
+# "you", "it" (subject or object), "have", "be", "do" (main verbs too), and up, down, out, off,
+# over, back, away, around, through (verb particles: "give up / the").
+_EN_PREPOSITIONS = frozenset(
+    "about above across after against along among at before behind below beneath beside between "
+    "beyond by despite during except for from in inside into near on onto outside than toward "
+    "towards to under until upon via with within without".split())
+_EN_CONJUNCTIONS = frozenset(
+    "and but or nor because although though unless whereas while whether if when where since".split())
+_EN_RELATIVES = frozenset("who whom whose which what why how".split())
+# A line or cue may well start with one of these: it opens a phrase.
+_EN_OPENS_PHRASE = _EN_PREPOSITIONS | _EN_CONJUNCTIONS | _EN_RELATIVES
+# Never end a line or cue with one of these: it belongs with what follows (Netflix and BBC: do
+# not separate an article, possessive or preposition from its noun, an auxiliary from its verb, a
+# subject pronoun from its verb, a conjunction or question word from its clause).
+_EN_BINDS_NEXT = _EN_OPENS_PHRASE | frozenset(
+    "a an the my your his its our their of "
+    "can could will would shall should may might must i we they he she "
+    "can't cannot won't don't doesn't didn't isn't aren't wasn't weren't "
+    "wouldn't couldn't shouldn't".split())
+# (Nor, in English, between two capitalized words inside a sentence: a name, "Valencia Creek".)
+# Never start a line or cue with one of these: it belongs with what comes before ("ask not").
+_EN_BINDS_PREVIOUS = frozenset({"not"})
+# These close a phrase (a line or cue may well end after them): an object pronoun, and "you" or
+# "it" right after a preposition ("for you", "of it").
+_EN_OBJECTS = frozenset("me him us them".split())
+_EN_OBJECTS_AFTER_PREPOSITION = _EN_OBJECTS | {"you", "it"}
+
+# Kinds of places to end a line or a cue (after the word before it), best first.
+_AT_SENTENCE, _AT_CLAUSE, _AT_PHRASE, _AT_PLAIN, _AT_BOUND = range(5)
+# What ending a cue costs there, in units of one cue: after . ? ! (and the CJK ones); after , ; :
+# (and the like); between phrases (English: before a conjunction, preposition or question word,
+# after an object pronoun); anywhere else; inside a phrase (English: after an article,
+# possessive, preposition, auxiliary, subject pronoun or a title such as "Mr.", before "not",
+# inside a name).
+_CUE_END_COST = (0.0, 0.4, 2.1, 2.4, 3.5)
+# A pause of half `split_pause` or more costs this much (a shorter one less, by the square of its
+# share), or the cost above where that is less; inside a phrase (a hesitation "the ...") more.
+_CUE_END_PAUSE, _CUE_END_PAUSE_BOUND = 0.6, 1.6
+# What breaking a line there costs. A cue's lines are also charged for the spread of their
+# lengths (the sum of squares of each line's distance from the mean, over the width squared), so
+# a line break at a comma rather than anywhere else is worth about 20 characters of imbalance, at
+# a phrase boundary about 13, and one inside a phrase is made only to save some 27 (or when
+# nothing else fits). None is negative, so a cue is never cheaper in two lines than in one.
+_LINE_BREAK_COST = (0.0, 0.03, 0.1, 0.15, 0.35)
+_LINE_BREAK_PAUSE, _LINE_BREAK_PAUSE_BOUND = 0.05, 0.25
+# And a little for a top line longer than the one below it (a bottom-heavy pair is preferred).
+_TOP_HEAVY = 0.05
+
+# Trimmed from a word before looking it up in the lists above.
+_EDGE_MARKS = "\"'“”‘’«»‹›()[]{}.,;:!?…—–-"
+
+
+def _en_key(text: str) -> str:
+    return text.strip(_EDGE_MARKS).replace("’", "'").lower()
+
+
+def _capitalized(text: str) -> bool:
+    text = text.lstrip(_EDGE_MARKS)
+    return text[:1].isupper()
+
+
+def _break_costs(units: list[_Unit], timed: bool, split_pause: float,
+                 english: bool) -> tuple[list[float], list[float]]:
+    """(cue_cost, line_cost): cue_cost[j] what ending a cue after units[j - 1] costs, line_cost[j]
+    what breaking a line there costs (0 < j < n)."""
+    n = len(units)
+    cue_cost, line_cost = [0.0] * (n + 1), [0.0] * (n + 1)
+    half = split_pause / 2
+    keys = [_en_key(u.text) for u in units] if english else None
+    for j in range(1, n):
+        prev = units[j - 1].text
+        level = _punct_level(prev)
+        if level:
+            kind = _AT_SENTENCE if level == _SENTENCE else _AT_CLAUSE
+        elif _is_title(prev):
+            kind = _AT_BOUND
+        elif english:
+            if (keys[j - 1] in _EN_BINDS_NEXT or keys[j] in _EN_BINDS_PREVIOUS
+                    or (_capitalized(prev) and _capitalized(units[j].text) and keys[j - 1] != "i"
+                        and j > 1 and _punct_level(units[j - 2].text) != _SENTENCE)):
+                kind = _AT_BOUND
+            elif (keys[j] in _EN_OPENS_PHRASE or keys[j - 1] in _EN_OBJECTS
+                  or (keys[j - 1] in _EN_OBJECTS_AFTER_PREPOSITION and j > 1
+                      and keys[j - 2] in _EN_PREPOSITIONS)):
+                kind = _AT_PHRASE
+            else:
+                kind = _AT_PLAIN
+        else:
+            kind = _AT_PLAIN
+        cue, line = _CUE_END_COST[kind], _LINE_BREAK_COST[kind]
+        if timed and kind >= _AT_PHRASE and math.isfinite(half):
+            gap = units[j].start - units[j - 1].end
+            if gap > 0:
+                strength = min(gap / half, 1.0) ** 2
+                bound = kind == _AT_BOUND
+                target = _CUE_END_PAUSE_BOUND if bound else _CUE_END_PAUSE
+                cue += (target - cue) * strength
+                target = _LINE_BREAK_PAUSE_BOUND if bound else _LINE_BREAK_PAUSE
+                line += (target - line) * strength
+        cue_cost[j], line_cost[j] = cue, line
+    return cue_cost, line_cost
+
+
 # --- grouping and wrapping ---------------------------------------------------------------------
-
-
-def _line_lengths(units: list[_Unit]) -> tuple[list[int], list[int]]:
-    pre_len, pre_sp = [0], [0]
-    for u in units:
-        pre_len.append(pre_len[-1] + len(u.text))
-        pre_sp.append(pre_sp[-1] + (1 if u.space else 0))
-    return pre_len, pre_sp
 
 
 def _count_lines(units: list[_Unit], width: int) -> int:
@@ -293,52 +408,7 @@ def _count_lines(units: list[_Unit], width: int) -> int:
     return lines
 
 
-def _wrap(units: list[_Unit], width: int) -> list[str]:
-    """Balanced lines: the fewest lines, then the most even lengths (least sum of squares), with a
-    small reward for a line that ends at punctuation."""
-    n = len(units)
-    k = _count_lines(units, width)
-    pre_len, pre_sp = _line_lengths(units)
-    bonus = (0.2 * width) ** 2
-
-    def length(i: int, j: int) -> int:  # units i..j-1 on one line
-        return pre_len[j] - pre_len[i] + pre_sp[j] - pre_sp[i + 1]
-
-    inf = math.inf
-    cost = [[inf] * (n + 1) for _ in range(k + 1)]
-    back = [[0] * (n + 1) for _ in range(k + 1)]
-    cost[0][0] = 0.0
-    for m in range(1, k + 1):
-        for j in range(m, n - (k - m) + 1):
-            reward = 0.0
-            if j < n:
-                if _punct_level(units[j - 1].text):
-                    reward = bonus
-                elif _is_title(units[j - 1].text):
-                    reward = -bonus
-            for i in range(j - 1, m - 2, -1):
-                ln = length(i, j)
-                if ln > width and j - i > 1:
-                    break  # longer still for smaller i
-                if cost[m - 1][i] == inf:
-                    continue
-                c = cost[m - 1][i] + ln * ln - reward
-                if c < cost[m][j]:
-                    cost[m][j], back[m][j] = c, i
-    lines = []
-    j = n
-    for m in range(k, 0, -1):
-        i = back[m][j]
-        parts = [units[i].text]
-        for u in units[i + 1:j]:
-            parts.append((" " if u.space else "") + u.text)
-        lines.append("".join(parts))
-        j = i
-    return lines[::-1]
-
-
 # Costs of a cue, in units of one cue: fewer cues first, then better places to end them.
-_CUT_COST = {_SENTENCE: 0.0, _CLAUSE: 0.4, _PAUSE: 0.6, 0: 2.0}
 # A sentence that ends inside a cue rather than at its end: a little when the cue ends at a
 # sentence end too (short sentences together), more when the next sentence runs on past the cue.
 _INNER_SENTENCE_COST = (0.25, 0.75)
@@ -346,23 +416,19 @@ _SHORT_COST = 0.6  # a cue with no text scores this much more; one half full or 
 
 
 class _Grouper:
-    """Cuts a run of units into cues: the cheapest way (dynamic programming) among those where
-    every cue fits, a cue costing one, plus the cost of where it ends, plus a little for a
-    sentence ending inside it, plus a little for being short."""
+    """Cuts a run of units into cues and each cue into lines: the cheapest way (dynamic
+    programming) among those where every cue fits, a cue costing one, plus the cost of the place
+    where it ends, plus a little for a sentence ending inside it and for being short, plus the cost
+    of its best wrapping into lines (the places where its lines break, their balance)."""
 
-    def __init__(self, width: int, max_lines: int, max_duration: float, split_pause: float):
+    def __init__(self, width: int, max_lines: int, max_duration: float, split_pause: float,
+                 english: bool):
         self.width = width
         self.max_lines = max_lines
         self.max_duration = max_duration
         self.split_pause = split_pause
+        self.english = english
         self.target = width * max_lines / 2
-
-    def cut_level(self, units: list[_Unit], j: int, timed: bool) -> int:
-        """How good a place the end of units[j - 1] is to end a cue."""
-        level = _punct_level(units[j - 1].text)
-        if not level and timed and units[j].start - units[j - 1].end >= self.split_pause / 2:
-            level = _PAUSE
-        return level
 
     def runs(self, units: list[_Unit], timed: bool) -> list[list[_Unit]]:
         """Split at pauses of `split_pause` or more (not after a lone unit unless the pause is long)."""
@@ -378,43 +444,135 @@ class _Grouper:
         out.append(cur)
         return out
 
-    def group(self, units: list[_Unit], timed: bool) -> list[list[_Unit]]:
-        groups = []
+    def group(self, units: list[_Unit], timed: bool) -> list[tuple[list[_Unit], list[str]]]:
+        """(units, lines) for every cue, in order."""
+        out = []
         for run in self.runs(units, timed):
-            groups.extend(self.group_run(run, timed))
-        return groups
+            out.extend(self.group_run(run, timed))
+        return out
 
-    def group_run(self, units: list[_Unit], timed: bool) -> list[list[_Unit]]:
+    def _wrap_table(self, i: int, last: int, max_k: int):
+        """dp[l][e - i]: the least cost of units i..e-1 in exactly l lines (i < e <= last), the
+        l-th ending at e; back[l][e - i]: where that line starts. A line's cost is (length /
+        width)^2 - _TOP_HEAVY * l * length / width; each break adds its line_cost."""
+        w, pre_len, pre_sp, line_cost = self.width, self.pre_len, self.pre_sp, self.line_cost
+        inf = math.inf
+        size = last - i + 1
+        dp = [[inf] * size for _ in range(max_k + 1)]
+        back = [[i] * size for _ in range(max_k + 1)]
+        top = _TOP_HEAVY / w
+        for e in range(i + 1, last + 1):
+            ln = pre_len[e] - pre_len[i] + pre_sp[e] - pre_sp[i + 1]
+            if ln <= w or e == i + 1:
+                x = ln / w
+                dp[1][e - i] = x * x - top * ln
+            for l in range(2, max_k + 1):
+                prev_row = dp[l - 1]
+                best, arg = inf, i
+                s = e - 1
+                while s > i:
+                    ln = pre_len[e] - pre_len[s] + pre_sp[e] - pre_sp[s + 1]
+                    if ln > w and s < e - 1:
+                        break
+                    p = prev_row[s - i]
+                    if p < inf:
+                        x = ln / w
+                        c = p + line_cost[s] + x * x - top * l * ln
+                        if c < best:
+                            best, arg = c, s
+                    s -= 1
+                dp[l][e - i], back[l][e - i] = best, arg
+        return dp, back
+
+    def _two_line_row(self, i: int, last: int, below: Optional[list[int]]) -> tuple[list[float], list[int]]:
+        """The best wrapping of units i..e-1 into exactly two lines for every e in i+2..last: its
+        cost (as in _wrap_table) and where its second line starts. `below`: those starts for units
+        i+1.. (the row before, as this is called for i downwards), or None.
+
+        The cost of a split is f(length of line 1) + line_cost + g(length of line 2) with f and g
+        convex, so the best split moves right as e grows and as i grows (Knuth's speed-up): it is
+        looked for between the best split for e - 1 and the best split of units i+1..e-1, which
+        makes a row cost about as much as its length instead of its length times a line's."""
+        w, pre_len, pre_sp, line_cost = self.width, self.pre_len, self.pre_sp, self.line_cost
+        inf = math.inf
+        top = _TOP_HEAVY / w
+        w2 = w * w
+        size = last - i + 1
+        cost = [inf] * size
+        split = [0] * size
+        # Line 1 (units i..s-1) is x1[s] - y_i long, line 2 (units s..e-1) x_e - y2[s].
+        y_i = pre_len[i] + pre_sp[i + 1]
+        lo = i + 1
+        nb = len(below) if below is not None else 0
+        for e in range(i + 2, last + 1):
+            x_e = pre_len[e] + pre_sp[e]
+            hi = e - 1
+            if e - i - 1 < nb and below[e - i - 1]:
+                hi = min(hi, below[e - i - 1])
+            best, arg = inf, 0
+            while True:
+                for s in range(lo, hi + 1):
+                    l1 = pre_len[s] + pre_sp[s] - y_i
+                    l2 = x_e - pre_len[s] - pre_sp[s + 1]
+                    if l1 <= w and l2 <= w:
+                        c = (l1 * l1 + l2 * l2) / w2 - top * (l1 + 2 * l2) + line_cost[s]
+                        if c <= best:  # the rightmost of equals, so that the bounds hold
+                            best, arg = c, s
+                if best < inf or (lo == i + 1 and hi == e - 1):
+                    break
+                lo, hi = i + 1, e - 1  # rounding broke the bounds: look everywhere
+            cost[e - i], split[e - i] = best, arg
+            if arg:
+                lo = arg
+        return cost, split
+
+    def _join(self, units: list[_Unit], starts: list[int], j: int) -> list[str]:
+        lines = []
+        for s, e in zip(starts, starts[1:] + [j]):
+            parts = [units[s].text]
+            for u in units[s + 1:e]:
+                parts.append((" " if u.space else "") + u.text)
+            lines.append("".join(parts))
+        return lines
+
+    def group_run(self, units: list[_Unit], timed: bool) -> list[tuple[list[_Unit], list[str]]]:
         n = len(units)
         lens = [len(u.text) for u in units]
         spaces = [1 if u.space else 0 for u in units]
         starts = [u.start for u in units]
         ends = [u.end for u in units]
+        self.pre_len, self.pre_sp = [0], [0]
+        for ln, sp in zip(lens, spaces):
+            self.pre_len.append(self.pre_len[-1] + ln)
+            self.pre_sp.append(self.pre_sp[-1] + sp)
+        cue_cost, self.line_cost = _break_costs(units, timed, self.split_pause, self.english)
         width, max_lines, target = self.width, self.max_lines, self.target
         max_duration = self.max_duration if timed else math.inf
+        # Two-line cues by Knuth's speed-up, unless a unit is longer than a line (the costs are
+        # then not convex) or cues may have more lines (then every wrapping is tried).
+        knuth = max_lines == 2 and max(lens) <= width
         # end_cost[j]: ending a cue after units[j - 1]; nothing at the end of the run.
-        end_cost = [0.0] * (n + 1)
+        end_cost = cue_cost[:n] + [0.0]
         sentence_end = [False] * (n + 1)
         for j in range(1, n):
-            level = self.cut_level(units, j, timed)
-            end_cost[j] = _CUT_COST[level] + (1.0 if _is_title(units[j - 1].text) else 0.0)
-            sentence_end[j] = level == _SENTENCE
+            sentence_end[j] = _punct_level(units[j - 1].text) == _SENTENCE
         sentence_end[n] = True
         inner_costs = _INNER_SENTENCE_COST
+        w2, top = width * width, _TOP_HEAVY / width
+        # best[i]: the least cost of units i.. as cues; nxt[i]: where the first of them ends;
+        # split[i]: where its second line starts, for a two-line cue found by Knuth's speed-up.
         best = [math.inf] * (n + 1)
-        back = [0] * (n + 1)
-        best[0] = 0.0
-        for i in range(n):
-            base = best[i] + 1.0
+        nxt = [n] * (n + 1)
+        split = [0] * (n + 1)
+        best[n] = 0.0
+        below = None
+        for i in range(n - 1, -1, -1):
+            # Every cue that starts at units[i] and fits: its end, lines, characters, inner sentence ends.
+            fits = []
             line_len, lines, chars, inner = lens[i], 1, lens[i], 0
             j = i + 1
             while True:
-                short = 1.0 - chars / target
-                cost = base + end_cost[j] + inner * inner_costs[0 if sentence_end[j] else 1]
-                if short > 0:
-                    cost += short * short * _SHORT_COST
-                if cost < best[j] - 1e-12:
-                    best[j], back[j] = cost, i
+                fits.append((j, lines, chars, inner))
                 if j == n or ends[j] - starts[i] > max_duration:
                     break
                 # Add units[j] to the cue.
@@ -430,16 +588,43 @@ class _Grouper:
                     line_len = lens[j]
                 chars += spaces[j] + lens[j]
                 j += 1
-        cuts = []
-        j = n
-        while j > 0:
-            cuts.append(j)
-            j = back[j]
-        groups, i = [], 0
-        for j in reversed(cuts):
-            groups.append(units[i:j])
+            last, max_k = fits[-1][0], fits[-1][1]
+            if knuth:
+                row, row_split = self._two_line_row(i, last, below)
+                below = row_split
+            elif max_k > 1:
+                dp = self._wrap_table(i, last, max_k)[0]
+            for j, k, chars, inner in fits:
+                cost = 1.0 + end_cost[j] + inner * inner_costs[0 if sentence_end[j] else 1] + best[j]
+                short = 1.0 - chars / target
+                if short > 0:
+                    cost += short * short * _SHORT_COST
+                if k > 1:
+                    # The wrapping's cost made comparable between cues: the spread of the line
+                    # lengths rather than their sum of squares, the top-heavy term centred.
+                    t = chars - (k - 1)
+                    cost += ((row[j - i] if knuth else dp[k][j - i]) - t * t / (k * w2)
+                             + top * (k + 1) * t / 2)
+                if cost < best[i] - 1e-12:
+                    best[i], nxt[i] = cost, j
+                    split[i] = row_split[j - i] if knuth and k > 1 else 0
+        out, i = [], 0
+        while i < n:
+            j = nxt[i]
+            if split[i]:
+                line_starts = [i, split[i]]
+            else:
+                k = _count_lines(units[i:j], width)
+                line_starts = [i]
+                if k > 1:
+                    back = self._wrap_table(i, j, k)[1]
+                    e = j
+                    for l in range(k, 1, -1):
+                        e = back[l][e - i]
+                        line_starts.insert(1, e)
+            out.append((units[i:j], self._join(units, line_starts, j)))
             i = j
-        return groups
+        return out
 
 
 # --- the whole transcript ----------------------------------------------------------------------
@@ -486,6 +671,14 @@ def _blocks(transcript, width: int, duration: float) -> list[tuple[list[_Unit], 
     return [(units, timed) for units, timed in blocks if units]
 
 
+def _is_english(language) -> bool:
+    """Whether the English word lists apply: the language is English or not given."""
+    if not language:
+        return True
+    language = str(language).strip().lower()
+    return language in ("en", "eng", "english") or language.startswith(("en-", "en_"))
+
+
 def _positive_int(name: str, value) -> int:
     try:
         value = operator.index(value)
@@ -528,11 +721,11 @@ def build_cues(
     duration = _time(transcript.duration)
     duration = duration if duration is not None and duration > 0 else 0.0
 
-    grouper = _Grouper(width, max_lines, max_dur, pause)
+    grouper = _Grouper(width, max_lines, max_dur, pause, _is_english(getattr(transcript, "language", None)))
     raw: list[Cue] = []
     for units, timed in _blocks(transcript, width, duration):
-        for group in grouper.group(units, timed):
-            raw.append(Cue(group[0].start, max(u.end for u in group), _wrap(group, width)))
+        for group, lines in grouper.group(units, timed):
+            raw.append(Cue(group[0].start, max(u.end for u in group), lines))
 
     cues = []
     prev_end = 0.0
