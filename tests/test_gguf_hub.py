@@ -61,3 +61,36 @@ def test_a_gguf_of_a_hub_repo_loads_and_transcribes(monkeypatch, tmp_path):
     out = tmp_path / "out"
     assert main([str(AUDIO / "jfk.wav"), "--model", name, "--output-dir", str(out), "-q"]) == 0
     assert (out / "jfk.txt").read_text().strip() == got.text
+
+
+def test_a_file_the_hub_repo_does_not_hold_is_told_after_one_request(monkeypatch, tmp_path):
+    """Not in the cache: one listing of the repo (no download, so none of its retries) tells that the
+    file is not there, with the repo's GGUF files."""
+    from types import SimpleNamespace
+
+    import huggingface_hub
+
+    hub_snapshot(monkeypatch, tmp_path, "someone/parakeet-gguf")
+    monkeypatch.setenv("HF_HUB_OFFLINE", "0")
+    calls = []
+
+    def model_info(self, repo_id, *args, **kwargs):
+        calls.append(("model_info", repo_id))
+        return SimpleNamespace(siblings=[SimpleNamespace(rfilename=n) for n in
+                                         ("README.md", "tdt-q8_0.gguf", "tdt-q4_0.gguf")])
+
+    real_download = huggingface_hub.hf_hub_download
+
+    def download(repo_id, filename, *args, local_files_only=False, **kwargs):
+        calls.append(("download", local_files_only))
+        if not local_files_only:
+            raise AssertionError("no download of a file the repo does not hold")
+        return real_download(repo_id, filename, *args, local_files_only=True, **kwargs)
+
+    monkeypatch.setattr(huggingface_hub.HfApi, "model_info", model_info)
+    monkeypatch.setattr(huggingface_hub, "hf_hub_download", download)
+    with pytest.raises(ModelError) as e:
+        resolve("someone/parakeet-gguf:tdt-q5_0.gguf")
+    assert str(e.value) == ("someone/parakeet-gguf's tdt-q5_0.gguf is not in the Hugging Face cache, and the hub's "
+                            "someone/parakeet-gguf has no such file: its GGUF files are tdt-q4_0.gguf, tdt-q8_0.gguf")
+    assert calls == [("download", True), ("model_info", "someone/parakeet-gguf")]

@@ -177,6 +177,9 @@ def from_hub(repo_id: str) -> Path:
         except ModelError:
             raise
         except Exception as e:  # hub errors are many types; report the first line
+            if _unreachable(e):
+                raise ModelError(f"unknown model {repo_id!r}: not a local path, not in the Hugging Face cache, "
+                                 f"and {_hub_failure(e)}") from None
             errors.append(_first_line(e))
     raise ModelError(
         f"unknown model {repo_id!r}: not a local path, not in the Hugging Face cache, and it could not be "
@@ -185,18 +188,54 @@ def from_hub(repo_id: str) -> Path:
 
 
 def hub_file(repo: str, filename: str) -> str:
-    """One file of a hub repo: the cache first, then a download. Raises ModelError with the reason."""
+    """One file of a hub repo: the cache first, then a download. Raises ModelError with the reason.
+
+    Before the download, one request lists the repo (as `from_hub` does): an unreachable hub fails
+    at once, quietly, where huggingface_hub's download would retry five times over half a minute and
+    print each retry; a file the repo does not hold is told with the repo's GGUF files."""
     try:
-        from huggingface_hub import hf_hub_download
+        from huggingface_hub import HfApi, hf_hub_download
     except ImportError:  # pragma: no cover - a declared dependency
         raise ModelError(f"needs {repo}'s {filename}, but huggingface_hub is not installed") from None
-    errors = []
-    for local_only in (True, False):
-        if not local_only and offline():
-            errors.append("offline")
-            break
-        try:
-            return hf_hub_download(repo, filename, local_files_only=local_only)
-        except Exception as e:  # hub errors are many types; report the first line
-            errors.append(_first_line(e)[:200])
-    raise ModelError(f"{repo}'s {filename} is not in the Hugging Face cache and could not be downloaded ({errors[-1]})")
+    try:
+        return hf_hub_download(repo, filename, local_files_only=True)
+    except Exception:  # hub errors are many types: not in the cache
+        pass
+    missing = f"{repo}'s {filename} is not in the Hugging Face cache"
+    if offline():
+        raise ModelError(f"{missing} and the hub is offline (HF_HUB_OFFLINE)")
+    try:
+        info = HfApi().model_info(repo)  # one request, no retries
+    except Exception as e:  # hub errors are many types; report the first line
+        raise ModelError(f"{missing} and {_hub_failure(e)}") from None
+    if info.siblings is not None:
+        files = [s.rfilename for s in info.siblings]
+        if filename not in files:
+            ggufs = sorted(f for f in files if f.endswith(".gguf"))
+            listed = (f": its GGUF files are {', '.join(ggufs[:8])}{' ...' if len(ggufs) > 8 else ''}"
+                      if ggufs else "")
+            raise ModelError(f"{missing}, and the hub's {repo} has no such file{listed}")
+    try:
+        return hf_hub_download(repo, filename)
+    except Exception as e:  # hub errors are many types; report the first line
+        raise ModelError(f"{missing} and could not be downloaded ({_first_line(e)[:200]})") from None
+
+
+def _unreachable(e: Exception) -> bool:
+    """A request that got no HTTP answer (refused, timed out, no such host), as opposed to the hub's
+    answer (404, 401, 5xx: huggingface_hub's HTTP errors carry the response)."""
+    try:
+        from huggingface_hub.utils import HfHubHTTPError
+    except ImportError:  # pragma: no cover - a declared dependency
+        return False
+    if isinstance(e, HfHubHTTPError) or getattr(e, "response", None) is not None:
+        return False
+    # requests' errors are OSErrors; httpx's (huggingface_hub >= 1.0) derive from its TransportError
+    return isinstance(e, OSError) or any(c.__name__ == "TransportError" for c in type(e).__mro__)
+
+
+def _hub_failure(e: Exception) -> str:
+    """Why a request to the hub failed, for a message: the hub unreachable, or its answer."""
+    if _unreachable(e):
+        return f"the hub is unreachable ({_first_line(e)[:200]})"
+    return f"could not be downloaded ({_first_line(e)[:200]})"
