@@ -73,3 +73,115 @@ def test_load_model_of_a_hub_gguf_offline_raises_without_retries(tmp_path):
     assert r.stderr == ""  # no retry lines from the hub client
     assert r.stdout.startswith("ModelError someone/parakeet-gguf's tiny-q8_0.gguf is not in the Hugging Face "
                                "cache and the hub is unreachable")
+
+
+# ---------------------------------------------------------------------------------------------- 8: truncated files
+
+
+@pytest.fixture(scope="module")
+def clip():
+    x, rate = sf.read(JFK, dtype="float32")
+    return x, rate
+
+
+def _encoded(x, rate, fmt, subtype=None) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, x, rate, format=fmt, subtype=subtype)
+    return buf.getvalue()
+
+
+def _webm(x, rate) -> bytes:
+    av = pytest.importorskip("av")
+    buf = io.BytesIO()
+    try:
+        with av.open(buf, "w", format="webm") as c:
+            s = c.add_stream("libopus", rate=48000)
+            s.layout = "mono"
+            frame = av.AudioFrame.from_ndarray((x[None] * 32767).astype(np.int16), format="s16", layout="mono")
+            frame.sample_rate = rate
+            for p in [*s.encode(frame), *s.encode(None)]:
+                c.mux(p)
+    except (av.FFmpegError, ValueError) as e:
+        pytest.skip(f"no Opus encoder in this PyAV: {e}")
+    return buf.getvalue()
+
+
+@pytest.mark.parametrize("fmt", ["WAV", "WAV-float", "AIFF", "AU", "FLAC", "MP3", "WEBM"])
+def test_a_truncated_file_is_refused_naming_what_is_missing(clip, tmp_path, fmt):
+    x, rate = clip
+    if fmt == "WEBM":
+        data = _webm(x, rate)
+    elif fmt == "MP3":
+        if "MP3" not in sf.available_formats():
+            pytest.skip("this libsndfile writes no MP3")
+        data = _encoded(x, rate, "MP3")
+    else:
+        data = _encoded(x, rate, fmt.split("-")[0], "FLOAT" if fmt == "WAV-float" else None)
+    whole = load_audio(data)
+    assert abs(len(whole) - len(x)) < 0.05 * rate  # the whole file decodes
+    p = tmp_path / f"cut.{fmt.lower()}"
+    p.write_bytes(data[:len(data) // 8])  # these decoders read what is left without an error
+    with pytest.raises(AudioError) as e:
+        load_audio(p)
+    msg = str(e.value)
+    assert msg.startswith(f"{p}: truncated")
+    assert "promises 11.0" in msg  # jfk.wav is 11.00 s
+    held = float(msg.split("holds ")[1].split(" s")[0])
+    assert 0.3 < held < 2.5
+
+
+def test_a_flac_cut_mid_frame_is_called_truncated(clip):
+    x, rate = clip
+    data = _encoded(x, rate, "FLAC")
+    with pytest.raises(AudioError, match=r"^<bytes>: truncated.*FLAC header promises 11\.00 s"):
+        load_audio(data[:len(data) // 2])
+
+
+@pytest.mark.parametrize("size", [0, 0xFFFFFFFF, 0x7FFFF000, 0x7FFFFFFF])
+def test_a_wav_with_a_pipes_placeholder_size_is_read_whole(clip, size):
+    """A recorder writing to a pipe cannot go back to write the data size: 0, 0xFFFFFFFF (ffmpeg),
+    0x7FFFF000 (sox) or 0x7FFFFFFF (arecord) stand there, and the audio runs to the end."""
+    x, rate = clip
+    data = bytearray(_encoded(x, rate, "WAV", "PCM_16"))
+    at = data.index(b"data")
+    data[at + 4:at + 8] = size.to_bytes(4, "little")
+    data[4:8] = (0xFFFFFFFF if size == 0xFFFFFFFF else 0).to_bytes(4, "little")
+    got = load_audio(bytes(data))
+    assert np.array_equal(got, load_audio(JFK))
+    assert np.array_equal(load_audio(bytes(data[:len(data) // 2])), got[:(len(data) // 2 - at - 8) // 2])
+
+
+def test_a_wav_with_a_chunk_after_its_data_is_whole(clip):
+    x, rate = clip
+    data = _encoded(x, rate, "WAV", "PCM_16") + b"LIST" + (4).to_bytes(4, "little") + b"INFO"
+    assert np.array_equal(load_audio(data), load_audio(JFK))
+
+
+def test_the_command_refuses_a_truncated_wav_in_one_line(capsys, tmp_path):
+    cut = tmp_path / "cut.wav"
+    cut.write_bytes(JFK.read_bytes()[:20000])  # the header says 352 KB
+    code, out, err = _run(capsys, cut, "--model", FIT)
+    assert code == 2 and out == ""
+    assert err.splitlines() == [f"transcribe: error: {cut}: truncated: its WAV header promises 11.00 s of audio, "
+                                "the file holds 0.62 s (10.38 s missing)"]
+    code, out, err = _run(capsys, "--stream", cut, "--model", FIT)
+    assert code == 2 and out == "" and len(err.splitlines()) == 1 and "truncated" in err
+
+
+def test_the_server_answers_400_to_a_truncated_wav(tmp_path):
+    from .test_server import Server, _error, multipart
+
+    server = Server(["--model", str(FIT)], tmp_path)
+    try:
+        data = JFK.read_bytes()
+        body, headers = multipart({"model": "m"}, {"file": ("cut.wav", data[:20000])})
+        status, _, answer = server.request("POST", "/v1/audio/transcriptions", body, headers)
+        assert status == 400, answer
+        err = _error((status, None, answer))
+        assert err["param"] == "file"
+        assert "cut.wav: truncated: its WAV header promises 11.00 s of audio, the file holds 0.62 s" in err["message"]
+        body, headers = multipart({"model": "m"}, {"file": ("jfk.wav", data)})
+        status, _, answer = server.request("POST", "/v1/audio/transcriptions", body, headers)
+        assert status == 200 and json.loads(answer)["text"] == JFK_TEXT
+    finally:
+        server.stop()

@@ -14,20 +14,23 @@ block is mixed to mono and fed to a streaming soxr resampler, so a long file cos
 its mono float32 output at the target rate.
 
 Every failure raises `transcribe.errors.AudioError` with a one-line message that begins with the
-name of the input (``"talk.mp3: ..."``).
+name of the input (``"talk.mp3: ..."``). A truncated file is one: where the header tells the length
+(a WAV's data size unless it is 0 or a pipe's placeholder, an AIFF's, AU's or FLAC's, an MP3's
+Xing/Info frame count, a Matroska/WebM audio file's duration) and less of it decodes, the message
+gives both. Ogg, and MP3 or FLAC written to a pipe, tell no length.
 """
 from __future__ import annotations
 
 import io
 import os
 import sys
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
 from .errors import AudioError
 
-__all__ = ["load_audio", "RESAMPLE_QUALITY"]
+__all__ = ["load_audio", "decode_bytes", "decode_stream", "RESAMPLE_QUALITY"]
 
 RESAMPLE_QUALITY = "HQ"
 
@@ -118,6 +121,37 @@ def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] =
     )
 
 
+def decode_bytes(data: bytes, name: str, sample_rate: int = 16000) -> np.ndarray:
+    """An encoded file held in memory, decoded as `load_audio` decodes a file; errors name it `name`."""
+    return _decode(io.BytesIO(data), name, sample_rate)
+
+
+def decode_stream(fileobj, name: str):
+    """A container read from a stream that cannot seek (a pipe), decoded with PyAV as its bytes arrive:
+    yields `(mono float32 samples, their rate)` frame by frame. `fileobj` needs only `read(n)`, which may
+    return fewer bytes than asked (what has arrived). Raises AudioError for what does not decode."""
+    import av
+
+    try:
+        container = av.open(fileobj, mode="r")
+    except (av.FFmpegError, ValueError, OSError, UnicodeDecodeError) as e:
+        raise AudioError(f"{name}: not a readable audio stream ({_short(e)})") from None
+    with container:
+        streams = [s for s in container.streams if s.type == "audio"]
+        if not streams:
+            raise AudioError(f"{name}: no audio stream found")
+        try:
+            for frame in container.decode(streams[0]):
+                if frame.samples == 0:
+                    continue
+                mono = _frame_to_mono(frame, name)
+                if not np.isfinite(mono).all():
+                    raise AudioError(f"{name}: contains NaN or infinite samples")
+                yield mono, frame.sample_rate
+        except (av.FFmpegError, ValueError, OSError) as e:
+            raise AudioError(f"{name}: corrupt audio data: {_short(e)}") from None
+
+
 # ---------------------------------------------------------------------------------------------
 # Sources
 
@@ -166,20 +200,33 @@ def _decode(f, name: str, sample_rate: int) -> np.ndarray:
     if not head:
         raise AudioError(f"{name}: file is empty (0 bytes)")
 
-    sf_error = None
+    promise = _header_promise(f, start, head)
+    sf_error = sf_empty = sf_failed = None
     if head.startswith(_SOUNDFILE_MAGIC):
         try:
-            return _decode_soundfile(f, name, sample_rate)
+            out = _decode_soundfile(f, name, sample_rate, promise)
+            if out.pushed:
+                return _complete(out, promise, name)
+            sf_empty = out  # nothing (a WAV whose data size is 0, as written to a pipe): PyAV may read on
         except _NotDecodable as e:
             sf_error = e
-            f.seek(start)
+        except AudioError as e:  # failed midway (a FLAC written to a pipe can stump libsndfile): PyAV may not
+            sf_failed = e
+        f.seek(start)
     try:
-        return _decode_av(f, name, sample_rate)
-    except _NotDecodable as e:
+        out, av_promise = _decode_av(f, name, sample_rate, promise)
+    except (_NotDecodable, AudioError) as e:
+        if sf_failed is not None:
+            raise sf_failed from None
+        if sf_empty is not None:
+            return _complete(sf_empty, promise, name)
+        if isinstance(e, AudioError):
+            raise
         if _looks_like_text(head, f, start):
             raise AudioError(f"{name}: this is a text file, not audio") from None
         reason = sf_error or e
         raise AudioError(f"{name}: not a readable audio file ({reason})") from None
+    return _complete(out, promise or av_promise, name)
 
 
 def _read_bounded(f, name: str, limit: Optional[int] = None) -> bytes:
@@ -204,7 +251,7 @@ class _NotDecodable(Exception):
     """A decoder could not make sense of the data (the next one may)."""
 
 
-def _decode_soundfile(f, name: str, sample_rate: int) -> np.ndarray:
+def _decode_soundfile(f, name: str, sample_rate: int, promise) -> "_Collector":
     import soundfile as sf
 
     try:
@@ -223,12 +270,15 @@ def _decode_soundfile(f, name: str, sample_rate: int) -> np.ndarray:
         except (sf.LibsndfileError, RuntimeError) as e:
             if out.pushed == 0:
                 raise _NotDecodable(_short(e)) from None
-            raise AudioError(f"{name}: corrupt audio data: {_short(e)}") from None
-        return out.finish()
+            raise _corrupt(out, promise, name, e) from None
+        return out
 
 
-def _decode_av(f, name: str, sample_rate: int) -> np.ndarray:
+def _decode_av(f, name: str, sample_rate: int, promise) -> "tuple[_Collector, Optional[_Promise]]":
+    """PyAV's decoding, and what the container's header promises (None when it does not tell)."""
     import av
+
+    start = f.tell()
 
     try:
         container = av.open(f, mode="r")
@@ -240,6 +290,7 @@ def _decode_av(f, name: str, sample_rate: int) -> np.ndarray:
             raise _NotDecodable("no audio stream found")
         stream = streams[0]
         stream.thread_type = "AUTO"
+        promise = promise or _container_promise(container, f, start)
         out = _Collector(name, sample_rate)
         try:
             for frame in container.decode(stream):
@@ -249,8 +300,8 @@ def _decode_av(f, name: str, sample_rate: int) -> np.ndarray:
         except (av.FFmpegError, ValueError, OSError) as e:
             if out.pushed == 0:
                 raise _NotDecodable(_short(e)) from None
-            raise AudioError(f"{name}: corrupt audio data: {_short(e)}") from None
-        return out.finish()
+            raise _corrupt(out, promise, name, e) from None
+        return out, promise
 
 
 _INT_SCALE = {"s16": 32768.0, "s32": 2147483648.0, "s64": 9223372036854775808.0}
@@ -334,6 +385,186 @@ def _torch_dtype(name: str):
 
 
 # ---------------------------------------------------------------------------------------------
+# Truncated files: what a header promises against what decodes
+
+
+class _Promise(NamedTuple):
+    """The audio a file's header declares: `seconds`, less than `slack` of it may be missing (rounding,
+    an encoder's padding); `what` names the header in a message."""
+    seconds: float
+    slack: float
+    what: str
+
+
+# Data sizes a writer that cannot seek back leaves in a header (0, 0xFFFFFFFF; arecord's and sox's
+# 0x7FFFF000-ish): no promise.
+_UNKNOWN_SIZE = 0x7FFF0000
+# WAV formats whose byte rate is exact: PCM, IEEE float, A-law, mu-law, extensible.
+_WAV_EXACT = (1, 3, 6, 7, 0xFFFE)
+# Bytes per sample of the AU encodings.
+_AU_BYTES = {1: 1, 2: 1, 3: 2, 4: 3, 5: 4, 6: 4, 7: 8, 27: 1}
+
+
+def _header_promise(f, start: int, head: bytes) -> Optional[_Promise]:
+    """How long the header of a WAV, AIFF, AU or FLAC file says its audio is, when it says so (libsndfile
+    reads a cut file of these as far as it goes, silently); None for any other file. Leaves `f` at `start`."""
+    try:
+        if head[:4] in (b"RIFF", b"RIFX", b"RF64", b"BW64") and head[8:12] == b"WAVE":
+            return _wav_promise(f, start, "big" if head[:4] == b"RIFX" else "little")
+        if head[:4] == b"FORM" and head[8:12] in (b"AIFF", b"AIFC"):
+            return _aiff_promise(f, start)
+        if head[:4] == b".snd" and len(head) >= 24:
+            size, enc, rate, channels = (int.from_bytes(head[i:i + 4], "big") for i in (8, 12, 16, 20))
+            if 0 < size < _UNKNOWN_SIZE and enc in _AU_BYTES and rate > 0 and channels > 0:
+                frame = _AU_BYTES[enc] * channels
+                return _Promise(size // frame / rate, 0.5 / rate, "its AU header")
+        if head[:4] == b"fLaC" and len(head) >= 26 and head[4] & 0x7F == 0:  # STREAMINFO
+            rate = (head[18] << 12) | (head[19] << 4) | (head[20] >> 4)
+            total = ((head[21] & 0x0F) << 32) | int.from_bytes(head[22:26], "big")
+            if rate > 0 and total > 0:
+                return _Promise(total / rate, 0.5 / rate, "its FLAC header")
+        return None
+    except (OSError, ValueError):
+        return None
+    finally:
+        f.seek(start)
+
+
+def _file_end(f) -> int:
+    f.seek(0, os.SEEK_END)
+    return f.tell()
+
+
+def _wav_promise(f, start: int, order: str) -> Optional[_Promise]:
+    """The data chunk's size against the bytes the file holds after its start."""
+    end = _file_end(f)
+    pos, fmt, ds64_size = start + 12, None, None
+    for _ in range(64):  # chunks before "data"
+        f.seek(pos)
+        h = f.read(8)
+        if len(h) < 8:
+            return None
+        cid, size = h[:4], int.from_bytes(h[4:], order)
+        if cid == b"ds64":  # RF64 / BW64: the real sizes, 64-bit
+            body = f.read(min(size, 64))
+            if len(body) >= 16:
+                ds64_size = int.from_bytes(body[8:16], "little")
+        elif cid == b"fmt ":
+            body = f.read(16)
+            if len(body) < 16:
+                return None
+            fmt = (int.from_bytes(body[0:2], order), int.from_bytes(body[8:12], order),
+                   int.from_bytes(body[12:14], order))  # format tag, bytes a second, block align
+        elif cid == b"data":
+            if size == 0xFFFFFFFF and ds64_size is not None:
+                size = ds64_size
+            elif size == 0 or size >= _UNKNOWN_SIZE:
+                return None
+            if fmt is None or fmt[1] <= 0 or fmt[2] <= 0:
+                return None
+            tag, byte_rate, block = fmt
+            held = end - (pos + 8)
+            if held >= size:
+                return None  # complete: nothing to check after decoding
+            slack = (0.5 * block if tag in _WAV_EXACT else block + 0.01 * size) / byte_rate
+            return _Promise(size / byte_rate, slack, "its WAV header")
+        pos += 8 + size + (size & 1)
+    return None
+
+
+def _aiff_promise(f, start: int) -> Optional[_Promise]:
+    """COMM's frame count, when the SSND chunk is cut short of its size."""
+    end = _file_end(f)
+    pos, frames, rate, ssnd = start + 12, None, None, None
+    for _ in range(64):
+        f.seek(pos)
+        h = f.read(8)
+        if len(h) < 8:
+            break
+        cid, size = h[:4], int.from_bytes(h[4:], "big")
+        if cid == b"COMM":
+            body = f.read(18)
+            if len(body) < 18:
+                return None
+            frames = int.from_bytes(body[2:6], "big")
+            exponent, mantissa = int.from_bytes(body[8:10], "big") & 0x7FFF, int.from_bytes(body[10:18], "big")
+            rate = mantissa * 2.0 ** (exponent - 16383 - 63) if exponent else 0.0
+        elif cid == b"SSND":
+            ssnd = (pos, size)
+            break
+        pos += 8 + size + (size & 1)
+    if ssnd is None or not frames or not rate or rate <= 0 or ssnd[1] == 0 or ssnd[1] >= _UNKNOWN_SIZE:
+        return None
+    if end - (ssnd[0] + 8) >= ssnd[1]:
+        return None
+    return _Promise(frames / rate, 0.5 / rate, "its AIFF header")
+
+
+def _container_promise(container, f, start: int) -> Optional[_Promise]:
+    """What FFmpeg read of the length from a header that tells it: an MP3's Xing/Info/VBRI frame count;
+    a Matroska/WebM file's Duration (audio alone: the segment's duration is its longest stream's).
+    Not a length estimated from the bit rate and the file's size, which a cut file shortens too."""
+    duration = container.duration
+    if not duration or duration <= 0:
+        return None
+    name = container.format.name
+    if name == "mp3" and _mp3_vbr_header(f, start):
+        return _Promise(duration / 1e6, 0.25, "its MP3 (Xing/Info) header")
+    if "matroska" in name.split(",") and len(container.streams) == 1:
+        return _Promise(duration / 1e6, 0.25, "its Matroska/WebM header")
+    return None
+
+
+def _mp3_vbr_header(f, start: int) -> bool:
+    """Whether an MP3's first frame (after an ID3v2 tag) is a Xing, Info or VBRI frame, which counts
+    the frames of the file."""
+    try:
+        pos = f.tell()
+    except (OSError, ValueError):
+        return False
+    try:
+        f.seek(start)
+        head = f.read(10)
+        skip = 0
+        if head[:3] == b"ID3" and len(head) == 10:
+            skip = 10 + ((head[6] & 0x7F) << 21 | (head[7] & 0x7F) << 14 | (head[8] & 0x7F) << 7 | (head[9] & 0x7F))
+            skip += 10 if head[5] & 0x10 else 0
+        f.seek(start + skip)
+        frame = f.read(200)
+        if len(frame) < 4 or frame[0] != 0xFF or frame[1] & 0xE0 != 0xE0:
+            return False
+        return b"Xing" in frame[4:64] or b"Info" in frame[4:64] or frame[36:40] == b"VBRI"
+    except (OSError, ValueError):
+        return False
+    finally:
+        f.seek(pos)
+
+
+def _short_of(out: "_Collector", promise: Optional[_Promise]) -> bool:
+    """Whether less decoded than the header promises (by more than its slack, and than 10 ms: a writer
+    that counts a few bytes too many is not a cut file)."""
+    return promise is not None and out.seconds < promise.seconds - max(promise.slack, 0.01)
+
+
+def _complete(out: "_Collector", promise: Optional[_Promise], name: str) -> np.ndarray:
+    """The decoded audio, or an AudioError when less of it decoded than its header promises."""
+    if _short_of(out, promise):
+        raise AudioError(
+            f"{name}: truncated: {promise.what} promises {promise.seconds:.2f} s of audio, the file holds "
+            f"{out.seconds:.2f} s ({promise.seconds - out.seconds:.2f} s missing)")
+    return out.finish()
+
+
+def _corrupt(out: "_Collector", promise: Optional[_Promise], name: str, e: BaseException) -> AudioError:
+    """A decoder's error after some audio: corrupt data, or a cut file when its header promised more."""
+    if _short_of(out, promise):
+        return AudioError(
+            f"{name}: truncated or corrupt: {promise.what} promises {promise.seconds:.2f} s of audio, decoding "
+            f"stopped at {out.seconds:.2f} s ({_short(e)})")
+    return AudioError(f"{name}: corrupt audio data: {_short(e)}")
+
+
+# ---------------------------------------------------------------------------------------------
 # Mono blocks -> resampled output
 
 
@@ -345,6 +576,7 @@ class _Collector:
         self.rate = sample_rate
         self.seen_rate = None
         self.pushed = 0
+        self.seconds = 0.0  # of audio pushed, at its own rate
         self._stream = None
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
@@ -368,6 +600,7 @@ class _Collector:
         self._pending.append(np.asarray(mono, dtype=np.float32))
         self._pending_n += mono.size
         self.pushed += mono.size
+        self.seconds += mono.size / rate
         if self._pending_n >= _BLOCK:
             self._flush(last=False)
 
