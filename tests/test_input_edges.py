@@ -185,3 +185,104 @@ def test_the_server_answers_400_to_a_truncated_wav(tmp_path):
         assert status == 200 and json.loads(answer)["text"] == JFK_TEXT
     finally:
         server.stop()
+
+
+# ---------------------------------------------------------------------------------------------- 9: containers on stdin
+
+
+class _Stdin:
+    """A binary stdin whose reads return at most `size` bytes."""
+
+    def __init__(self, data: bytes, size: int = 3200):
+        self.data, self.size = data, size
+
+    def read1(self, n):
+        out, self.data = self.data[:min(n, self.size)], self.data[min(n, self.size):]
+        return out
+
+
+@pytest.fixture(scope="module")
+def file_text():
+    """What `--stream jfk.wav` prints."""
+    r = subprocess.run([sys.executable, "-m", "transcribe", "--stream", str(JFK), "--model", str(FIT)],
+                       cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and r.stderr == "", r.stderr
+    assert r.stdout == JFK_TEXT + "\n"
+    return r.stdout
+
+
+def test_flac_piped_to_stream_is_decoded_not_read_as_pcm(clip, tmp_path, file_text):
+    x, rate = clip
+    flac = tmp_path / "jfk.flac"
+    sf.write(flac, x, rate)
+    with open(flac, "rb") as f:
+        r = subprocess.run([sys.executable, "-m", "transcribe", "--stream", "-", "--model", str(FIT)],
+                           cwd=REPO, stdin=f, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    assert r.stderr == ""
+    assert r.stdout == file_text
+
+
+@pytest.mark.parametrize("fmt", ["OGG", "AIFF", "MP3", "MP3-bare", "WEBM", "M4A"])
+def test_other_containers_on_stdin_give_the_files_text(capsys, monkeypatch, clip, tmp_path, fmt):
+    """As the same bytes given as a file: `--stream FILE` and `--stream -` print the same text."""
+    x, rate = clip
+    if fmt == "WEBM":
+        data = _webm(x, rate)
+    elif fmt == "M4A":
+        av = pytest.importorskip("av")
+        buf = io.BytesIO()
+        with av.open(buf, "w", format="mp4") as c:
+            s = c.add_stream("aac", rate=rate)
+            s.layout = "mono"
+            frame = av.AudioFrame.from_ndarray((x[None] * 32767).astype(np.int16), format="s16", layout="mono")
+            frame.sample_rate = rate
+            for p in [*s.encode(frame), *s.encode(None)]:
+                c.mux(p)
+        data = buf.getvalue()
+    elif fmt.startswith("MP3"):
+        if "MP3" not in sf.available_formats():
+            pytest.skip("this libsndfile writes no MP3")
+        data = _encoded(x, rate, "MP3")
+        assert data[0] == 0xFF and data[1] & 0xE0 == 0xE0  # frames from the first byte, as lame writes to a pipe
+        if fmt == "MP3":  # an ID3v2.3 tag first (a title), as ffmpeg writes
+            title = b"TIT2" + (4).to_bytes(4, "big") + b"\x00\x00" + b"\x00jfk"
+            data = b"ID3\x03\x00\x00" + len(title).to_bytes(4, "big") + title + data
+    else:
+        data = _encoded(x, rate, fmt)
+    path = tmp_path / f"jfk.{fmt.lower()}"
+    path.write_bytes(data)
+    code, want, err = _run(capsys, "--stream", path, "--model", FIT)
+    assert code == 0 and err == "" and want.strip()
+    monkeypatch.setattr(stream_cli, "_stdin", lambda: _Stdin(data, 3000))
+    code, out, err = _run(capsys, "--stream", "-", "--model", FIT)
+    assert code == 0 and err == ""
+    assert out == want
+    if fmt in ("OGG", "AIFF"):  # lossless or near: the clip's text
+        assert out == JFK_TEXT + "\n"
+
+
+def test_pcm_whose_first_sample_looks_like_a_frame_sync_stays_pcm():
+    """Bare MP3 or AAC is told by three frame headers in a row; PCM starting with -1 or -5 stays PCM."""
+    def sniff(data):
+        return stream_cli._sniff(data[:12], _Stdin(data[12:]).read1)[1]
+
+    rng = np.random.default_rng(0)
+    noise = (rng.standard_normal(16000) * 300).astype("<i2").tobytes()
+    for first in (b"\xff\xff", b"\xfb\xff", b"\xff\xfb\x90\x64", b"\xff\xf1\x50\x80"):
+        assert sniff(first + noise) is None
+    assert sniff(b"fLaC" + noise) == "FLAC" and sniff(b"\x00\x00\x00\x20ftypM4A " + noise) == "MP4"
+
+
+def test_a_wav_on_stdin_ends_at_its_data_and_a_short_one_is_an_error(capsys, monkeypatch, clip):
+    x, rate = clip
+    wav = _encoded(x, rate, "WAV", "PCM_16")
+    tail = b"LIST" + (400).to_bytes(4, "little") + bytes(range(256)) * 1 + bytes(144)
+    monkeypatch.setattr(stream_cli, "_stdin", lambda: _Stdin(wav + tail))
+    code, out, err = _run(capsys, "--stream", "-", "--model", FIT)
+    assert code == 0 and err == "" and out == JFK_TEXT + "\n"  # the LIST chunk is not audio
+    monkeypatch.setattr(stream_cli, "_stdin", lambda: _Stdin(wav[:len(wav) // 2]))
+    code, out, err = _run(capsys, "--stream", "-", "--model", FIT)
+    assert code == 2
+    assert err.splitlines() == ["transcribe: error: <stdin>: truncated: its WAV header promises 11.00 s of audio, "
+                                "the input ended after 5.50 s"]

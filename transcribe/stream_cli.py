@@ -7,7 +7,9 @@ The input goes through `model.stream(...)` (a `transcribe.streaming.StreamingSes
 piece: a file is decoded (any format and rate -> 16 kHz mono) and fed 100 ms at a time, at the
 speed of its audio with `--realtime`; `-` reads raw s16le 16 kHz mono PCM from standard input as
 it arrives (`arecord -f S16_LE -r 16000 -c 1 -t raw | transcribe --stream -`); a WAV header at its
-start (arecord's default) is read and skipped, and its rate and channels are followed.
+start (arecord's default) is read and skipped, and its rate and channels are followed. Another
+container on standard input (FLAC, Ogg, MP3, WebM, ...: told by its first bytes) is decoded as it
+arrives; MP4/M4A is read whole, then decoded.
 
 Output, flushed as it is decided:
 
@@ -202,29 +204,50 @@ def _stdin():
 
 
 def _stdin_pieces(stream) -> Iterator[tuple[object, int]]:
-    """Raw s16le PCM from `stream` as it arrives (each read returns what is there, up to
+    """Standard input as it arrives: raw s16le PCM (each read returns what is there, up to
     READ_BYTES), whole samples only (a split sample waits for its other byte). A WAV header at the
-    start is skipped; its rate and channel count are followed (channels are averaged)."""
+    start is skipped; its rate and channel count are followed (channels are averaged), and a data size
+    it gives is held to. Any other container, told by its first bytes as a file's, is decoded, never
+    taken for PCM (`_container_pieces`)."""
     read = getattr(stream, "read1", None) or stream.read
     data = b""
-    while len(data) < 12:  # enough to tell a WAV header
+    while len(data) < 12:  # enough to tell a WAV header or a container
         more = read(READ_BYTES)
         if not more:
             break
         data += more
-    rate, channels = SAMPLE_RATE, 1
+    rate, channels, size = SAMPLE_RATE, 1, None
     if data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE":
-        data, rate, channels = _skip_wav_header(data, read)
+        data, rate, channels, size = _skip_wav_header(data, read)
+    else:
+        data, kind = _sniff(data, read)
+        if kind is not None:
+            yield from _container_pieces(data, read, kind)
+            return
     frame = 2 * channels
+    fed = 0  # bytes of the data chunk passed on
     while True:
+        if size is not None and fed + len(data) >= size:  # the data chunk ends here: what follows is not audio
+            data = data[:size - fed]
+            usable = len(data) - len(data) % frame
+            if usable:
+                yield _mono(data[:usable], channels), rate
+            fed += len(data)
+            data = b""
+            break
         usable = len(data) - len(data) % frame
         if usable:
             yield _mono(data[:usable], channels), rate
             data = data[usable:]
+            fed += usable
         more = read(READ_BYTES)
         if not more:
             break
         data += more
+    if size is not None and size - fed > 0.01 * frame * rate:  # more than 10 ms short, as audio.py's files
+        raise TranscribeError(
+            f"<stdin>: truncated: its WAV header promises {size / (frame * rate):.2f} s of audio, the input "
+            f"ended after {fed / (frame * rate):.2f} s")
     if data:
         _say(f"note: {len(data)} byte{'s' if len(data) > 1 else ''} at the end of the input "
              "(not a whole sample) ignored")
@@ -238,9 +261,10 @@ def _mono(data: bytes, channels: int):
     return np.frombuffer(data, dtype="<i2").reshape(-1, channels).astype(np.float32).mean(axis=1) / 32768.0
 
 
-def _skip_wav_header(data: bytes, read) -> tuple[bytes, int, int]:
-    """Reads a streamed WAV file's chunks up to its "data" chunk: (the PCM after it, rate, channels).
-    The sizes in the header are not trusted (a recorder writing to a pipe cannot know them)."""
+def _skip_wav_header(data: bytes, read) -> tuple[bytes, int, int, Optional[int]]:
+    """Reads a streamed WAV file's chunks up to its "data" chunk: (the bytes after its header, rate,
+    channels, the data chunk's size). The size is None where a recorder writing to a pipe, which cannot
+    know it, leaves 0 or a placeholder near 2 or 4 GiB (arecord, sox, ffmpeg)."""
     pos, rate, channels = 12, None, None
     while True:
         while len(data) < pos + 8:
@@ -268,7 +292,141 @@ def _skip_wav_header(data: bytes, read) -> tuple[bytes, int, int]:
         pos = end
     if rate is None:
         raise TranscribeError("<stdin>: WAV stream without a format chunk before its audio")
-    return data[pos + 8:], rate, channels
+    known = 0 < size < _UNKNOWN_WAV_SIZE and data[:4] == b"RIFF"
+    return data[pos + 8:], rate, channels, size if known else None
+
+
+# A WAV data size at least this large is a placeholder (0x7FFFF000, 0x7FFFFFFF, 0xFFFFFFFF), not a size.
+_UNKNOWN_WAV_SIZE = 0x7FFF0000
+
+# The first bytes of containers (at offset 0; MP4's "ftyp" is at 4), and their names.
+_MAGIC = (
+    (b"fLaC", "FLAC"), (b"OggS", "Ogg"), (b"ID3", "MP3"), (b"\x1a\x45\xdf\xa3", "Matroska/WebM"),
+    (b"FORM", "AIFF"), (b".snd", "AU"), (b"caff", "CAF"), (b"#!AMR", "AMR"), (b"wvpk", "WavPack"),
+    (b"MAC ", "APE"), (b"\x30\x26\xb2\x75\x8e\x66\xcf\x11", "ASF/WMA"), (b"RIFF", "RIFF"),
+    (b"RF64", "RF64"), (b"BW64", "BW64"), (b"DSD ", "DSF"),
+)
+
+
+def _sniff(data: bytes, read) -> tuple[bytes, Optional[str]]:
+    """(the bytes read so far, the container they start, or None for raw PCM). Bare MPEG audio or
+    ADTS AAC (no tag before its first frame) is told by three frame headers in a row, each where the
+    one before says, so PCM whose first sample happens to look like a frame sync stays PCM."""
+    if data[4:8] == b"ftyp":
+        return data, "MP4"
+    for magic, kind in _MAGIC:
+        if data.startswith(magic):
+            return data, kind
+    while len(data) >= 2 and data[0] == 0xFF and data[1] & 0xE0 == 0xE0:
+        found = _frame_chain(data)
+        if found is not None:
+            return data, found or None
+        more = read(READ_BYTES)
+        if not more:
+            return data, _frame_chain(data, ended=True) or None
+        data += more
+    return data, None
+
+
+# MPEG audio: bit rates (kbit/s) by (MPEG-1 or not, layer 1-3) and index; sample rates by version bits.
+_MPEG_KBPS = {
+    (True, 1): (0, 32, 64, 96, 128, 160, 192, 224, 256, 288, 320, 352, 384, 416, 448),
+    (True, 2): (0, 32, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320, 384),
+    (True, 3): (0, 32, 40, 48, 56, 64, 80, 96, 112, 128, 160, 192, 224, 256, 320),
+    (False, 1): (0, 32, 48, 56, 64, 80, 96, 112, 128, 144, 160, 176, 192, 224, 256),
+    (False, 2): (0, 8, 16, 24, 32, 40, 48, 56, 64, 80, 96, 112, 128, 144, 160),
+}
+_MPEG_HZ = {3: (44100, 48000, 32000), 2: (22050, 24000, 16000), 0: (11025, 12000, 8000)}
+_ADTS_HZ = (96000, 88200, 64000, 48000, 44100, 32000, 24000, 22050, 16000, 12000, 11025, 8000, 7350)
+
+
+def _frame(h: bytes) -> Optional[tuple[int, tuple]]:
+    """(length, kind) of the MPEG audio or ADTS frame whose header `h` (7 bytes) starts, or None."""
+    if len(h) < 7 or h[0] != 0xFF or h[1] & 0xE0 != 0xE0:
+        return None
+    version, layer = (h[1] >> 3) & 3, (h[1] >> 1) & 3
+    if version in (2, 3) and h[1] & 0xF6 == 0xF0:  # 12-bit sync, layer 0: ADTS (AAC)
+        rate, length = (h[2] >> 2) & 0xF, ((h[3] & 3) << 11) | (h[4] << 3) | (h[5] >> 5)
+        return (length, ("adts", rate)) if rate < len(_ADTS_HZ) and length >= 7 else None
+    bitrate, rate, pad = h[2] >> 4, (h[2] >> 2) & 3, (h[2] >> 1) & 1
+    if version == 1 or layer == 0 or bitrate in (0, 15) or rate == 3 or h[3] & 3 == 2:
+        return None
+    n = 4 - layer  # layer I, II, III
+    mpeg1 = version == 3
+    bps = _MPEG_KBPS[(mpeg1, n if mpeg1 or n == 1 else 2)][bitrate] * 1000
+    hz = _MPEG_HZ[version][rate]
+    if n == 1:
+        length = (12 * bps // hz + pad) * 4
+    else:
+        length = (72 if n == 3 and not mpeg1 else 144) * bps // hz + pad
+    return length, ("mpeg", version, layer, rate)
+
+
+def _frame_chain(data: bytes, ended: bool = False) -> Optional[str]:
+    """"MP3"/"AAC" when `data` starts with three frames of one kind in a row (or ends after whole
+    frames, at the end of the input), "" when it does not, None when more bytes are needed to tell."""
+    pos, kind, count = 0, None, 0
+    while count < 3:
+        if pos == len(data) and ended and count:
+            break
+        if len(data) < pos + 7:
+            return "" if ended else None
+        found = _frame(data[pos:pos + 7])
+        if found is None or (kind is not None and found[1] != kind):
+            return ""
+        kind = found[1]
+        pos += found[0]
+        count += 1
+    return "AAC" if kind[0] == "adts" else "MP3"
+
+
+class _Replay:
+    """Standard input for PyAV: the bytes already read first, then reads as they come; what it hands
+    out is kept until `keep` is cleared, so the input can be decoded again whole."""
+
+    def __init__(self, data: bytes, read):
+        self.head, self._read, self.keep, self.kept = data, read, True, [data]
+
+    def read(self, n: int = -1) -> bytes:
+        if self.head:
+            out, self.head = (self.head, b"") if n < 0 or n >= len(self.head) else (self.head[:n], self.head[n:])
+            return out
+        more = self._read(READ_BYTES if n < 0 else n)
+        if self.keep and more:
+            self.kept.append(more)
+        return more
+
+
+def _container_pieces(data: bytes, read, kind: str) -> Iterator[tuple[object, int]]:
+    """A container on standard input, decoded with PyAV as it arrives (mono at its own rate). MP4 (its
+    index usually comes last) and a container PyAV cannot follow without seeking are read whole, then
+    decoded as a file is."""
+    from . import audio
+
+    if kind != "MP4":
+        src = _Replay(data, read)
+        started = False
+        try:
+            for samples, rate in audio.decode_stream(src, "<stdin>"):
+                if not started:
+                    started, src.keep, src.kept = True, False, []
+                yield samples, rate
+            if started:
+                return
+        except TranscribeError:
+            if started:
+                raise
+        data = b"".join(src.kept)  # nothing decoded: all of it again, and the rest, as a file
+    whole = data + audio._read_bounded(_Reader(read), "<stdin>", audio.MAX_STREAM_BYTES - len(data))
+    pcm = audio.decode_bytes(whole, "<stdin>", SAMPLE_RATE)
+    step = int(PIECE_S * SAMPLE_RATE)
+    for start in range(0, len(pcm), step):
+        yield pcm[start:start + step], SAMPLE_RATE
+
+
+class _Reader:
+    def __init__(self, read):
+        self.read = read
 
 
 # ---------------------------------------------------------------------------------------------
