@@ -67,7 +67,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     s = p.add_argument_group("Streaming (live text as the audio arrives)")
     s.add_argument("--stream", metavar="FILE|-",
                    help="transcribe one input live, printing text as it is decided (--format txt or jsonl); "
-                        "'-' reads raw s16le 16 kHz mono PCM from stdin as it arrives")
+                        "'-' reads stdin as it arrives: raw s16le 16 kHz mono PCM, a WAV stream, or any container "
+                        "(FLAC, Ogg, MP3, WebM, ...) told by its first bytes")
     s.add_argument("--att-context", type=_att_context, metavar="L,R",
                    help="cache-aware Parakeet: the attention context [left, right], one of the model's "
                         "(e.g. 70,13: 1.12 s chunks; 70,1: 160 ms); default: the model's first")
