@@ -403,6 +403,106 @@ def test_a_single_file_gets_one_worker_with_every_core(tmp_path, monkeypatch):
     assert (s.ok, s.workers, s.threads) == (1, 1, 2)  # not a second process for nothing
 
 
+# ------------------------------------------------------------------------ from a script, as a user
+
+README = HERE.parent / "README.md"
+
+
+def _readme_batch_example() -> str:
+    """The Python example of README.md's "## Batch jobs" section, as written."""
+    text = README.read_text()
+    section = text.split("\n## Batch jobs\n", 1)[1].split("\n## ", 1)[0]
+    return section.split("```python\n", 1)[1].split("```", 1)[0]
+
+
+def _clips(folder: Path, n: int = 2) -> list[Path]:
+    folder.mkdir(parents=True, exist_ok=True)
+    clips = sorted(DEV.glob("cv_*.wav"))[:n]
+    for c in clips:
+        (folder / c.name).write_bytes(c.read_bytes())
+    return clips
+
+
+def test_the_readme_python_example_runs_as_a_plain_script(tmp_path):
+    """The README's example, written to a file as it stands (no `if __name__ == "__main__":`) and run
+    with `python script.py` where `samples/` holds two clips: worker processes started with spawn
+    would run the script again, so the job runs in the script's own process, says so in one warning,
+    and every input is done."""
+    code = _readme_batch_example()
+    assert "__main__" not in code and "workers=2" in code  # the case of the issue: no guard, workers asked for
+    clips = _clips(tmp_path / "samples")
+    (tmp_path / "script.py").write_text(code)
+    r = subprocess.run([sys.executable, "script.py"], cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert r.returncode == 0, r.stderr
+    ok, failed, skipped = r.stdout.split()[:3]
+    assert (ok, failed, skipped) == ("2", "0", "0"), r.stdout + r.stderr
+    lines = _lines(tmp_path / "out")
+    assert sorted(d["id"] for d in lines) == sorted(c.stem for c in clips)
+    assert all(d["status"] == "ok" and d["outputs"] == [f"{d['id']}.json", f"{d['id']}.srt"] for d in lines)
+    assert "died" not in r.stderr and "start-up" not in r.stderr and "Traceback" not in r.stderr  # no worker ran it
+    warned = [line for line in r.stderr.splitlines() if "Warning:" in line]
+    assert len(warned) == 1 and 'if __name__ == "__main__":' in warned[0] and "this process" in warned[0]
+
+
+def test_workers_that_fail_at_start_up_are_recorded_with_the_cause(tmp_path):
+    """A guarded script whose top-level code fails when a worker process runs it again: the workers
+    die at start-up; each input gets its line in results.jsonl with that cause, not "out of memory"."""
+    _clips(tmp_path / "in")
+    (tmp_path / "script.py").write_text(
+        "import sys\n"
+        "import transcribe\n"
+        "\n"
+        "if __name__ != '__main__':  # what a worker process runs again\n"
+        "    raise RuntimeError('this script cannot run in a worker')\n"
+        "\n"
+        "if __name__ == '__main__':\n"
+        "    s = transcribe.batch(['in'], 'out', model=sys.argv[1], workers=2, threads=1)\n"
+        "    print(s.ok, s.failed)\n")
+    r = subprocess.run([sys.executable, "script.py", str(TINY)], cwd=tmp_path, capture_output=True, text=True,
+                       timeout=600)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["0", "2"], r.stdout + r.stderr
+    lines = _lines(tmp_path / "out")
+    assert len(lines) == 2 and all(d["status"] == "error" for d in lines)
+    for d in lines:
+        assert "start-up" in d["error"] and "status 1" in d["error"], d["error"]
+        assert "memory" not in d["error"] and "killed" not in d["error"]
+        assert "\n" not in d["error"]
+    assert "this script cannot run in a worker" in r.stderr  # the worker's own error, on stderr
+
+
+@pytest.mark.parametrize("source, line, guarded", [
+    ("import t\nt.batch()\n", 2, False),
+    ("import t\nif __name__ == '__main__':\n    t.batch()\n", 3, True),
+    ("import t\nif '__main__' == __name__:\n    x = 1\n    t.batch(\n        1)\n", 4, True),
+    ("import t\nif __name__ != '__main__':\n    pass\nelse:\n    t.batch()\n", 5, True),
+    ("import t\nif __name__ != '__main__':\n    t.batch()\n", 3, False),
+    ("try:\n    if __name__ == \"__main__\":\n        main()\nexcept KeyboardInterrupt:\n    pass\n", 3, True),
+    ("if __name__ == '__main__':\n    pass\nmain()\n", 3, False),
+    ("if x == '__main__':\n    main()\n", 2, False),
+])
+def test_a_line_under_the_main_guard_is_told_from_one_outside(source, line, guarded):
+    from transcribe.jobs.local import under_main_guard
+
+    assert under_main_guard(source, line) is guarded
+
+
+def test_one_job_at_a_time_in_an_output_folder(tmp_path):
+    """A second job in a folder where one runs would rewrite the first one's results.jsonl: refused."""
+    fcntl = pytest.importorskip("fcntl")
+    out = tmp_path / "out"
+    out.mkdir()
+    fd = os.open(out, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # as a running job holds it
+        with pytest.raises(jin.JobError, match="another job is running"):
+            transcribe.batch([str(JFK)], str(out), model=str(TINY), workers=1)
+    finally:
+        os.close(fd)
+    s = transcribe.batch([str(JFK)], str(out), model=str(TINY), workers=1)
+    assert s.ok == 1 and len(_lines(out)) == 1
+
+
 def test_manifest_fields_are_carried_under_manifest(tmp_path):
     """A manifest's reference `text` (or any field) never sits beside the transcript's fields."""
     man = tmp_path / "m.jsonl"

@@ -187,12 +187,15 @@ def plan(items: list[Item], piece_s: float, group: int) -> tuple[list[Item], lis
 def local_events(items: list[Item], executor, piece_s: float, group: int, scratch: Path) -> Iterator[dict]:
     """Runs the job's tasks on `executor` (local.Inline or local.Processes) and yields their events.
     A worker that dies (killed, out of memory) is replaced and its tasks run again, one input a task;
-    a task that kills a worker twice fails its inputs with the reason."""
+    a task that kills a worker twice fails its inputs with the cause (the dead worker's exit status).
+    Workers that fail at start-up are no input's fault: the tasks run again, but when a fresh pool
+    fails at start-up too, before any task came back, every input left fails with that cause."""
     long, groups = plan(items, piece_s, group)
     todo: deque = deque(("split", it.index, it.path, str(scratch / f"{it.index}.npy")) for it in long)
     todo.extend(("files", [(it.index, it.path) for it in g]) for g in groups)
     tries: dict = {}
     flight: dict = {}
+    failed_starts = 0  # pools in a row whose workers failed at start-up
 
     def fill():
         while todo and len(flight) < executor.slots:
@@ -207,6 +210,7 @@ def local_events(items: list[Item], executor, piece_s: float, group: int, scratc
             task = flight.pop(fut)
             try:
                 events = fut.result()
+                failed_starts = 0
             except BrokenProcessPool:
                 broken.append(task)
                 continue
@@ -226,13 +230,23 @@ def local_events(items: list[Item], executor, piece_s: float, group: int, scratc
                 yield ev
         if broken:
             broken += [flight.pop(f) for f in list(flight)]
+            why, at_start = executor.cause()
             executor.restart()
-            for task in broken:
-                for single in _singles(task):
+            singles = [single for task in broken for single in _singles(task)]
+            failed_starts = failed_starts + 1 if at_start else 0
+            if failed_starts >= 2:  # no worker can start: the inputs left fail, each with the cause
+                singles += [single for task in todo for single in _singles(task)]
+                todo.clear()
+                for single in singles:
+                    yield from _died(single, why)
+            elif at_start:  # no input's fault: run again, tries not counted
+                todo.extendleft(reversed(singles))
+            else:
+                for single in reversed(singles):
                     key = repr(single)
                     tries[key] = tries.get(key, 0) + 1
                     if tries[key] >= 2:
-                        yield from _died(single, "a worker process died on this input twice (killed, or out of memory?)")
+                        yield from _died(single, f"{why}, twice on this input")
                     else:
                         todo.appendleft(single)
         fill()

@@ -1,6 +1,11 @@
 """Running a job's tasks on this machine: in this process (one worker), or in worker processes that
 each load the model once (`--workers N`, started with `spawn`, N x threads <= cores).
 
+Worker processes started with `spawn` run the program's main module again (as `__mp_main__`) before
+they take work: a script whose call to `transcribe.batch()` is not under `if __name__ == "__main__":`
+would start a job of its own in every worker. `unguarded_main_call()` tells that case, and the job
+then runs in the calling process instead.
+
 A task is a tuple; what it gives back is a list of events (dicts), each about one input or one piece
 of an input (see `job.py`, which makes the tasks and reads the events):
 
@@ -14,11 +19,14 @@ of an input (see `job.py`, which makes the tasks and reads the events):
 """
 from __future__ import annotations
 
+import ast
 import multiprocessing
 import os
 import signal
+import sys
 import threading
 import time
+import tokenize
 from concurrent.futures import Future, ProcessPoolExecutor
 from typing import Optional
 
@@ -145,12 +153,14 @@ def _init(options: Options) -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the driver's to handle
     parent = os.getppid()
     threading.Thread(target=_orphan_watch, args=(parent,), name="transcribe-orphan-watch", daemon=True).start()
-    from ..runtime import configure_process
-
-    configure_process(options.threads)  # a process of its own: its threads, its malloc
+    # Whatever fails here is said to the driver with the first task: an initializer that raised would
+    # end the process, and the driver would see a broken pool without the reason.
     try:
+        from ..runtime import configure_process
+
+        configure_process(options.threads)  # a process of its own: its threads, its malloc
         _worker = Worker(options)
-    except Exception as e:  # noqa: BLE001 - said to the driver with the first task
+    except Exception as e:  # noqa: BLE001
         _worker_error = reason(e)
 
 
@@ -200,21 +210,51 @@ class Processes:
         self.options, self.n = options, n
         self.slots = 2 * n  # one task queued behind each running one
         self.pool = self._pool()
+        self.procs: dict = {}  # pid -> Process, of this pool: their exit statuses say why it broke
 
     def _pool(self) -> ProcessPoolExecutor:
         return ProcessPoolExecutor(max_workers=self.n, mp_context=multiprocessing.get_context("spawn"),
                                    initializer=_init, initargs=(self.options,))
 
     def submit(self, task: tuple) -> Future:
-        return self.pool.submit(_run, task)
+        f = self.pool.submit(_run, task)
+        self.procs.update(getattr(self.pool, "_processes", None) or {})  # started as tasks come
+        return f
+
+    def cause(self) -> tuple[str, bool]:
+        """After the pool broke: what ended a worker process, as its exit status tells, and whether it
+        failed at start-up. A worker ends by itself only when it could not start: its tasks' errors,
+        whatever they are, come back as errors, and it ends on its own when this process is gone. The
+        pool then ends the others with SIGTERM."""
+        codes = [p.exitcode for p in self.procs.values()]
+        exited = [c for c in codes if c is not None and c >= 0]
+        if exited:
+            why = (f"a worker process exited with status {exited[0]} at start-up, before taking any input "
+                   "(its error is on stderr)")
+            main = main_reruns()
+            if main:
+                why += (f"; worker processes run {os.path.basename(main)} again first: its top-level code must run "
+                        'there, or be under `if __name__ == "__main__":`')
+            return why, True
+        signals = [-c for c in codes if c is not None and c < 0]
+        sig = next((n for n in signals if n != signal.SIGTERM), signals[0] if signals else None)
+        if sig is None:
+            return "a worker process died (how, unknown)", False
+        name = _signal_name(sig)
+        if sig == getattr(signal, "SIGKILL", None):
+            return f"a worker process was killed ({name}: out of memory?)", False
+        if sig in (signal.SIGSEGV, signal.SIGABRT, getattr(signal, "SIGBUS", None), signal.SIGILL, signal.SIGFPE):
+            return f"a worker process crashed ({name})", False
+        return f"a worker process was ended by {name}", False
 
     def restart(self) -> None:
         """After a worker died (the pool is broken): a fresh pool."""
         self._kill()
         self.pool = self._pool()
+        self.procs = {}
 
     def _kill(self) -> None:
-        procs = list((getattr(self.pool, "_processes", None) or {}).values())
+        procs = list({**self.procs, **(getattr(self.pool, "_processes", None) or {})}.values())
         self.pool.shutdown(wait=False, cancel_futures=True)
         for p in procs:
             try:
@@ -229,3 +269,74 @@ class Processes:
 
     def shutdown(self) -> None:
         self._kill()
+
+
+def _signal_name(n: int) -> str:
+    try:
+        return signal.Signals(n).name
+    except ValueError:
+        return f"signal {n}"
+
+
+# ------------------------------------------------------------------ the main module, run again by spawn
+
+def main_reruns() -> Optional[str]:
+    """The file of this program's main module when worker processes started with `spawn` run it again
+    (a script run by its path, a module by `python -m name`), else None (`python -m pkg` runs
+    `pkg.__main__`, which they skip; an interactive session or `python -c` has no file)."""
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if main is None or not path:
+        return None
+    name = getattr(getattr(main, "__spec__", None), "name", None)
+    if name is not None:
+        return None if name == "__main__" or name.endswith(".__main__") else path
+    return None if os.path.splitext(os.path.basename(path))[0] == "ipython" else path
+
+
+def unguarded_main_call() -> bool:
+    """Whether this call comes from the main module's top-level code outside `if __name__ ==
+    "__main__":` (directly, or through functions it calls), so that worker processes, which run that
+    module again, would each call it again. Read from the main thread's stack: the main module's
+    outermost frame and the line it is at. When it cannot be told (no such frame, no source), False."""
+    path = main_reruns()
+    if path is None:
+        return False
+    main_globals = vars(sys.modules["__main__"])
+    frame = sys._current_frames().get(threading.main_thread().ident)
+    outer = None
+    while frame is not None:
+        if frame.f_code.co_name == "<module>" and frame.f_globals is main_globals:
+            outer = frame
+        frame = frame.f_back
+    if outer is None:
+        return False
+    try:
+        with tokenize.open(outer.f_code.co_filename) as f:
+            source = f.read()
+        return not under_main_guard(source, outer.f_lineno)
+    except (OSError, SyntaxError, ValueError, UnicodeDecodeError):
+        return False
+
+
+def under_main_guard(source: str, line: int) -> bool:
+    """Whether `line` of the module `source` lies in the body of an `if __name__ == "__main__":` (or in
+    the `else:` of an `if __name__ != "__main__":`)."""
+    for node in ast.walk(ast.parse(source)):
+        if not isinstance(node, ast.If):
+            continue
+        eq = _main_test(node.test)
+        block = node.body if eq is True else node.orelse if eq is False else None
+        if block and block[0].lineno <= line <= block[-1].end_lineno:
+            return True
+    return False
+
+
+def _main_test(test: ast.expr) -> Optional[bool]:
+    """True for `__name__ == "__main__"`, False for `!=`, None for any other test."""
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], (ast.Eq, ast.NotEq))):
+        return None
+    sides = (test.left, test.comparators[0])
+    name = any(isinstance(x, ast.Name) and x.id == "__name__" for x in sides)
+    main = any(isinstance(x, ast.Constant) and x.value == "__main__" for x in sides)
+    return isinstance(test.ops[0], ast.Eq) if name and main else None

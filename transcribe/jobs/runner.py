@@ -16,6 +16,7 @@ import shutil
 import sys
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional, TextIO
@@ -24,7 +25,7 @@ from ..errors import TranscribeError
 from ..writers import WRITERS
 from .inputs import Item, JobError, collect, probe
 from .job import SCRATCH, Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events, task_inputs
-from .local import cores, default_workers, model_bytes
+from .local import cores, default_workers, model_bytes, unguarded_main_call
 from .work import Options, Worker, family_of_model, piece_seconds, reason
 
 
@@ -80,7 +81,12 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
     out_dir = Path(output_dir)
     outputs = Outputs(out_dir, formats, dict(max_line_width=max_line_width, max_line_count=max_line_count))
     _check_out_dir(out_dir)
-    results = Results(out_dir, resume)
+    lock = _lock(out_dir)
+    try:
+        results = Results(out_dir, resume)
+    except BaseException:
+        _unlock(lock)
+        raise
     summary = JobSummary(total=len(items), results=str(results.path), mode="ray" if ray else "local")
     try:
         done = {it.id for it in items if results.done.get(it.id, {}).get("audio") == it.audio
@@ -96,6 +102,11 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
         probe(todo)
         if ray is None:
             workers, threads = _local_sizes(todo, workers, threads, n_cores, device, model, piece_s)
+            if workers > 1 and unguarded_main_call():
+                warnings.warn(f"transcribe.batch() runs the job in this process, not in {workers} worker processes: "
+                              "it is called from a script's top-level code outside `if __name__ == \"__main__\":`, "
+                              "which worker processes would run again", RuntimeWarning, stacklevel=_caller_level())
+                workers, threads = 1, workers * threads
         options = Options(model=model, device=device, dtype=dtype, threads=threads, batch_size=batch_size,
                           piece_s=piece_s, detector=detector, decoding=dict(decoding))
         if not todo:
@@ -116,8 +127,47 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
     finally:
         results.close()
         shutil.rmtree(out_dir / SCRATCH, ignore_errors=True)
+        _unlock(lock)
     summary.wall_s = time.monotonic() - t0
     return summary
+
+
+def _lock(out_dir: Path) -> Optional[int]:
+    """One job at a time in a folder: a second one would rewrite the first one's results.jsonl under
+    it. An exclusive lock on the folder, held until the job ends (or its process does). None where
+    locks are not to be had (not POSIX, a file system without them)."""
+    try:
+        import fcntl
+    except ImportError:
+        return None
+    try:
+        fd = os.open(out_dir, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise JobError(f"{out_dir}: another job is running in this folder; wait for it, or give another "
+                       "output folder") from None
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _unlock(fd: Optional[int]) -> None:
+    if fd is not None:
+        os.close(fd)
+
+
+def _caller_level() -> int:
+    """warnings.warn's stacklevel that names the first frame outside this package (the user's call)."""
+    package = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    frame, level = sys._getframe(1), 1
+    while frame is not None and os.path.abspath(frame.f_code.co_filename).startswith(package + os.sep):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def _local_sizes(todo: list[Item], workers, threads, n_cores: int, device: str, model, piece_s):
