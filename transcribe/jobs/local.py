@@ -226,7 +226,7 @@ class Processes:
         failed at start-up. A worker ends by itself only when it could not start: its tasks' errors,
         whatever they are, come back as errors, and it ends on its own when this process is gone. The
         pool then ends the others with SIGTERM."""
-        codes = [p.exitcode for p in self.procs.values()]
+        codes = self._exit_codes()
         exited = [c for c in codes if c is not None and c >= 0]
         if exited:
             why = (f"a worker process exited with status {exited[0]} at start-up, before taking any input "
@@ -246,6 +246,23 @@ class Processes:
         if sig in (signal.SIGSEGV, signal.SIGABRT, getattr(signal, "SIGBUS", None), signal.SIGILL, signal.SIGFPE):
             return f"a worker process crashed ({name})", False
         return f"a worker process was ended by {name}", False
+
+    def _exit_codes(self, wait_s: float = 2.0) -> list:
+        """The exit statuses of this pool's processes, once they are known: a process that died has
+        closed its end of the pipe the pool watches a moment before its status can be read, and the
+        pool ends the others as it breaks (None: one still running after `wait_s`)."""
+        procs = list(self.procs.values())
+        deadline = time.monotonic() + wait_s
+        for p in procs:
+            try:
+                p.join(max(0.0, deadline - time.monotonic()))
+            except Exception:  # noqa: BLE001 - reaped meanwhile by the pool's own thread
+                pass
+        codes = [p.exitcode for p in procs]
+        while None in codes and time.monotonic() < deadline:  # the pool's thread may hold the status a moment
+            time.sleep(0.01)
+            codes = [p.exitcode for p in procs]
+        return codes
 
     def restart(self) -> None:
         """After a worker died (the pool is broken): a fresh pool."""
