@@ -246,9 +246,11 @@ def test_output_order_and_final_over_utterances():
     w.update(s)  # nothing new: no line
     w.close(s)
     lines = jsonl(out.getvalue())
+    # Each word after a partial that contains it: the ended utterance's whole text before its
+    # words and its event (text() no longer has it), then the next utterance's.
     assert [(d["type"], d.get("word") or d.get("text") or d.get("token")) for d in lines] == [
-        ("word", "hello"), ("word", "world"), ("eou", "<EOU>"), ("word", "next"), ("partial", "next"),
-        ("partial", "next one"), ("final", "hello world next one")]
+        ("partial", "hello world"), ("word", "hello"), ("word", "world"), ("eou", "<EOU>"), ("partial", "next"),
+        ("word", "next"), ("partial", "next one"), ("final", "hello world next one")]
     final = check_lines(lines)
     assert final["tokens"] == [{"id": 5, "text": " hello", "frame": 0, "start": 0.0, "end": 0.5, "confidence": 0.9}]
     assert final["events"] == [{"type": "eou", "token": "<EOU>", "frame": 13, "time": 1.04}]

@@ -262,11 +262,11 @@ class BufferedSession(StreamingSession):
             small[: self._n] = self._buf[: self._n]
             self._buf = small
 
-    def _emit_words(self, words: Sequence[WordSpan]) -> None:
+    def _emit_words(self, words: Sequence[WordSpan], next_start: Optional[int] = None) -> None:
         # Byte-level BPE (Whisper) decodes a word with its leading space: a word is its text alone.
         for w in words:
             w.word = w.word.strip()
-        super()._emit_words(words)
+        super()._emit_words(words, next_start)
 
 
 def _words(tokens: Sequence[WindowToken]) -> list[list[WindowToken]]:

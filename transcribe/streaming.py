@@ -3,12 +3,18 @@
 Audio goes in as it arrives (`feed`, any length), text comes out as it is decided:
 
 - committed text is append-only: once handed out it never changes (`take_new_text()` gives what
-  was added since the last call); tentative text is the model's current guess for the audio after
-  it and may still change (`text()` = committed + tentative);
-- finished words (a word is finished when the next one starts, or at `finalize()`) come out of
-  `drain_words()`, end-of-utterance / end-of-backchannel events out of `drain_events()` (both, in
-  order, out of `drain()`); an `<EOU>` with no text since the last one (a model repeating it in a
-  silence) ends no utterance and makes no event, though its token is reported;
+  was added since the last call, with a "\n" at each end-of-utterance event); tentative text is
+  the model's current guess for the audio after it and may still change (`text()` = committed +
+  tentative);
+- finished words (a word is finished when the next one starts, at an event, or at `finalize()`)
+  come out of `drain_words()`, end-of-utterance / end-of-backchannel events out of
+  `drain_events()` (both together out of `drain()`, in time order: an event comes after every
+  word said before it, and the word open when it came is finished by it); an `<EOU>` with no text
+  since the last one (a model repeating it in a silence) ends no utterance and makes no event,
+  though its token is reported;
+- word times are monotonic and do not overlap: a word starts no earlier than the one before it
+  ended, and ends no later than the next word (or the event after it) starts (the tokens keep the
+  model's own times);
 - `latency` says how much audio came in and how much of it is committed.
 
 Memory stays bounded over hours: drained words and events are released; the text and tokens the
@@ -126,6 +132,7 @@ class StreamingSession:
         self._word_queue: deque[tuple[int, Word]] = deque()
         self._event_queue: deque[tuple[int, StreamEvent]] = deque()
         self._at_utterance_start = True
+        self._last_word_end = 0  # frame where the last word handed out (or the last event) ends
 
     # ------------------------------------------------------------------ public API
     def feed(self, pcm, sample_rate: int = SAMPLE_RATE) -> None:
@@ -189,8 +196,14 @@ class StreamingSession:
     def tentative_text(self) -> str:
         return self._tentative
 
+    @property
+    def punctuation(self) -> frozenset:
+        """The marks that join the word before them ("word ," -> "word,"), as `text()` joins them."""
+        return frozenset(self._punctuation)
+
     def take_new_text(self) -> str:
-        """The committed text added since the last call (append-only, never rewritten)."""
+        """The committed text added since the last call (append-only, never rewritten); a "\n"
+        ends each utterance (one per end-of-utterance event)."""
         out = "".join(self._new_text)
         self._new_text = []
         return out
@@ -219,8 +232,10 @@ class StreamingSession:
         return out
 
     def drain(self) -> list[Union[Word, StreamEvent]]:
-        """Finished words and events together, in the order they happened (the last word of an
-        utterance comes before its end-of-utterance event)."""
+        """Finished words and events together, in time order: a word's start and an event's time
+        never decrease, and an event comes after every word said before it (the word open when
+        the event came is finished by it: the last word of an utterance comes before its
+        end-of-utterance event, the word before an `<EOB>` before that event)."""
         items = sorted(list(self._word_queue) + list(self._event_queue), key=lambda x: x[0])
         self._word_queue.clear()
         self._event_queue.clear()
@@ -273,7 +288,7 @@ class StreamingSession:
             self._new_tokens.append(tok)
             piece = self._piece(t.id)
             span = TokenSpan(t.id, piece, self._decode([t.id]), t.start_frame, t.end_frame, t.confidence)
-            self._emit_words(self._words.add([span]))
+            self._emit_words(self._words.add([span]), next_start=self._words.open_start())
         if committed_seconds is not None:
             self._committed_seconds = max(self._committed_seconds, committed_seconds)
 
@@ -281,22 +296,28 @@ class StreamingSession:
         self._tentative = text
 
     def _add_event(self, kind: str, token_id: int, frame: int) -> None:
+        frame = int(frame)
         if kind == "eou":
             if not len(self._utt_ids):
                 return  # no utterance to end (an <EOU> again in the silence after one): no event
-            self._end_utterance()  # its last word is finished before the event
+            self._end_utterance(frame)  # its last word is finished before the event
+        else:
+            # The word open when the event came was said before it: finished now, so that it
+            # comes before the event (it would otherwise wait for the next word).
+            self._emit_words(self._words.finish(), next_start=frame)
+        self._last_word_end = max(self._last_word_end, frame)  # the words after it start after it
         self._seq += 1
-        self._event_queue.append((self._seq, StreamEvent(kind, self._piece(token_id), int(frame), self._sec(frame))))
+        self._event_queue.append((self._seq, StreamEvent(kind, self._piece(token_id), frame, self._sec(frame))))
 
-    def _end_utterance(self) -> None:
-        """The current utterance is over: its last word is finished, its text and tokens released
-        (they were handed out by take_new_text / take_new_tokens / drain_words)."""
+    def _end_utterance(self, frame: Optional[int] = None) -> None:
+        """The current utterance is over (at `frame`, its event's): its last word is finished, its
+        text and tokens released (they were handed out by take_new_text / take_new_tokens /
+        drain_words); a "\n" ends its text."""
         rest = self._text.flush()
         if rest:
             self._new_text.append(rest)
-        self._emit_words(self._words.finish())
-        if self._utt_text or rest:
-            self._new_text.append("\n")
+        self._emit_words(self._words.finish(), next_start=frame)
+        self._new_text.append("\n")
         self._utt_text = []
         for a in (self._utt_ids, self._utt_frames, self._utt_starts, self._utt_ends, self._utt_durs):
             del a[:]
@@ -324,12 +345,23 @@ class StreamingSession:
                      None if conf != conf else float(conf), self._utt_frames[i], None if dur < 0 else dur,
                      None, piece)
 
-    def _emit_words(self, words: Sequence[WordSpan]) -> None:
-        for w in words:
+    def _emit_words(self, words: Sequence[WordSpan], next_start: Optional[int] = None) -> None:
+        """Queues finished words (frames from the start of the stream) with monotonic times: a word
+        starts no earlier than the last one handed out ended, and ends no later than what comes
+        after it starts (the next of `words`, else `next_start`: the open word's start or an
+        event's frame). The models' own spans may overlap: RNN-T gives a token one frame although
+        the next may come on the same frame, two windows may place neighbouring words apart."""
+        for i, w in enumerate(words):
             word = w.word.strip()
-            if word:
-                self._seq += 1
-                self._word_queue.append((self._seq, Word(word, self._sec(w.start), self._sec(w.end), w.confidence)))
+            if not word:
+                continue
+            after = words[i + 1].start if i + 1 < len(words) else next_start
+            start = max(int(w.start), self._last_word_end)
+            end = int(w.end) if after is None else min(int(w.end), int(after))
+            end = max(end, start)
+            self._last_word_end = end
+            self._seq += 1
+            self._word_queue.append((self._seq, Word(word, self._sec(start), self._sec(end), w.confidence)))
 
     def _resample(self, samples, rate: int, last: bool):
         import numpy as np

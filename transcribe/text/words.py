@@ -159,6 +159,10 @@ class IncrementalWords:
         self._offset += cut
         return done
 
+    def open_start(self) -> Optional[int]:
+        """Where the open word starts (its first token's start), or None when no word is open."""
+        return self._tokens[0].start if self._tokens else None
+
     def open_words(self) -> list[WordSpan]:
         """The words not finished yet (the open word, and one that punctuation may still join),
         as they stand now."""
