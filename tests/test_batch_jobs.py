@@ -548,3 +548,22 @@ def test_ray_followed_by_an_input_runs_it_without_ray_log_lines(tmp_path):
     assert "logging.cc" not in r.stderr and "Set ray log level" not in r.stderr and ".cc:" not in r.stderr
     assert len(r.stderr.splitlines()) == 1 and r.stderr.startswith("transcribe batch: 1 ok"), r.stderr
     assert "1 Ray actor x" in r.stderr
+
+
+def test_an_option_the_model_cannot_honour_stops_the_job_in_the_commands_words(tmp_path, capsys):
+    """Batch jobs refuse what the command refuses, in the same sentence, before any work (no output
+    folder is made), with one worker or several; the library names the option, the command its flag."""
+    from transcribe.errors import OptionsNotTaken
+    from transcribe.jobs.cli import main
+
+    clip = str(SHARED / "audio" / "jfk.wav")
+    with pytest.raises(OptionsNotTaken) as e:
+        transcribe.batch([clip], tmp_path / "a", model=str(TINY), language="de")
+    assert str(e.value) == "tiny-tdt-fit.nemo is a Parakeet model and does not take language"
+    for workers in ("1", "2"):
+        code = main([clip, "--output-dir", str(tmp_path / workers), "--model", str(TINY), "--workers", workers,
+                     "--language", "de", "--temperature", "0.2"])
+        err = capsys.readouterr().err
+        assert code == 2 and err == ("transcribe batch: error: tiny-tdt-fit.nemo is a Parakeet model and does not "
+                                     "take --language or --temperature\n")
+        assert not (tmp_path / workers).exists()

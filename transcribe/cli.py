@@ -27,9 +27,10 @@ import transcribe
 
 from . import stream_cli
 from .errors import OptionsNotTaken, TranscribeError
+from .loading import check_options_offline
 from .runtime import configure_process, openmp_waiting
 from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
-from .cli_args import positive_int as _positive_int
+from .cli_args import flag, positive_int as _positive_int
 from .writers import WRITERS
 
 PROG = "transcribe"
@@ -193,13 +194,11 @@ def _run(args, progress: "_Progress") -> int:
 
     # What can be told before the model loads (minutes for a large one) is told first: inputs that are not
     # there, and options a local model's family does not take.
-    family = _local_family(args.model)
-    if family is not None:
-        try:
-            family.check_options(_model_name(args.model), _decoding_options(args))
-        except OptionsNotTaken as e:
-            _say(f"error: {e.spelled(_flag)}")
-            return 2
+    try:  # a local model's options, before PyTorch is imported
+        check_options_offline(args.model, _decoding_options(args))
+    except OptionsNotTaken as e:
+        _say(f"error: {e.spelled(flag)}")
+        return 2
     missing = [name for name in args.audio if name != "-" and not Path(name).exists()]
     for name in missing:
         _say(f"error: {name}: no such file")
@@ -215,7 +214,7 @@ def _run(args, progress: "_Progress") -> int:
     try:  # the decoding options, checked once before any input
         model.check_options(**_decoding_options(args))
     except OptionsNotTaken as e:
-        _say(f"error: {e.spelled(_flag)}")
+        _say(f"error: {e.spelled(flag)}")
         return 2
     except TranscribeError as e:
         _say(f"error: {_one_line(str(e))}")
@@ -322,30 +321,6 @@ def _check_output_dir(out_dir: Path, stems: list[str], formats: list[str], overw
             return (f"{', '.join(str(p) for p in taken[:3])}{more} already exist; "
                     "not overwritten (use --overwrite to replace them, or another --output-dir)")
     return None
-
-
-def _flag(option: str) -> str:
-    """The command's flag of a decoding option (`initial_prompt` -> `--initial-prompt`)."""
-    return "--no-score-norm" if option == "score_norm" else "--" + option.replace("_", "-")
-
-
-def _local_family(name: Optional[str]):
-    """The `loading.Family` of the default model or of a local model path, from its files; None otherwise
-    (a hub id: known once it is loaded)."""
-    from .hub import default_model_path
-    from .loading import local_family
-
-    try:
-        path = default_model_path() if name is None else Path(os.path.expanduser(name))
-        return local_family(path) if path.exists() else None
-    except TranscribeError:
-        return None
-
-
-def _model_name(name: Optional[str]) -> str:
-    from .hub import DEFAULT_MODEL
-
-    return DEFAULT_MODEL if name is None else (Path(name).name or name)
 
 
 def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:

@@ -45,6 +45,12 @@ def add_decoding_arguments(p: argparse.ArgumentParser) -> None:
                    help="lines a subtitle cue holds at most (default: 2)")
 
 
+def flag(option: str) -> str:
+    """The command's flag of a decoding option (`initial_prompt` -> `--initial-prompt`), to name an
+    option a model refuses (errors.OptionsNotTaken.spelled)."""
+    return "--no-score-norm" if option == "score_norm" else "--" + option.replace("_", "-")
+
+
 def positive_int(s: str) -> int:
     try:
         n = int(s)

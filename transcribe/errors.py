@@ -38,6 +38,9 @@ class OptionValueError(TranscribeError):
         self.option = option
         super().__init__(message)
 
+    def __reduce__(self):  # raised in a worker process, re-raised in the job's
+        return type(self), (self.option, str(self))
+
 
 class OptionsNotTaken(TranscribeError):
     """Options a model cannot honour: every surface (the Python API, the command, the server, batch jobs,
@@ -47,6 +50,9 @@ class OptionsNotTaken(TranscribeError):
     def __init__(self, model: str, kind: str, names):
         self.model, self.kind, self.names = str(model), str(kind), sorted(names)
         super().__init__(self.spelled(lambda name: name))
+
+    def __reduce__(self):  # raised in a worker process, re-raised in the job's
+        return type(self), (self.model, self.kind, self.names)
 
     def spelled(self, spell) -> str:
         """The message with each option written as `spell(keyword)` gives it."""

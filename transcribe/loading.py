@@ -148,6 +148,22 @@ def family_of(path) -> Optional[str]:
     return None if family is None else family.name
 
 
+def check_options_offline(name: Optional[str], options: dict) -> None:
+    """Raises errors.OptionsNotTaken for options the family of the model `name` does not take, when that
+    family is known without loading it or using the network (the default model, a local path): the
+    command and batch jobs check so before loading (minutes for a large model); the loaded model
+    checks again, and alone for a hub id."""
+    if not options or not _resolves_offline(name):
+        return
+    try:
+        path, display = resolve(name)
+    except ModelError:
+        return  # loading it says why
+    family = local_family(path)
+    if family is not None:
+        family.check_options(display, options)
+
+
 def local_family(path) -> Optional[Family]:
     """The `Family` whose model a local path holds, from its files alone, or None."""
     path = Path(path)

@@ -76,6 +76,9 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
         raise JobError(f"piece length must be 0 (no cuts) or 10-3600 s, got {piece_s}")
     if (decoding.get("nbest") or 1) > 1 and piece_s != 0:
         raise JobError("nbest lists of pieces do not join: give piece_s=0 (--piece-s 0) with nbest")
+    from ..loading import check_options_offline
+
+    check_options_offline(model, decoding)  # a local model's family refuses what it does not take, before any work
 
     items = collect(inputs, manifest)
     out_dir = Path(output_dir)
