@@ -1,4 +1,4 @@
-"""What a stream hands out is in time order, in every session type (issue 26, item 10).
+"""What a stream hands out is in time order, in every session type (issue 26, items 3 and 10).
 
 - `drain()`: words and events sorted by time (a word's start, an event's time), an event after every
   word that ends before it, word times non-overlapping (start >= the previous word's end), every
@@ -7,13 +7,19 @@
   Whisper, on real clips;
 - `transcribe --stream --format jsonl`: every word line after a partial that has that word at its
   place, an utterance's whole text shown before its end-of-utterance event, and the word and event
-  lines exactly what `drain()` gives for other feed sizes.
+  lines exactly what `drain()` gives for other feed sizes;
+- the README's streaming example, run as written (a tiny cache-aware model for "streaming.nemo",
+  `microphone()` the pieces of a real clip): it prints the whole stream's text and drains every word.
 """
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import random
+import re
 
+import numpy as np
 import pytest
 
 import transcribe
@@ -24,7 +30,7 @@ from transcribe.streaming import CommitToken, StreamEvent, StreamingSession
 from transcribe.text.sentencepiece import SentencePieceTokenizer
 from transcribe.parakeet.checkpoint import read_nemo
 
-from .conftest import AUDIO, MODELS, TINY, two_utterances_wav
+from .conftest import AUDIO, MODELS, REPO, TINY, two_utterances_wav
 
 JFK = AUDIO / "jfk.wav"
 DEV = AUDIO / "dev"
@@ -193,3 +199,74 @@ def test_rnnt_words_on_one_frame_do_not_overlap(sp):
     assert [(w.start, w.end) for w in words] == [(0.24, 0.24), (0.24, 0.24), (0.24, 0.32), (0.4, 0.48)]
     assert [t.end for t in s.tokens()] == [0.32, 0.32, 0.32, 0.48]  # the tokens keep the model's times
     check_time_order(words)
+
+
+# ---------------------------------------------------------------- the end of a stream (item 3)
+def readme_example() -> str:
+    readme = (REPO / "README.md").read_text(encoding="utf-8")
+    m = re.search(r"```python\n(import transcribe\nmodel = transcribe\.load_model\(\"streaming\.nemo\"\).*?)```",
+                  readme, re.S)
+    assert m, "README's streaming example"
+    return m.group(1)
+
+
+@pytest.mark.parametrize("name,clip,seconds", [
+    (EOU, "two-utterances", None),  # two utterances, each ended by <EOU>
+    (EOU, "two-utterances", 5.0),  # stopped in the middle of the second: "...even h" comes at the end
+    (TINY / "tiny-ctc-streaming-random.nemo", JFK, None),  # CTC: the last frames' text comes at the end
+    (TINY / "tiny-tdt-streaming-random.nemo", JFK, None),  # the last word is finished at the end
+], ids=["eou-two-utterances", "eou-cut", "ctc-jfk", "tdt-jfk"])
+def test_readme_streaming_example_prints_the_whole_text_and_drains_every_word(name, clip, seconds):
+    code = readme_example()
+    assert code.count('"streaming.nemo"') == 1 and "microphone()" in code
+    code = code.replace('"streaming.nemo"', repr(str(name)))
+    pcm = (load_audio(_clip(clip), sample_rate=16000) * 32767).astype(np.int16)
+    if seconds is not None:
+        pcm = pcm[: int(seconds * 16000)]
+
+    def microphone():  # 100 ms pieces of a real clip, as int16 samples and as s16le bytes
+        for i in range(0, len(pcm), 1600):
+            piece = pcm[i:i + 1600]
+            yield piece.tobytes() if i % 3200 else piece
+
+    ns = {"microphone": microphone}
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "README.md", "exec"), ns)
+    printed, latency = out.getvalue().rsplit("Latency(", 1)
+    assert latency.endswith(")\n") and "\n" not in latency[:-1]  # print(live.latency): the last line
+    # The session's final text for the whole clip: the audio fed at once, finalized, all text taken.
+    ref = _model(name).stream(att_context_size=[70, 1])
+    ref.feed(pcm)
+    final = ref.finalize()
+    whole = ref.take_new_text()
+    assert printed == whole + "\n" and whole.strip()  # all of it, then the newline of the last print
+    live, items = ns["live"], ns["items"]
+    assert final == live.text() == whole.split("\n")[-1]  # finalize(): the last utterance's final text
+    words = [x.word for x in items if isinstance(x, Word)]
+    assert words == printed.split() == [w.word for w in ref.drain_words()]  # every word drained
+    assert live.drain() == [] and live.take_new_text() == ""  # nothing left behind
+    check_time_order(items)
+
+
+def test_the_end_of_a_with_block_leaves_the_rest_to_take():
+    """finalize() by the end of a `with` block (or called twice) takes nothing: the last text and
+    words are still there after the block, and finalize() returns the final text."""
+    model = _model(TINY / "tiny-tdt-streaming-random.nemo")
+    pcm = load_audio(JFK, sample_rate=16000)
+    text, words = [], []
+    with model.stream() as live:
+        for i in range(0, len(pcm), 1600):
+            live.feed(pcm[i:i + 1600])
+            text.append(live.take_new_text())
+            words += live.drain_words()
+        inside = "".join(text)
+    rest = live.take_new_text()
+    last = live.drain_words()
+    assert rest and last  # the end came only with the block's end
+    ref = model.stream()
+    ref.feed(pcm)
+    assert ref.finalize() == ref.text() == ref.finalize()
+    assert inside + rest == ref.take_new_text()
+    assert [w.word for w in words + last] == [w.word for w in ref.drain_words()]
+    assert live.finalize() == live.text() and live.take_new_text() == "" and live.drain() == []

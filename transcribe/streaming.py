@@ -15,6 +15,8 @@ Audio goes in as it arrives (`feed`, any length), text comes out as it is decide
 - word times are monotonic and do not overlap: a word starts no earlier than the one before it
   ended, and ends no later than the next word (or the event after it) starts (the tokens keep the
   model's own times);
+- `finalize()` ends the input: the audio held back is decoded and the last word finished; what it
+  added is then there to take (`take_new_text()`, `drain()`), inside or after a `with` block;
 - `latency` says how much audio came in and how much of it is committed.
 
 Memory stays bounded over hours: drained words and events are released; the text and tokens the
@@ -148,11 +150,14 @@ class StreamingSession:
                 self._received += int(samples.size)
                 self._accept(samples)
 
-    def finalize(self) -> None:
+    def finalize(self) -> str:
         """The end of the input: decodes the audio still held back and finishes the open word.
-        Never invents an end-of-utterance event."""
+        Never invents an end-of-utterance event. Returns the final text of the current utterance
+        (`text()`: for a model without end-of-utterance events, the whole stream's); it takes
+        nothing: the text and words it added still come out of `take_new_text()` and `drain()`.
+        Called again (or by the `with` block's end after it), it changes nothing."""
         if self._finished:
-            return
+            return self.text()
         with self._lock:
             if self._resampler is not None:
                 import numpy as np
@@ -170,6 +175,7 @@ class StreamingSession:
             self._emit_words(self._words.finish())
             self._committed_seconds = self._received / SAMPLE_RATE
             self._finished = True
+        return self.text()
 
     def reset(self) -> None:
         """Forgets everything: a new stream starts (the model stays loaded)."""
@@ -183,6 +189,7 @@ class StreamingSession:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> None:
+        # The end of a `with` block finalizes; what that adds stays to be taken after the block.
         if exc_type is None:
             self.finalize()
 
