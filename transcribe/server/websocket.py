@@ -17,17 +17,27 @@ frames of mono PCM (16 kHz s16le unless configured otherwise), of any length, an
     {"type": "final", "text", "duration"}     the whole stream's text, after "end" (then the server closes)
     {"type": "error", "message"}              a bad message or option (then the server closes)
 
-Each socket has its own session (`model.stream()`); its steps run on the engine's inference lane,
-one frame at a time, so a client that sends faster than the model keeps up is slowed by TCP, not
-buffered; a frame holds at most 256 KiB (8 s of 16 kHz s16le) and at most 16 wait unread. What a
-session keeps is bounded: words and events are sent and released, the text of
-the current utterance is kept, and the finished utterances' text (tens of kB an hour) for "final".
+Each socket has its own session (`model.stream()`). The socket is read all the time, by a task
+of its own, whatever the model is doing: the audio goes into the session's backlog, and pings and
+pongs are answered at once, so a client may send faster than the model decodes (a recorded file,
+as fast as the network goes). The session's steps run on the engine's inference lane, each on the
+whole backlog (up to STEP_S of audio at once): while a session is behind, its frames are fed
+together and one `partial` (the latest text) is sent a step, not one a frame; words and events
+are all sent, in order. The backlog holds up to BACKLOG_S of audio (an hour; at 16 kHz s16le
+115 MB), MEMORY_BYTES of it in memory and the rest in an anonymous temporary file; beyond that the
+socket's reads pause until the model catches up (TCP slows the client). A frame holds at most
+256 KiB (8 s of 16 kHz s16le). What a session keeps besides is bounded: words and events are sent
+and released, the text of the current utterance is kept, and the finished utterances' text (tens
+of kB an hour) for "final".
 """
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
-from typing import Optional
+import tempfile
+from collections import deque
+from typing import Optional, Union
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
@@ -41,6 +51,9 @@ ENCODINGS = {"pcm_s16le": 2, "pcm_f32le": 4}
 STREAM_OPTIONS = ("att_context_size", "eou_reset", "head", "language", "task", "initial_prompt", "chunk_s",
                   "left_s", "right_s")
 MAX_FRAME_BYTES = 256 * 1024  # 8 s of 16 kHz s16le: a larger frame is a client error
+BACKLOG_S = 3600.0  # audio a session takes ahead of its model before the socket's reads pause
+MEMORY_BYTES = 16 * 1024 * 1024  # of the backlog, kept in memory (the rest goes to a temporary file)
+STEP_S = 8.0  # audio fed to the model in one step, at most, while a session is behind
 
 
 class _BadMessage(Exception):
@@ -137,40 +150,159 @@ async def _serve(ws: WebSocket, engine: Engine) -> None:
                                    "lookahead_ms": latency.lookahead_ms}))
     out = _Events(ws)
     width = ENCODINGS[encoding]
-    carry = b""
+    backlog = _Backlog(int(BACKLOG_S * rate) * width)
+    receiver: Optional[asyncio.Task] = None
+    try:
+        if pending_audio:
+            _check_frame(pending_audio)
+            await backlog.put(pending_audio)
+        if end_now:
+            backlog.finish("end")
+        else:
+            receiver = asyncio.get_running_loop().create_task(_receive(ws, backlog))
+        carry = b""
+        step = max(1, int(STEP_S * rate)) * width
+        while True:
+            data = await backlog.get(step)  # raises what ended the socket other than "end"
+            if data is None:
+                break
+            data = carry + data
+            cut = len(data) - len(data) % width
+            carry = data[cut:]
+            if cut:
+                pcm = _samples(data[:cut], encoding)
+                await engine.run(lambda: session.feed(pcm, rate))
+                await out.update(session)
+        await engine.run(session.finalize)
+        await out.update(session)
+        await out.final(session)
+        await ws.close(code=1000)
+    finally:
+        if receiver is not None and not receiver.done():
+            receiver.cancel()
+            try:
+                await receiver
+            except asyncio.CancelledError:
+                pass
+        backlog.close()
 
-    async def feed(data: bytes) -> None:
-        nonlocal carry
-        if len(data) > MAX_FRAME_BYTES:
-            raise _BadMessage(f"a frame holds at most {MAX_FRAME_BYTES} bytes; got {len(data)}")
-        data = carry + data
-        cut = len(data) - len(data) % width
-        carry = data[cut:]
-        if cut:
-            pcm = _samples(data[:cut], encoding)
-            await engine.run(lambda: session.feed(pcm, rate))
-            await out.update(session)
 
-    if pending_audio:
-        await feed(pending_audio)
-    while not end_now:
-        message = await ws.receive()
-        if message["type"] == "websocket.disconnect":
-            return  # closed without "end": nobody is left to read a final message
-        if message.get("bytes") is not None:
-            await feed(message["bytes"])
-            continue
-        body = _json(message.get("text") or "")
-        kind = body.get("type")
-        if kind == "end":
-            break
-        if kind in ("start", "config", "session.update"):
-            raise _BadMessage("the session is configured by the first message only")
-        raise _BadMessage(f"unknown message type {kind!r} (send binary PCM frames, or {{\"type\": \"end\"}})")
-    await engine.run(session.finalize)
-    await out.update(session)
-    await out.final(session)
-    await ws.close(code=1000)
+def _check_frame(data: bytes) -> None:
+    if len(data) > MAX_FRAME_BYTES:
+        raise _BadMessage(f"a frame holds at most {MAX_FRAME_BYTES} bytes; got {len(data)}")
+
+
+async def _receive(ws: WebSocket, backlog: "_Backlog") -> None:
+    """Reads the socket until "end", a bad message or the client leaving, all the while the model
+    runs: audio into the backlog, the end (or the error) handed to it for the session's loop."""
+    try:
+        while True:
+            message = await ws.receive()
+            if message["type"] == "websocket.disconnect":
+                # Closed without "end": nobody is left to read a final message.
+                backlog.finish(WebSocketDisconnect(message.get("code", 1000)))
+                return
+            if message.get("bytes") is not None:
+                _check_frame(message["bytes"])
+                await backlog.put(message["bytes"])
+                continue
+            body = _json(message.get("text") or "")
+            kind = body.get("type")
+            if kind == "end":
+                backlog.finish("end")
+                return
+            if kind in ("start", "config", "session.update"):
+                raise _BadMessage("the session is configured by the first message only")
+            raise _BadMessage(f"unknown message type {kind!r} (send binary PCM frames, or {{\"type\": \"end\"}})")
+    except Exception as e:  # noqa: BLE001 - raised in the session's loop
+        backlog.finish(e)
+
+
+class _Backlog:
+    """The audio a socket has received and its session has not yet taken, first in, first out: up
+    to MEMORY_BYTES in memory, the newer rest in an anonymous temporary file (gone when closed).
+    `put` waits while `limit` bytes are held (the socket's reads pause: TCP slows the client).
+    `finish` ends it: with "end" the audio held is still taken; with an exception (a bad message,
+    the client leaving) `get` raises it at once."""
+
+    def __init__(self, limit: int, memory_bytes: int = MEMORY_BYTES):
+        self.limit = max(1, limit)
+        self.memory_bytes = memory_bytes
+        self.size = 0  # bytes held
+        self._memory: deque = deque()  # the oldest pieces
+        self._in_memory = 0
+        self._file = None
+        self._written = 0  # bytes written to the file
+        self._read = 0  # bytes of it taken
+        self._end: Union[None, str, BaseException] = None
+        self._ready = asyncio.Event()  # something to take, or the end
+        self._room = asyncio.Event()  # under the limit
+        self._room.set()
+
+    async def put(self, data: bytes) -> None:
+        if not data:
+            return
+        if self._read < self._written or self._in_memory + len(data) > self.memory_bytes:
+            if self._file is None:
+                self._file = tempfile.TemporaryFile(prefix="transcribe-stream-", buffering=0)
+            self._file.seek(self._written)
+            self._file.write(data)
+            self._written += len(data)
+        else:
+            self._memory.append(data)
+            self._in_memory += len(data)
+        self.size += len(data)
+        self._ready.set()
+        while self.size >= self.limit and self._end is None:
+            self._room.clear()
+            await self._room.wait()
+
+    def finish(self, end: Union[str, BaseException]) -> None:
+        if self._end is None:
+            self._end = end
+        self._ready.set()
+        self._room.set()
+
+    async def get(self, most: int) -> Optional[bytes]:
+        """The next audio held (at most `most` bytes, or one piece), waiting for it; None at the
+        end; raises the exception the backlog was finished with."""
+        while True:
+            if isinstance(self._end, BaseException):
+                raise self._end
+            if self.size:
+                return self._take(most)
+            if self._end is not None:
+                return None
+            self._ready.clear()
+            await self._ready.wait()
+
+    def _take(self, most: int) -> bytes:
+        pieces, n = [], 0
+        while self._memory and (not pieces or n + len(self._memory[0]) <= most):
+            piece = self._memory.popleft()
+            pieces.append(piece)
+            n += len(piece)
+        self._in_memory -= n
+        if not self._memory and n < most and self._read < self._written:
+            self._file.seek(self._read)
+            piece = self._file.read(min(most - n, self._written - self._read))
+            self._read += len(piece)
+            pieces.append(piece)
+            n += len(piece)
+            if self._read == self._written:  # the file is emptied: start it anew
+                self._file.truncate(0)
+                self._read = self._written = 0
+        self.size -= n
+        if self.size < self.limit:
+            self._room.set()
+        return pieces[0] if len(pieces) == 1 else b"".join(pieces)
+
+    def close(self) -> None:
+        self.finish("closed")
+        self._memory.clear()
+        if self._file is not None:
+            self._file.close()
+            self._file = None
 
 
 def _pick(engine: Engine, name):
