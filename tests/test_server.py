@@ -483,6 +483,25 @@ def test_websocket_streams_jfk(plain, model):
     assert all(a["start"] <= b["start"] for a, b in zip(words, words[1:]))
 
 
+def test_websocket_messages_are_in_time_order(plain, guarded):
+    """As `transcribe --stream --format jsonl` prints them (tests/test_stream_order.py's checks): each word
+    after a partial that holds it at its place, words and events in time order, word times monotonic and
+    non-overlapping (the issue's Whisper stream had "not" 3.86-4.68 and "what" from 4.52); for the
+    buffered Whisper windows and a cache-aware Parakeet model."""
+    from .test_stream_order import check_jsonl, check_time_order
+
+    runs = [(f"ws://127.0.0.1:{plain.port}/v1/audio/stream", None, {}),
+            (f"ws://127.0.0.1:{guarded.port}/v1/audio/stream", {"model": str(STREAMING)},
+             {"Authorization": f"Bearer {KEY}"})]
+    for url, start, headers in runs:
+        for clip in (JFK, AUDIO / "dev" / "fleurs_en_000.wav"):
+            events = asyncio.run(_stream(url, _pcm16(clip), start, headers))
+            assert events[0]["type"] == "session" and events[-1]["type"] == "final"
+            items = check_jsonl(events[1:])
+            check_time_order(items)
+            assert [w.word for w in items if hasattr(w, "word")], (url, clip)
+
+
 def test_websocket_sessions_at_once_and_one_that_leaves(plain, model):
     """Three sockets stream at once, each its own session; a fourth hangs up mid-stream (its
     session is dropped) and the others still get their whole text."""

@@ -32,9 +32,8 @@ import time
 from typing import Iterator, Optional
 
 from .errors import OptionsNotTaken, TranscribeError
-from .results import Word
 from .runtime import configure_process
-from .text.words import join_punctuation
+from .streaming import StreamMessages
 
 PROG = "transcribe"
 SAMPLE_RATE = 16000
@@ -456,67 +455,30 @@ class _Text:
 
 
 class _JsonLines:
-    """jsonl: partial / word / event lines as they come, then the final line of the whole stream.
-
-    A word line comes after a partial that contains it, and an utterance's last partial (its whole
-    text) before its end-of-utterance event: the session hands out the words and events of one
-    update in time order, and the utterances that ended in it (one "\n" of the committed text per
-    end-of-utterance event) are gone from `text()` by then, so their partials are made here from
-    the committed text."""
+    """jsonl: partial / word / event lines as they come (streaming.StreamMessages: each word after a
+    partial that contains it, an utterance's whole text before its end), then the final line of the
+    whole stream."""
 
     def __init__(self, out):
         self.out = out
-        self.partial = ""
-        self.utterance: list[str] = []  # committed text of the current utterance, as take_new_text gave it
-        self.text: list[str] = []
-        self.tokens: list[dict] = []
-        self.words: list[dict] = []
-        self.events: list[dict] = []
+        self.messages = None
 
     def _line(self, obj: dict) -> None:
         self.out.write(json.dumps(obj, ensure_ascii=False) + "\n")
 
-    def _show(self, text: str) -> None:
-        if text != self.partial:
-            self.partial = text
-            self._line({"type": "partial", "text": text})
-
     def update(self, session) -> None:
-        new = session.take_new_text()
-        self.text.append(new)
-        *done, rest = new.split("\n")
-        ended = []  # the whole text of each utterance that ended in this update, as text() showed it
-        for piece in done:
-            ended.append(join_punctuation("".join(self.utterance) + piece, getattr(session, "punctuation", ())))
-            self.utterance = []
-        if rest:
-            self.utterance.append(rest)
-        for t in session.take_new_tokens():
-            self.tokens.append({"id": t.id, "text": t.text, "frame": t.frame, "start": t.start, "end": t.end,
-                                "confidence": t.confidence})
-        current = session.text()
-        for item in session.drain():  # words and events in time order
-            # The text of the utterance this item belongs to: an ended one's whole text, or the current.
-            self._show(ended[0] if ended else current)
-            if isinstance(item, Word):
-                obj = {"type": "word", **item.to_dict()}
-                self.words.append(item.to_dict())
-            else:
-                obj = item.to_dict()
-                self.events.append(obj)
-                if obj["type"] == "eou" and ended:
-                    ended.pop(0)
+        if self.messages is None:
+            self.messages = StreamMessages(session)
+        for obj in self.messages.take():
             self._line(obj)
-        for text in ended:  # (an ended utterance without words or events here: none)
-            self._show(text)
-        self._show(current)
         self.out.flush()
 
     def close(self, session) -> None:
-        lines = "".join(self.text).split("\n")
-        text = " ".join(u.strip() for u in lines if u.strip())
-        self._line({"type": "final", "text": text, "tokens": self.tokens, "words": self.words,
-                    "events": self.events})
+        if self.messages is None:
+            self.messages = StreamMessages(session)
+        m = self.messages
+        self._line({"type": "final", "text": m.final_text(), "tokens": m.tokens, "words": m.words,
+                    "events": m.events})
         self.out.flush()
 
 

@@ -405,3 +405,71 @@ def _as_float32(pcm):
     if a.dtype.kind in "iu" and a.size == 0:
         return np.zeros(0, np.float32)
     raise TranscribeError(f"feed() takes float samples or int16 PCM, got dtype {a.dtype}")
+
+
+class StreamMessages:
+    """A session's news as the messages `transcribe --stream --format jsonl` prints and the WebSocket
+    sends, in order: `partial` (the current utterance's text, when it changes), `word`, `eou`/`eob`.
+
+    A word comes after a partial that contains it, and an utterance's last partial (its whole text)
+    before its end-of-utterance event: the session hands out the words and events of one update in time
+    order, and the utterances that ended in it (one "\\n" of the committed text per end-of-utterance
+    event) are gone from `text()` by then, so their partials are made here from the committed text.
+    `final()` is the closing message of the whole stream (its utterances joined by a space)."""
+
+    def __init__(self, session: "StreamingSession", keep: bool = True):
+        self.session = session
+        self.keep = keep  # keep tokens, words and events for final() (the command's final line has them)
+        self.partial = ""
+        self.utterance: list[str] = []  # committed text of the current utterance, as take_new_text gave it
+        self.text: list[str] = []
+        self.tokens: list[dict] = []
+        self.words: list[dict] = []
+        self.events: list[dict] = []
+
+    def take(self) -> list[dict]:
+        """The messages of what the session decided since the last call."""
+        session, out = self.session, []
+
+        def show(text: str) -> None:
+            if text != self.partial:
+                self.partial = text
+                out.append({"type": "partial", "text": text})
+
+        new = session.take_new_text()
+        self.text.append(new)
+        *done, rest = new.split("\n")
+        ended = []  # the whole text of each utterance that ended in this update, as text() showed it
+        for piece in done:
+            ended.append(join_punctuation("".join(self.utterance) + piece, getattr(session, "punctuation", ())))
+            self.utterance = []
+        if rest:
+            self.utterance.append(rest)
+        for t in session.take_new_tokens():
+            if self.keep:
+                self.tokens.append({"id": t.id, "text": t.text, "frame": t.frame, "start": t.start, "end": t.end,
+                                    "confidence": t.confidence})
+        current = session.text()
+        for item in session.drain():  # words and events in time order
+            # The text of the utterance this item belongs to: an ended one's whole text, or the current.
+            show(ended[0] if ended else current)
+            if isinstance(item, Word):
+                obj = {"type": "word", **item.to_dict()}
+                if self.keep:
+                    self.words.append(item.to_dict())
+            else:
+                obj = item.to_dict()
+                if self.keep:
+                    self.events.append(obj)
+                if obj["type"] == "eou" and ended:
+                    ended.pop(0)
+            out.append(obj)
+        for text in ended:  # (an ended utterance without words or events here: none)
+            show(text)
+        show(current)
+        return out
+
+    def final_text(self) -> str:
+        """The whole stream's text: its utterances joined by a space."""
+        lines = "".join(self.text).split("\n")
+        return " ".join(u.strip() for u in lines if u.strip())

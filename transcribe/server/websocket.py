@@ -42,7 +42,7 @@ from typing import Optional, Union
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from ..errors import TranscribeError
-from ..results import Word
+from ..streaming import StreamMessages
 from .engine import Engine, NoSuchModel
 
 log = logging.getLogger("transcribe.server")
@@ -148,7 +148,7 @@ async def _serve(ws: WebSocket, engine: Engine) -> None:
     await ws.send_text(json.dumps({"type": "session", "model": served.id, "sample_rate": rate,
                                    "encoding": encoding, "chunk_ms": latency.chunk_ms,
                                    "lookahead_ms": latency.lookahead_ms}))
-    out = _Events(ws)
+    out = _Events(ws, session)
     width = ENCODINGS[encoding]
     backlog = _Backlog(int(BACKLOG_S * rate) * width)
     receiver: Optional[asyncio.Task] = None
@@ -336,29 +336,19 @@ def _samples(data: bytes, encoding: str):
 
 
 class _Events:
-    """Sends a session's news: finished words and events in order, then the partial text."""
+    """Sends a session's news as `transcribe --stream --format jsonl` prints it (streaming.StreamMessages:
+    each word after a partial that contains it, an utterance's whole text before its end), then the final
+    message. Words and events are released once sent."""
 
-    def __init__(self, ws: WebSocket):
+    def __init__(self, ws: WebSocket, session):
         self.ws = ws
-        self.partial = ""
-        self.text = ""
+        self.messages = StreamMessages(session, keep=False)
 
     async def update(self, session) -> None:
-        self.text += session.take_new_text()
-        session.take_new_tokens()  # released: the tokens reach the client as words
-        for item in session.drain():
-            if isinstance(item, Word):
-                await self.ws.send_text(json.dumps({"type": "word", **item.to_dict()}, ensure_ascii=False))
-            else:
-                await self.ws.send_text(json.dumps(item.to_dict(), ensure_ascii=False))
-        current = session.text()
-        if current != self.partial:
-            self.partial = current
-            await self.ws.send_text(json.dumps({"type": "partial", "text": current}, ensure_ascii=False))
+        for obj in self.messages.take():
+            await self.ws.send_text(json.dumps(obj, ensure_ascii=False))
 
     async def final(self, session) -> None:
-        lines = self.text.split("\n")
-        text = " ".join(u.strip() for u in lines if u.strip())
-        await self.ws.send_text(json.dumps({"type": "final", "text": text,
+        await self.ws.send_text(json.dumps({"type": "final", "text": self.messages.final_text(),
                                             "duration": session.latency.received_ms / 1000.0},
                                            ensure_ascii=False))
