@@ -315,6 +315,21 @@ def test_resume_after_kill_9_gives_every_result_once(tmp_path):
     assert left == []
 
 
+def test_a_killed_jobs_half_written_files_are_removed(tmp_path):
+    """A job killed while writing an output leaves its temporary (`.<name>.<pid>.tmp`); the next job in
+    the folder (which holds its lock) removes it, and leaves other files alone. (The kill -9 test above
+    hits this only when the kill lands inside a write.)"""
+    out = tmp_path / "out"
+    (out / "sub").mkdir(parents=True)
+    stale = [out / ".a.json.4242.tmp", out / "sub" / ".b.srt.17.tmp", out / ".results.jsonl.99.tmp"]
+    keep = [out / "notes.tmp", out / ".hidden", out / "sub" / "c.json"]
+    for p in stale + keep:
+        p.write_text("x")
+    s = transcribe.batch([str(SHARED / "audio" / "jfk.wav")], out, model=str(TINY), workers=1)
+    assert s.ok == 1
+    assert [p for p in stale if p.exists()] == [] and all(p.exists() for p in keep)
+
+
 def test_results_log_drops_a_line_cut_short(tmp_path):
     ok = {"id": "a", "audio": "a.wav", "status": "ok", "outputs": []}
     bad = {"id": "b", "audio": "b.wav", "status": "error", "error": "x", "outputs": []}

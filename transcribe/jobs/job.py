@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 from collections import deque
 from concurrent.futures import FIRST_COMPLETED, wait
@@ -30,6 +31,7 @@ from .work import join, piece_error, reason
 
 RESULTS = "results.jsonl"
 SCRATCH = ".transcribe-work"
+_TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")  # what Outputs.write and Results write first
 # A task holds at most this many inputs (or pieces) and this much audio, unless --batch-size says: a
 # model call takes them together. Whisper's decoding loop gains from larger batches on a CPU (2 cores,
 # the dev clips: 16 a call 1.1x faster than 8).
@@ -268,6 +270,18 @@ def _died(task: tuple, why: str) -> Iterator[dict]:
     else:
         index, k, n, _, a, b = task[1][0]
         yield {"index": index, "error": f"piece {k + 1}/{n}: {why}"}
+
+
+def drop_stale_temporaries(out_dir: Path) -> int:
+    """Removes the temporary files (`.<name>.<pid>.tmp`) a job killed while writing left in `out_dir`;
+    called with the folder's lock held, so no job is writing any. Returns how many."""
+    stale = [p for p in out_dir.rglob(".*.tmp") if p.is_file() and _TEMPORARY.match(p.name)]
+    for p in stale:
+        try:
+            p.unlink()
+        except OSError:
+            pass
+    return len(stale)
 
 
 def clear_scratch(out_dir: Path) -> Path:

@@ -24,7 +24,8 @@ from typing import Iterable, Optional, TextIO
 from ..errors import TranscribeError
 from ..writers import WRITERS
 from .inputs import Item, JobError, collect, probe
-from .job import SCRATCH, Assembler, Outputs, Results, clear_scratch, drop_scratch, local_events, task_inputs
+from .job import (SCRATCH, Assembler, Outputs, Results, clear_scratch, drop_scratch, drop_stale_temporaries,
+                  local_events, task_inputs)
 from .local import cores, default_workers, model_bytes, unguarded_main_call
 from .work import Options, Worker, family_of_model, piece_seconds, reason
 
@@ -86,6 +87,8 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, manife
     _check_out_dir(out_dir)
     lock = _lock(out_dir)
     try:
+        if lock is not None:  # a killed job's half-written files (the lock says no job is writing here)
+            drop_stale_temporaries(out_dir)
         results = Results(out_dir, resume)
     except BaseException:
         _unlock(lock)
