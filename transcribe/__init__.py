@@ -1,4 +1,4 @@
-"""transcribe: local speech-to-text with OpenAI Whisper and NVIDIA Parakeet models.
+"""transcribe: local speech-to-text with OpenAI Whisper, NVIDIA Parakeet and IBM Granite Speech NAR models.
 
     import transcribe
     model = transcribe.load_model()                      # Whisper tiny.en, installed with the package

@@ -1,4 +1,5 @@
-"""The Slaney mel filterbank (librosa's default), shared by the front ends of every family."""
+"""The Slaney mel filterbank (librosa's default), shared by the Whisper and Parakeet front ends (Granite's
+front end uses an HTK-scale bank of its own, granite/frontend.py, as its reference does)."""
 from __future__ import annotations
 
 import math

@@ -9,7 +9,7 @@ file named as openai-whisper names its downloads (`tiny.en.pt`, `large-v3.pt` ..
 table entry for that model; else its default, every head of the last half of the decoder layers.
 
 The tokenizer: `tokenizer.json` beside the file, else the shared one of its vocabulary
-(see `whisper_common.reference_tokenizer_json`).
+(see `checkpoints.common.reference_tokenizer_json`).
 """
 from __future__ import annotations
 
