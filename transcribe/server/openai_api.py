@@ -11,6 +11,7 @@ import math
 import zlib
 from typing import Any, Optional
 
+from ..cli_args import schedule
 from ..text.languages import LANGUAGE_NAMES
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
@@ -114,14 +115,9 @@ def request_options(fields: dict[str, list[str]], task: str) -> tuple[dict, str,
         if not (0.0 <= t <= 1.0) or math.isnan(t):
             raise ApiError(400, f"temperature must lie between 0 and 1; got {t}", "temperature", "invalid_value")
         if t > 0:
-            # As openai-whisper's command: fall back from t in steps of 0.2 up to 1.0 (0 is the API's
+            # As the command's --temperature T: fall back from t in steps of 0.2 up to 1.0 (0 is the API's
             # default: the model's own decoding, for Whisper its fallback schedule from 0).
-            steps = []
-            v = t
-            while v <= 1.0 + 1e-9:
-                steps.append(round(v, 6))
-                v += 0.2
-            options["temperature"] = tuple(steps)
+            options["temperature"] = schedule((t,), 0.2)
 
     for name, parse in EXTRA_FIELDS.items():
         value = one(name)
