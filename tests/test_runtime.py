@@ -144,12 +144,15 @@ def test_importing_the_package_imports_no_torch():
 # --- a shared model ----------------------------------------------------------------------------
 
 
-def test_concurrent_calls_with_different_attention_share_one_model(tdt, jfk):
+def test_concurrent_calls_with_different_attention_share_one_model(tdt, jfk, monkeypatch):
     """Two threads, one model, full and local attention at once: each gets what it gets alone, and
     the model's own setting is untouched (the attention is an argument of the call)."""
+    monkeypatch.setattr(parakeet_recognizer, "LOCAL_CONTEXT", (4, 4))  # local then differs clearly from full on jfk (in its confidences)
     own = tdt.model.encoder.local_context
     alone = {mode: tdt.transcribe(jfk, attention=mode).to_dict() for mode in ("full", "local")}
-    assert alone["full"]["tokens"] != alone["local"]["tokens"] or alone["full"]["text"] == alone["local"]["text"]
+    # the test can fail: the two attentions give different results, so a call that took the other
+    # thread's attention would be seen
+    assert alone["full"]["tokens"] != alone["local"]["tokens"]
     results, errors = {}, []
 
     def work(mode):
