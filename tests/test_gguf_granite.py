@@ -23,7 +23,7 @@ from transcribe.granite.checkpoint import read_checkpoint
 from transcribe.granite.config import parse_config
 from transcribe.granite.gguf import read_gguf, tensor_names
 from transcribe.granite.gguf_export import converter_type, export_gguf, size_label
-from transcribe.granite.recognizer import GraniteTokenizer
+from transcribe.granite.tokenizer import GraniteTokenizer
 from transcribe.loading import family_of
 
 from .conftest import SHARED

@@ -37,6 +37,7 @@ import torch
 
 from ..errors import ModelError
 from .frontend import HOP, N_FFT, N_MELS, SAMPLE_RATE, WIN_LENGTH, GraniteFrontEnd
+from .tokenizer import GraniteTokenizer
 
 ARCH = "granite_speech_nar"
 P = "stt.granite_nar."
@@ -185,8 +186,6 @@ def tokenizer_json(tokens: list[str], types: list[int], merges: Optional[list[st
 
 
 def _tokenizer(keys, where: str):
-    from .recognizer import GraniteTokenizer
-
     keys.expect("tokenizer.ggml.model", ("gpt2",))
     keys.expect("tokenizer.ggml.pre", ("granite",))
     tokens = keys.require("tokenizer.ggml.tokens")
