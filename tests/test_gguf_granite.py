@@ -69,6 +69,25 @@ def test_upstream_files_give_the_upstream_runtime_text(models, q):
         assert tr.text == want.strip()
 
 
+def word_agreement(got: str, want: str) -> float:
+    """1 - word edit distance / len(want's words): how far our 4-bit text is from the runtime's."""
+    a, b = got.split(), want.split()
+    d = list(range(len(b) + 1))
+    for i, x in enumerate(a, 1):
+        prev, d[0] = d[0], i
+        for j, y in enumerate(b, 1):
+            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (x != y))
+    return 1.0 - d[len(b)] / max(1, len(b))
+
+
+# Q4_0 agreement of our text with transcribe.cpp's, as measured; asserted >= measured - Q4_MARGIN. The
+# runtime computes 4-bit products with quantized activations, we dequantize, so they may differ; the
+# agreement is deterministic on a CPU up to float ties, and 0.03 lets a last-bit change (another BLAS,
+# another torch) through without hiding a real change in the 4-bit path (one word of jfk's 14 is 0.07).
+Q4_MEASURED = {"wave_A": 1.0, "wave_B": 1.0, "wave_C": 1.0, "jfk": 1.0 - 1 / 14}  # jfk: one "their" more
+Q4_MARGIN = 0.03
+
+
 def test_q4_0_runs_and_its_agreement_is_reported(models):
     m = models["Q4_0"]
     agree = 0
@@ -77,7 +96,10 @@ def test_q4_0_runs_and_its_agreement_is_reported(models):
         got = m.tokenizer.decode([t.id for t in m.transcribe(str(wav)).tokens])
         assert isinstance(got, str) and got.strip()
         agree += got == want
-        print(f"Q4_0 wave_{c}: ours {got!r} upstream {want!r} {'same' if got == want else 'DIFFERENT'}")
+        a = word_agreement(got, want)
+        print(f"Q4_0 wave_{c}: ours {got!r} upstream {want!r} {'same' if got == want else 'DIFFERENT'} "
+              f"(agreement {a:.3f})")
+        assert a >= Q4_MEASURED[f"wave_{c}"] - Q4_MARGIN, (c, got, want)
     print(f"Q4_0: {agree}/3 texts equal to transcribe.cpp's")
 
 
@@ -91,8 +113,10 @@ def test_load_model_transcribes_jfk(models, q):
     assert tr.text == models[q].tokenizer.decode([t.id for t in tr.tokens]).strip()
     assert tr.duration == pytest.approx(11.0, abs=0.01)
     got, want = models[q].tokenizer.decode([t.id for t in tr.tokens]), upstream_text(q, JFK)
-    if q == "Q4_0":  # 4-bit: reported, not asserted
-        print(f"Q4_0 jfk: ours {got!r} upstream {want!r} {'same' if got == want else 'DIFFERENT'}")
+    if q == "Q4_0":  # 4-bit: reported, and asserted against its measured agreement
+        a = word_agreement(got, want)
+        print(f"Q4_0 jfk: ours {got!r} upstream {want!r} {'same' if got == want else 'DIFFERENT'} (agreement {a:.3f})")
+        assert a >= Q4_MEASURED["jfk"] - Q4_MARGIN, (got, want)
     else:
         assert got == want
 
