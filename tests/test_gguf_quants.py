@@ -2,17 +2,16 @@
 (quantization): every comparison is exact, on the float32 bit patterns."""
 from __future__ import annotations
 
+import gguf  # a dependency of the package: a broken install fails here, it is not skipped
 import numpy as np
 import pytest
 import torch
+from gguf.quants import dequantize as gguf_dequantize
+from gguf.quants import quantize as gguf_quantize
 
-gguf = pytest.importorskip("gguf")
-from gguf.quants import dequantize as gguf_dequantize  # noqa: E402
-from gguf.quants import quantize as gguf_quantize  # noqa: E402
+from transcribe.gguf import quants as Q
 
-from transcribe.gguf import quants as Q  # noqa: E402
-
-from .conftest import SHARED  # noqa: E402
+from .conftest import SHARED
 
 GGUF_DIR = SHARED / "models" / "gguf"
 PARAKEET = GGUF_DIR / "parakeet-cpp"

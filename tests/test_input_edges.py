@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 
+import av
 import numpy as np
 import pytest
 import soundfile as sf
@@ -91,7 +92,6 @@ def _encoded(x, rate, fmt, subtype=None) -> bytes:
 
 
 def _webm(x, rate) -> bytes:
-    av = pytest.importorskip("av")
     buf = io.BytesIO()
     try:
         with av.open(buf, "w", format="webm") as c:
@@ -230,7 +230,6 @@ def test_other_containers_on_stdin_give_the_files_text(capsys, monkeypatch, clip
     if fmt == "WEBM":
         data = _webm(x, rate)
     elif fmt == "M4A":
-        av = pytest.importorskip("av")
         buf = io.BytesIO()
         with av.open(buf, "w", format="mp4") as c:
             s = c.add_stream("aac", rate=rate)

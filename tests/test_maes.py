@@ -21,6 +21,7 @@ from collections import Counter
 import pytest
 import torch
 
+from transcribe.search import hotwords
 from transcribe.search.maes import maes
 from transcribe.search.steps import TransducerSteps
 
@@ -365,7 +366,6 @@ def test_long_rnnt_bounds_labels_per_frame():
 
 # -- hotwords --------------------------------------------------------------------------------------
 def test_hotword_flips_the_winner_exactly_past_the_acoustic_gap():
-    hotwords = pytest.importorskip("transcribe.search.hotwords")
     V, B = 4, 4
     for durations in (None, (0, 1)):
         tab = blank_table(2, V, 0 if durations is None else 2)

@@ -415,7 +415,7 @@ def _chunked_post(port: int, body: bytes, headers: dict, auth: dict):
 
 def test_uploads_of_other_containers_and_rates(plain, model, tmp_path):
     """A 44.1 kHz stereo FLAC decodes like any file (resampled, mixed)."""
-    sf = pytest.importorskip("soundfile")
+    import soundfile as sf
     from transcribe.audio import load_audio
 
     pcm = load_audio(str(JFK), sample_rate=44100)

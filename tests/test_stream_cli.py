@@ -367,7 +367,6 @@ def test_stdin_text_comes_out_before_the_input_ends(jfk):
 
 
 def test_offline_model_streams_through_buffered_windows(capsys, jfk):
-    pytest.importorskip("transcribe.parakeet.buffered", reason="transcribe.parakeet.buffered is not written yet")
     code, out, err = run(capsys, "--stream", JFK, "--model", OFFLINE, "-f", "jsonl")
     assert code == 0 and err == ""
     final = check_lines(jsonl(out))
