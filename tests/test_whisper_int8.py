@@ -180,26 +180,6 @@ def test_int8_shared_prefix_beam_matches_unshared(models, monkeypatch):
     assert a.segments[0].avg_logprob == pytest.approx(b.segments[0].avg_logprob, abs=0.02)
 
 
-def test_weight_only_int8_linear():
-    from transcribe.whisper.int8 import WeightInt8Linear, weight_only_available, weight_only_fits
-
-    if not weight_only_available():
-        pytest.skip("no native bfloat16 or no _weight_int8pack_mm here")
-    assert not weight_only_fits(384, 100) and weight_only_fits(384, 384)
-    with pytest.raises(ValueError):
-        WeightInt8Linear(torch.randn(8, 100), None)
-    torch.manual_seed(1)
-    w, b = torch.randn(384, 384) * 0.05, torch.randn(384)
-    layer = WeightInt8Linear(w, b)
-    x = torch.randn(2, 5, 384) * torch.tensor([1e-3, 10.0])[:, None, None]
-    y = layer(x)
-    ref = x @ w.t() + b
-    assert y.shape == (2, 5, 384)
-    assert ((y - ref).norm(dim=-1) / (x @ w.t()).norm(dim=-1)).max() < 0.03
-    # no activation scale: each row alone gives the same
-    assert torch.allclose(layer(x[1:, 2:3]), y[1:, 2:3], rtol=0, atol=0)
-
-
 def test_int8_without_fbgemm_falls_back_to_int_mm(monkeypatch, models):
     # where fbgemm's kernel is missing (and on a GPU) every layer is transcribe.quant.Int8Linear
     import transcribe

@@ -8,7 +8,7 @@
   for the decoder's 1 to 10 rows is 2-3x faster than `_int_mm` (1.1 ms against 3.1 ms for the
   logits of one row on one core) and 5x faster than the float32 projection.
 - The token embedding's lookup reads a float16 copy of the table (exact for float16 checkpoints;
-  the int8 rows times their scale cost 2 edits of the dev set's 737 words, see FLOAT_LOOKUP).
+  the int8 rows times their scale cost 2 edits of the dev set's 737 words: WER 10.45 against 10.18).
 - On a CPU with native bfloat16 (AVX512-BF16 / AMX), attention runs in bfloat16 (the encoder's
   self-attention and the decoder's cross-attention, whose keys and values are then stored in
   bfloat16: half the bytes read per decoding step).
@@ -23,8 +23,13 @@ call's range is then always exactly [-1, 1], every row is quantized with the sam
 not depend on the rows it is batched with (bit for bit; tests/test_whisper_int8.py).
 
 Where fbgemm is missing (a build without it, a GPU), the decoder falls back to `Int8Linear`.
-Layer norms, the convolutions and the self-attention cache stay float32. The module constants
-below record the alternatives that were measured and why they are off.
+Layer norms, the convolutions and the self-attention cache stay float32.
+
+The choices were decided by measurement (benchmarks/README.md; dev WER of greedy decoding, 737
+words, float32: 10.04 %). Measured and left out: the encoder's linear layers in float32 (slower;
+WER 9.91), the decoder's self-attention cache in bfloat16 too (beam 5 25 % faster, but beam WER
+10.72 against 9.23), weight-only int8 decoder layers with bfloat16 activations
+(`torch._weight_int8pack_mm`: greedy 5 % faster, but WER 10.45 against 10.18).
 """
 from __future__ import annotations
 
@@ -109,60 +114,6 @@ class RowInt8Linear(nn.Module):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-@functools.lru_cache(maxsize=None)
-def weight_only_available() -> bool:
-    """Whether `torch._weight_int8pack_mm` (int8 weights x bfloat16 activations) runs here, and the
-    CPU computes bfloat16 natively (elsewhere it is emulated and slow)."""
-    if not cpu_has_bf16():
-        return False
-    try:
-        out = torch._weight_int8pack_mm(torch.ones(2, 32, dtype=torch.bfloat16), torch.ones(4, 32, dtype=torch.int8),
-                                        torch.ones(4, dtype=torch.bfloat16))
-        return bool(torch.equal(out.float(), torch.full((2, 4), 32.0)))
-    except (RuntimeError, AttributeError, NotImplementedError):
-        return False
-
-
-# Shapes `torch._weight_int8pack_mm` takes (PyTorch 2.13 on x86 crashes on other widths, unchecked).
-WEIGHT_ONLY_K = 16
-WEIGHT_ONLY_N = 4
-
-
-def weight_only_fits(out_features: int, in_features: int) -> bool:
-    return in_features % WEIGHT_ONLY_K == 0 and out_features % WEIGHT_ONLY_N == 0
-
-
-class WeightInt8Linear(nn.Module):
-    """y = x W^T + b with W int8 per output channel and x rounded to bfloat16 (weight-only int8,
-    `torch._weight_int8pack_mm`): no activation scale at all, so every row is computed on its own.
-    For the decoder's few rows on a CPU with native bfloat16, the fastest of the int8 kernels when
-    the layers follow one another (52 us a layer against 118 us for `RowInt8Linear`'s quantize,
-    multiply, rescale; tiny.en's decoder layers on one core)."""
-
-    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
-        super().__init__()
-        if not weight_only_fits(*weight.shape):
-            raise ValueError(f"weight-only int8 takes in_features a multiple of {WEIGHT_ONLY_K} and out_features "
-                             f"a multiple of {WEIGHT_ONLY_N}, got {tuple(weight.shape)}")
-        q, scale = _quantize_rows(weight)
-        self.out_features, self.in_features = q.shape
-        self.register_buffer("q", q)
-        self.register_buffer("scale", scale.to(torch.bfloat16))
-        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        shape = x.shape
-        # (the kernel reads its input as a contiguous [M, K] without checking)
-        x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16).contiguous()
-        y = torch._weight_int8pack_mm(x2, self.q, self.scale).float()
-        if self.bias is not None:
-            y = y.add_(self.bias)
-        return y.reshape(*shape[:-1], self.out_features)
-
-    def extra_repr(self) -> str:
-        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
-
-
 class Int8Embedding(nn.Module):
     """A token table stored as int8 rows with one scale each: the lookup gives q[id] * scale[id]
     (float32), and `project(x)` the logits x @ table^T through the same int8 weights."""
@@ -205,20 +156,6 @@ def cpu_has_bf16() -> bool:
     return f["avx512_bf16"] or f["amx_bf16"]
 
 
-# What the int8 form does besides int8 weights, decided by measurement (benchmarks/README.md; dev
-# WER of greedy decoding, 737 words, float32: 10.04 %). The switches are module constants so a
-# benchmark can try the alternatives; a model reads them when it is quantized.
-FUSE_QKV = True            # one projection for self-attention's queries, keys and values
-BF16_ATTENTION = "auto"    # attention in bfloat16: True, False, or "auto" (where the CPU has it)
-FLOAT_LOOKUP = True        # the token lookup reads a float16 table (int8 rows: WER 10.45 against 10.18)
-FLOAT_ENCODER = False      # the encoder's linear layers stay float32 (slower; WER 9.91)
-SHARED_PREFIX = True       # beams (and samples) share the keys and values of their forced tokens
-BF16_SELF_CACHE = False    # the decoder's self-attention cache in bfloat16 too (beam 5 25 % faster, but
-                           # beam WER 10.72 against 9.23)
-WEIGHT_ONLY_DECODER = False  # decoder layers as WeightInt8Linear: True, False, "auto" (native bf16)
-                             # (greedy 5 % faster, but WER 10.45 against 10.18)
-
-
 def _fused(attn, make) -> nn.Module:
     w = torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]).detach().float()
     b = torch.cat([attn.query.bias, torch.zeros_like(attn.query.bias), attn.value.bias]).detach().float()
@@ -231,37 +168,29 @@ def quantize_whisper(model: nn.Module) -> dict:
     "attention": dtype}."""
     cpu = model.decoder.positional_embedding.device.type == "cpu"
     fast = cpu and fbgemm_available()
-    bf16 = cpu and (cpu_has_bf16() if BF16_ATTENTION == "auto" else bool(BF16_ATTENTION))
+    bf16 = cpu and cpu_has_bf16()
     row = RowInt8Linear if fast else Int8Linear
-    weight_only = cpu and (weight_only_available() if WEIGHT_ONLY_DECODER == "auto" else bool(WEIGHT_ONLY_DECODER))
-    def decoder_kind(w, b):
-        return WeightInt8Linear(w, b) if weight_only and weight_only_fits(*w.shape) else row(w, b)
-
-    kinds = {model.encoder: row, model.decoder: decoder_kind}
-    if FUSE_QKV:
-        for part in ((model.decoder,) if FLOAT_ENCODER else (model.encoder, model.decoder)):
-            for blk in part.blocks:
-                blk.attn.qkv = _fused(blk.attn, kinds[part])
-                blk.attn.query = blk.attn.key = blk.attn.value = None
+    # self-attention's queries, keys and values as one projection
+    for part in (model.encoder, model.decoder):
+        for blk in part.blocks:
+            blk.attn.qkv = _fused(blk.attn, row)
+            blk.attn.query = blk.attn.key = blk.attn.value = None
     n = 0
-    for part in ((model.decoder,) if FLOAT_ENCODER else (model.encoder, model.decoder)):
-        for name, child in list(part.named_modules()):
+    for part in (model.encoder, model.decoder):
+        for _, child in list(part.named_modules()):
             for attr, sub in list(child.named_children()):
                 if isinstance(sub, nn.Linear):
-                    # cross-attention keys and values: 1500 rows once a window, fbgemm's kernel
-                    make = row if name.endswith("cross_attn") and attr in ("key", "value") else kinds[part]
-                    setattr(child, attr, make(sub.weight.detach().float(), sub.bias))
+                    setattr(child, attr, row(sub.weight.detach().float(), sub.bias))
                     n += 1
-    if bf16:
+    if bf16:  # attention in bfloat16 where the CPU has it (the self-attention cache stays float32)
         for blk in model.encoder.blocks:
             blk.attn.compute_dtype = torch.bfloat16
         for blk in model.decoder.blocks:
             blk.cross_attn.compute_dtype = torch.bfloat16
-            if BF16_SELF_CACHE and blk.attn.qkv is not None:
-                blk.attn.compute_dtype = torch.bfloat16
-    model.decoder.shared_prefix = SHARED_PREFIX
+    # beams (and samples) share the keys and values of their forced tokens
+    model.decoder.shared_prefix = True
     emb = model.decoder.token_embedding
-    model.decoder.token_embedding = Int8Embedding(emb.weight.detach(), fast, FLOAT_LOOKUP)
+    model.decoder.token_embedding = Int8Embedding(emb.weight.detach(), fast, float_lookup=True)
     return {"linears": n, "fast": fast, "attention": torch.bfloat16 if bf16 else torch.float32}
 
 
