@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from transcribe.search.ctc import Alignment, forced_align, greedy
+from transcribe.search.ctc import Alignment, Run, collapse, forced_align, greedy
 
 NEG = math.log(1e-4)
 
@@ -350,3 +350,29 @@ def test_bad_input_errors():
     bad[2, 1] = float("nan")
     with pytest.raises(ValueError, match="NaN"):
         forced_align(bad, [1], blank=0)
+
+
+def test_collapse_runs():
+    """search.ctc.collapse: repeats merge into one run (first frame, length), blanks and negative
+    labels drop out and end a run, and a run of `previous` at the start is marked continued."""
+    assert collapse([], 0) == []
+    assert collapse([0, 0, 0], 0) == []
+    assert collapse([3, 3, 0, 3, 5, 5, 5, 0, 0, 2], 0) == [
+        Run(3, 0, 2), Run(3, 3, 1), Run(5, 4, 3), Run(2, 9, 1)]
+    assert collapse([1, 1, 4, 4], 4) == [Run(1, 0, 2)]  # the blank last in the vocabulary
+    assert collapse([2, -1, 2, 2], 0) == [Run(2, 0, 1), Run(2, 2, 2)]  # no label ends a run
+    # streaming: the frame before the path had label 2
+    assert collapse([2, 2, 0, 2], 0, previous=2) == [Run(2, 0, 2, continued=True), Run(2, 3, 1)]
+    assert collapse([3, 2], 0, previous=2) == [Run(3, 0, 1), Run(2, 1, 1)]
+    assert collapse([0, 0], 0, previous=2) == []
+    assert collapse([2, 2], 2, previous=2) == []  # previous was the blank
+    # every run agrees with a plain reading of the path
+    gen = torch.Generator().manual_seed(0)
+    for _ in range(50):
+        path = torch.randint(0, 4, (30,), generator=gen).tolist()
+        runs = collapse(path, 0)
+        assert [r.id for r in runs] == [k for i, k in enumerate(path) if k and (i == 0 or path[i - 1] != k)]
+        for r in runs:
+            assert set(path[r.frame:r.frame + r.frames]) == {r.id} and not r.continued
+            assert r.frame == 0 or path[r.frame - 1] != r.id
+            assert r.frame + r.frames == len(path) or path[r.frame + r.frames] != r.id

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..search.ctc import collapse
 from .config import GraniteConfig
 from .editor import GraniteLM
 from .encoder import EncoderOutput, GraniteEncoder, compute_dtype
@@ -51,12 +52,8 @@ class _LanguageModel(nn.Module):
 
 
 def ctc_collapse(ids: list[int], blank: int) -> list[int]:
-    out, prev = [], None
-    for k in ids:
-        if k != prev and k != blank:
-            out.append(k)
-        prev = k
-    return out
+    """A frame-wise argmax -> its token ids: repeats merged, blanks dropped."""
+    return [run.id for run in collapse(ids, blank)]
 
 
 @dataclass

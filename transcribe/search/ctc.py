@@ -2,13 +2,42 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import NamedTuple, Optional, Sequence
 
 import numpy as np
 import torch
 
 from .decoded import Decoded
 from .confidence import confidence as confidence_measure
+
+
+class Run(NamedTuple):
+    """One token of a collapsed CTC path: its id, the first frame of its run and the run's length."""
+
+    id: int
+    frame: int
+    frames: int
+    continued: bool = False  # the run goes on from `previous` (the frame before the path): no new token
+
+
+def collapse(path: Sequence[int], blank: int, previous: int = -1) -> list[Run]:
+    """A frame-wise label path (e.g. an argmax) -> its token runs, in order: repeats collapse, blanks
+    drop out. Negative labels (no label, as past a length) drop out like the blank and end a run.
+
+    `previous`: the label of the frame before `path[0]` (a stream's last chunk). A run of it at the
+    start of `path` is the continuation of a token already counted: it is the first run, with
+    `continued` set. With the default -1 no run is continued."""
+    runs: list[Run] = []
+    prev, start = previous, 0
+    for t, k in enumerate(path):
+        if k != prev:
+            if t > start and prev != blank and prev >= 0:
+                runs.append(Run(prev, start, t - start, start == 0 and prev == previous))
+            prev, start = k, t
+    end = len(path)
+    if end > start and prev != blank and prev >= 0:
+        runs.append(Run(prev, start, end - start, start == 0 and prev == previous))
+    return runs
 
 
 def greedy(
@@ -27,26 +56,23 @@ def greedy(
     logp = logp[:length].float()
     best = logp.argmax(dim=-1)
     conf = confidence_measure(logp, confidence, alpha) if confidence else None
-    top = logp.gather(1, best[:, None])[:, 0]
-    ids = best.tolist()
+    top = logp.gather(1, best[:, None])[:, 0].tolist()
+    conf = conf.tolist() if conf is not None else None
     hyp = Decoded(ids=[], frames=[], durations=[], confidences=[])
-    prev = -1
-    for t, k in enumerate(ids):
-        if k != blank:
-            if k != prev:
-                hyp.ids.append(k)
-                hyp.frames.append(t)
-                hyp.durations.append(1)
-                hyp.logprobs.append(0.0)
-                if conf is not None:
-                    hyp.confidences.append(float(conf[t]))
-            else:
-                hyp.durations[-1] += 1
-                if conf is not None:
-                    hyp.confidences[-1] = min(hyp.confidences[-1], float(conf[t]))
-            hyp.logprobs[-1] += float(top[t])
-            hyp.score += float(top[t])
-        prev = k
+    for run in collapse(best.tolist(), blank):
+        hyp.ids.append(run.id)
+        hyp.frames.append(run.frame)
+        hyp.durations.append(run.frames)
+        lp = 0.0
+        for t in range(run.frame, run.frame + run.frames):
+            lp += top[t]
+            hyp.score += top[t]
+        hyp.logprobs.append(lp)
+        if conf is not None:
+            c = conf[run.frame]
+            for t in range(run.frame + 1, run.frame + run.frames):
+                c = min(c, conf[t])
+            hyp.confidences.append(c)
     return hyp
 
 

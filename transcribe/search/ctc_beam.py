@@ -53,6 +53,7 @@ from typing import Optional, Sequence
 import torch
 
 from .confidence import confidence as confidence_measure
+from .ctc import collapse
 from .decoded import Decoded
 
 __all__ = ["beam_search", "beam_search_batch", "DEFAULT_BEAM_BETA", "DEFAULT_BEAM_THRESHOLD",
@@ -325,22 +326,20 @@ def _decode_path(path: list[int], blank: int, frame_lp: torch.Tensor, conf: Opti
     idx = torch.tensor(path, dtype=torch.long)
     lp_path = frame_lp[: len(path)].gather(1, idx.clamp(min=0)[:, None])[:, 0].tolist()
     conf_l = conf[: len(path)].tolist() if conf is not None else None
-    prev = _NO_LABEL
-    for t, k in enumerate(path):
-        if k != blank and k >= 0:
-            if k != prev:
-                hyp.ids.append(k)
-                hyp.frames.append(t)
-                hyp.durations.append(1)
-                hyp.logprobs.append(lp_path[t])
-                if conf_l is not None:
-                    hyp.confidences.append(conf_l[t])
-            else:
-                hyp.durations[-1] += 1
-                hyp.logprobs[-1] += lp_path[t]
-                if conf_l is not None:
-                    hyp.confidences[-1] = min(hyp.confidences[-1], conf_l[t])
-        prev = k
+    for run in collapse(path, blank):
+        first, end = run.frame, run.frame + run.frames
+        hyp.ids.append(run.id)
+        hyp.frames.append(first)
+        hyp.durations.append(run.frames)
+        lp = lp_path[first]
+        for t in range(first + 1, end):
+            lp += lp_path[t]
+        hyp.logprobs.append(lp)
+        if conf_l is not None:
+            c = conf_l[first]
+            for t in range(first + 1, end):
+                c = min(c, conf_l[t])
+            hyp.confidences.append(c)
     return hyp
 
 

@@ -20,6 +20,7 @@ from typing import Any, Optional
 import torch
 
 from .confidence import confidence as confidence_measure
+from .ctc import collapse
 from .steps import TransducerSteps
 
 
@@ -128,24 +129,33 @@ def ctc_chunk(
     best = logp.argmax(dim=-1).tolist()
     top = logp.gather(1, torch.tensor(best)[:, None])[:, 0].tolist() if best else []
     conf = confidence_measure(logp, confidence, alpha).tolist() if confidence and best else [None] * len(best)
+    runs = collapse(best, blank, carry.prev)
     out: list[Emitted] = []
     cur = carry.open
-    prev = carry.prev
-    for i, k in enumerate(best):
-        frame = carry.frames + i
-        if k != prev:
-            if cur is not None:
-                out.append(cur)
-                cur = None
-            if k != blank:
-                cur = Emitted(k, frame, 1, conf[i], top[i])
-        elif k != blank and cur is not None:
-            cur.duration += 1
-            cur.logprob += top[i]
-            if conf[i] is not None:
-                cur.confidence = min(cur.confidence, conf[i])
-        prev = k
+    if cur is not None and best and not (runs and runs[0].continued):
+        out.append(cur)  # its run ended with the previous chunk
+        cur = None
+    for run in runs:
+        first, end = run.frame, run.frame + run.frames
+        if run.continued:
+            tok = cur  # None when the previous run was already handed out (a final chunk before)
+        else:
+            tok = Emitted(run.id, carry.frames + first, 1, conf[first], top[first])
+            first += 1
+        if tok is not None:
+            for i in range(first, end):
+                tok.duration += 1
+                tok.logprob += top[i]
+                if conf[i] is not None:
+                    tok.confidence = min(tok.confidence, conf[i])
+        if end < len(best):
+            if tok is not None:
+                out.append(tok)
+            cur = None
+        else:
+            cur = tok
     if final and cur is not None:
         out.append(cur)
         cur = None
+    prev = best[-1] if best else carry.prev
     return out, CTCCarry(prev, cur, carry.frames + len(best))
