@@ -23,7 +23,6 @@ from ..search.steps import TransducerSteps
 BEAMS = ("malsd", "default", "maes")
 RECOMMENDED = "malsd"  # batched over hypotheses and utterances: the fast one
 DEFAULT_HOTWORD_WEIGHT = 1.5  # log-probability added per matched token (sherpa-onnx's default context score)
-MAX_SYMBOLS = 10  # tokens one hypothesis may emit on one frame (NeMo's greedy and malsd default)
 
 
 @dataclass(frozen=True)
@@ -123,10 +122,11 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
     """enc_proj [B, T, H] -> per utterance its N-best list, the best with token log-probs and
     confidences recomputed along its path."""
     steps = recognizer.transducer_steps()
+    max_symbols = recognizer.model.max_symbols  # the model's config (greedy.max_symbols), as greedy decoding
     try:
         if opts.beam == "malsd":
             hot = opts.hotwords.to(enc_proj.device) if opts.hotwords is not None else None
-            lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size, max_symbols=MAX_SYMBOLS,
+            lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size, max_symbols=max_symbols,
                                       score_norm=opts.score_norm, hotwords=hot, confidence=confidence)
         elif opts.beam == "maes":
             lists = [maes_search.maes(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size,
@@ -135,7 +135,7 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
         else:
             fn = transducer_beam.tdt_beam if steps.durations is not None else transducer_beam.rnnt_beam
             lists = [fn(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size, score_norm=opts.score_norm,
-                        max_symbols=MAX_SYMBOLS, hotwords=opts.hotwords)
+                        max_symbols=max_symbols, hotwords=opts.hotwords)
                      for i in range(enc_proj.shape[0])]
     except ValueError as e:
         raise TranscribeError(f"{recognizer.name}: {e}") from None

@@ -15,6 +15,7 @@ from torch import nn
 
 from ..modules import embedding_weight
 from ..quant import Int8Linear, quantize_linears
+from ..search.transducer import DEFAULT_MAX_SYMBOLS
 
 from .frontend import NemoMelFrontEnd
 from .conformer import MODEL_DEFAULT, ConformerEncoder
@@ -323,7 +324,7 @@ class ParakeetModel(nn.Module):
         d_model = self.encoder.d_model
         self.transducer: Optional[str] = None
         self.durations: Optional[list[int]] = None
-        self.max_symbols = 10
+        self.max_symbols = DEFAULT_MAX_SYMBOLS
         self.decoder: Optional[Predictor] = None
         self.joint: Optional[Joint] = None
         self.ctc_decoder: Optional[CTCHead] = None
@@ -383,7 +384,7 @@ class ParakeetModel(nn.Module):
                 self.transducer = "rnnt"
             greedy = decoding.get("greedy") or {}
             ms = greedy.get("max_symbols", greedy.get("max_symbols_per_step"))
-            self.max_symbols = int(ms) if ms is not None else 10
+            self.max_symbols = int(ms) if ms is not None else DEFAULT_MAX_SYMBOLS
         ctc_cfg = None
         if dec_kind == "ConvASRDecoder":
             ctc_cfg, where = dec, "decoder"

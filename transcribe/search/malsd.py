@@ -57,6 +57,7 @@ import torch
 from .confidence import confidence as confidence_measure
 from .decoded import Decoded
 from .steps import TransducerSteps, check_durations
+from .transducer import DEFAULT_MAX_SYMBOLS
 
 # NeMo's 64-bit polynomial hash of token sequences (the hypothesis identity used for merging).
 HASH_MUL = 6364136223846793005
@@ -91,7 +92,7 @@ def malsd_batch(
     lengths: torch.Tensor,
     steps: TransducerSteps,
     beam_size: int = 4,
-    max_symbols: Optional[int] = 10,
+    max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS,
     score_norm: bool = True,
     hotwords=None,
     confidence: Optional[str] = None,

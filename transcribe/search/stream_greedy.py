@@ -22,6 +22,7 @@ import torch
 from .confidence import confidence as confidence_measure
 from .ctc import collapse
 from .steps import TransducerSteps
+from .transducer import DEFAULT_MAX_SYMBOLS
 
 
 @dataclass
@@ -57,7 +58,7 @@ def transducer_chunk(
     steps: TransducerSteps,
     carry: TransducerCarry,
     *,
-    max_symbols: Optional[int] = 10,
+    max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS,
     confidence: Optional[str] = "entropy",
     alpha: float = 0.33,
     reset_ids: frozenset = frozenset(),

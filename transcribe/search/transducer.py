@@ -20,6 +20,10 @@ import torch
 from .decoded import Decoded
 from .confidence import confidence as confidence_measure
 
+# Labels one hypothesis may emit on one frame before time moves on, where neither the caller nor the
+# model's config says (NeMo's greedy default; its published configs set 10 too).
+DEFAULT_MAX_SYMBOLS = 10
+
 
 def greedy_batch(
     enc: torch.Tensor,
@@ -30,7 +34,7 @@ def greedy_batch(
     init_state,
     blank: int,
     durations: Optional[Sequence[int]] = None,
-    max_symbols: Optional[int] = 10,
+    max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS,
     confidence: Optional[str] = "entropy",
     alpha: float = 0.33,
 ) -> list[Decoded]:
@@ -123,7 +127,7 @@ def greedy_one(
     init_state,
     blank: int,
     durations: Optional[Sequence[int]] = None,
-    max_symbols: Optional[int] = 10,
+    max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS,
     confidence: Optional[str] = "entropy",
     alpha: float = 0.33,
 ) -> Decoded:

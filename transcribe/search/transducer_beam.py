@@ -33,6 +33,7 @@ import torch
 
 from .decoded import Decoded
 from .steps import TransducerSteps, check_durations, logaddexp32
+from .transducer import DEFAULT_MAX_SYMBOLS
 
 # A frame stops expanding after this many expansions per beam slot (see the module docstring).
 MAX_POPS_PER_BEAM = 64
@@ -124,7 +125,7 @@ def tdt_beam(
     steps: TransducerSteps,
     beam_size: int = 4,
     score_norm: bool = True,
-    max_symbols: int = 10,
+    max_symbols: int = DEFAULT_MAX_SYMBOLS,
     blank_fallback: str = "best",
     hotwords=None,
 ) -> list[Decoded]:
@@ -210,7 +211,7 @@ def rnnt_beam(
     steps: TransducerSteps,
     beam_size: int = 4,
     score_norm: bool = True,
-    max_symbols: int = 10,
+    max_symbols: int = DEFAULT_MAX_SYMBOLS,
     hotwords=None,
 ) -> list[Decoded]:
     """NeMo's default RNN-T beam search on one utterance -> N-best.
