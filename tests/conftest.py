@@ -4,7 +4,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-import torch
 
 REPO = Path(__file__).resolve().parent.parent
 SHARED = REPO.parent / "shared"
@@ -12,9 +11,6 @@ AUDIO = SHARED / "audio"
 TINY = SHARED / "models" / "parakeet-tiny"
 REFS = REPO / "tests" / "references" / "nemo"
 MODELS = REPO / "tests" / "models"
-
-torch.set_flush_denormal(True)
-
 
 def hub_snapshot(monkeypatch, tmp_path: Path, repo_id: str) -> Path:
     """An empty snapshot folder of `repo_id` in a huggingface_hub cache under tmp_path, the cache

@@ -35,11 +35,12 @@ def tdt():
 
 @pytest.fixture
 def flush_off():
-    """The test suite runs with flush-denormal on (conftest); these tests need the default, off
-    (in this thread and its OpenMP team)."""
+    """These tests need flush-denormal off, the process default (in this thread and its OpenMP team),
+    whatever the thread had; it is put back after."""
+    was = runtime._flush_denormal_is_on(torch)
     runtime._set_flush_denormal(torch, False)
     yield
-    runtime._set_flush_denormal(torch, True)
+    runtime._set_flush_denormal(torch, was)
 
 
 def test_threads_apply_during_the_call_and_are_restored(jfk, monkeypatch, flush_off):
