@@ -24,7 +24,7 @@ import torch
 
 import transcribe
 from transcribe.audio import load_audio
-from transcribe.whisper import batched
+from transcribe.whisper import lockstep
 
 from machine import cpu_line  # benchmarks/machine.py (this script's folder is on sys.path)
 
@@ -71,7 +71,7 @@ def main():
     clock = Clock()
     model.encode = clock.wrap("encoder", model.encode)  # on this instance only
     model.decode_window = clock.wrap("decoding", model.decode_window)
-    batched.batched_greedy = clock.wrap("decoding", batched.batched_greedy)
+    lockstep.batched_greedy = clock.wrap("decoding", lockstep.batched_greedy)
 
     def loop():
         return [model.transcribe(x) for x in pcms]

@@ -1,4 +1,4 @@
-"""Batched Whisper (transcribe/whisper/batched.py): `transcribe([...], batch_size=N)` runs the
+"""Batched Whisper (transcribe/whisper/lockstep.py): `transcribe([...], batch_size=N)` runs the
 inputs' window loops in lockstep, and each input's result must be the one it gets alone.
 
 What must be equal is equal: token ids, texts, segment bounds, compression ratios, temperatures,
@@ -25,7 +25,7 @@ import torch
 import pytest
 
 from transcribe.errors import TranscribeError
-from transcribe.whisper import batched
+from transcribe.whisper import lockstep
 
 from .conftest import AUDIO, REPO
 
@@ -86,7 +86,7 @@ class Spy:
 
     def __init__(self, monkeypatch):
         self.rows, self.pads = [], []
-        greedy, merge = batched.batched_greedy, batched.merge_caches
+        greedy, merge = lockstep.batched_greedy, lockstep.merge_caches
 
         def spy_greedy(asr, initials, sot_indexes, cross):
             self.rows.append(len(initials))
@@ -97,8 +97,8 @@ class Spy:
             self.pads.append(cache.pad)
             return cache
 
-        monkeypatch.setattr(batched, "batched_greedy", spy_greedy)
-        monkeypatch.setattr(batched, "merge_caches", spy_merge)
+        monkeypatch.setattr(lockstep, "batched_greedy", spy_greedy)
+        monkeypatch.setattr(lockstep, "merge_caches", spy_merge)
 
 
 def test_batch_equals_single(asr, monkeypatch):
@@ -140,7 +140,7 @@ def test_batched_greedy_with_different_prompts_and_prefix(asr):
     cross = asr.encode(torch.stack(windows))
     forced = [asr.initial_tokens("en", "transcribe", p, True, f) for p, f in zip(prompts, prefixes)]
     assert [len(f[0]) for f in forced] == [1, 10, 43]
-    got = batched.batched_greedy(asr, [f[0] for f in forced], [f[1] for f in forced], cross)
+    got = lockstep.batched_greedy(asr, [f[0] for f in forced], [f[1] for f in forced], cross)
     for j, (w, p, f) in enumerate(zip(windows, prompts, prefixes)):
         want = asr.decode_window(w, True, "en", "transcribe", p, prefix=f)
         assert got[j].tokens == want.tokens and len(want.tokens[0]) > 5
@@ -183,7 +183,7 @@ def test_one_input_or_batch_size_one_take_the_single_path(asr, monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError("batched path taken")
 
-    monkeypatch.setattr(batched, "transcribe_batch", refuse)
+    monkeypatch.setattr(lockstep, "transcribe_batch", refuse)
     x = pcm("cv_17767698.wav")
     one = asr.transcribe(x, batch_size=8)
     assert [r.text for r in asr.transcribe([x, x], batch_size=1)] == [one.text] * 2

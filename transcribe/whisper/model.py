@@ -7,7 +7,7 @@
   every beam: a cache's rows map to audio rows through `KVCache.audio_index`.
 - Rows whose prompts differ in length share one cache through left padding (`KVCache.pad`): each
   row's keys start after its padding slots, which its queries never see, and its tokens keep
-  their own positions (batched decoding of several inputs, transcribe/whisper/batched.py).
+  their own positions (batched decoding of several inputs, transcribe/whisper/lockstep.py).
 """
 from __future__ import annotations
 

@@ -30,7 +30,7 @@ import torch
 
 from ..pauses import split_at_pauses
 from ..results import Segment, Transcript
-from .batched import batched_greedy, encode_windows, row
+from .lockstep import batched_greedy, encode_windows, row
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .transcribe import add_words, decode_with_fallback, window_segments
 

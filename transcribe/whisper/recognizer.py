@@ -26,7 +26,7 @@ from .tokenizer import WhisperTokenizer
 from .language import detect_language
 from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION
 from . import transcribe as longform
-from . import batched as lockstep
+from . import lockstep
 
 
 
@@ -318,7 +318,7 @@ class WhisperASR:
         is silence) is decoded again at the next temperature. A list gives a list.
 
         batch_size: with a list, up to this many inputs run their window loops in lockstep
-        (transcribe/whisper/batched.py): their pending windows go through the encoder together and
+        (transcribe/whisper/lockstep.py): their pending windows go through the encoder together and
         their first (greedy) decodings are one batched search; each result is the one the input
         gets alone, up to float rounding. 1: one input after the other.
 

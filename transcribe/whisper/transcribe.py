@@ -8,7 +8,7 @@ are aligned to the audio and the next window starts after the last word.
 The loop of one input is a generator (`window_loop`): for each window it yields a `WindowRequest`
 and is sent back the window's audio features and its first decoding (at the first temperature of
 the schedule); the rest (fallback, segments, words, seeking) it does itself. `transcribe_one`
-answers each request at once, one window at a time; transcribe/whisper/batched.py answers the
+answers each request at once, one window at a time; transcribe/whisper/lockstep.py answers the
 requests of several inputs together (one encoder pass, one batched greedy search).
 
 The functions take the recognizer (`WhisperASR`) as their first argument and use only its public
