@@ -42,6 +42,7 @@ import torch
 
 from ..errors import ModelError
 from ..gguf.file import GGUFFile, Keys
+from ..search.transducer import DEFAULT_MAX_SYMBOLS
 from ..text.sentencepiece import (BPE, CONTROL, NORMAL, UNIGRAM, UNKNOWN, USER_DEFINED, PiecesTokenizer,
                                   is_special_shape)
 from . import gguf_names
@@ -244,7 +245,7 @@ def build_config(f: GGUFFile, k: Keys, schema: str, joint_index: int) -> dict:
             durations = [int(d) for d in k.require("tdt.durations")] if tdt else []
             if extra != len(durations):
                 raise _err(f, f"stt.parakeet.joint.num_extra_outputs = {extra} but {len(durations)} TDT durations")
-            max_symbols = int(k.require("tdt.max_symbols")) if tdt else 10
+            max_symbols = int(k.require("tdt.max_symbols")) if tdt else DEFAULT_MAX_SYMBOLS  # RNN-T files hold none
         cfg["decoder"] = {"_target_": "nemo.collections.asr.modules.RNNTDecoder", "vocab_size": vocab,
                           "blank_as_pad": True, "prednet": {"pred_hidden": hidden, "pred_rnn_layers": layers}}
         cfg["joint"] = {"_target_": "nemo.collections.asr.modules.RNNTJoint", "num_classes": vocab,
