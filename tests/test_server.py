@@ -47,15 +47,18 @@ def _free_port() -> int:
 
 
 class Server:
-    def __init__(self, args: list[str], tmp: Path):
+    """`transcribe serve ARGS` in a subprocess on a free port (or, with `code`, that Python code run with
+    the server's arguments: a test that sets module constants first)."""
+
+    def __init__(self, args: list[str], tmp: Path, code: str | None = None):
         self.port = _free_port()
         self.tmp = tmp
         self.log = open(tmp / "server.log", "w+")
         env = dict(os.environ, TMPDIR=str(tmp / "spool"), PYTHONUNBUFFERED="1")
         (tmp / "spool").mkdir()
-        self.proc = subprocess.Popen([sys.executable, "-m", "transcribe", "serve", "--port", str(self.port),
-                                      "--log-level", "warning", *args], cwd=REPO, env=env,
-                                     stdout=self.log, stderr=subprocess.STDOUT)
+        command = [sys.executable, "-c", code] if code else [sys.executable, "-m", "transcribe", "serve"]
+        self.proc = subprocess.Popen([*command, "--port", str(self.port), "--log-level", "warning", *args],
+                                     cwd=REPO, env=env, stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 120
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

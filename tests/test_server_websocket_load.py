@@ -19,18 +19,16 @@ from __future__ import annotations
 import ast
 import asyncio
 import json
-import os
 import re
-import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 import pytest
 
 from .conftest import AUDIO, REPO, TINY
+from .test_server import Server
 
 websockets = pytest.importorskip("websockets", reason="the server tests need the test extra")
 pytest.importorskip("fastapi", reason="the server tests need the test extra")
@@ -47,57 +45,20 @@ FAST_KEEPALIVE = "ping_interval=1, ping_timeout=1"
 pytestmark = pytest.mark.skipif(not FIT.is_file() or not JFK.is_file(), reason="needs ../shared (audio and models)")
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def _server(tmp: Path, patch: str = "") -> Server:
+    """`transcribe serve --model FIT` in a subprocess (test_server.Server); `patch` sets module constants first."""
+    code = (f"import transcribe.server.websocket as w; {patch}\n"
+            "from transcribe.server.cli import main; raise SystemExit(main(__import__('sys').argv[1:]))")
+    return Server(["--model", str(FIT)], tmp, code=code)
 
 
-class _Server:
-    """`transcribe serve --model FIT` in a subprocess; `patch` sets module constants first."""
-
-    def __init__(self, tmp: Path, patch: str = ""):
-        self.port = _free_port()
-        self.log = open(tmp / "server.log", "w+")
-        code = (f"import transcribe.server.websocket as w; {patch}\n"
-                "from transcribe.server.cli import main; raise SystemExit(main(__import__('sys').argv[1:]))")
-        self.proc = subprocess.Popen([sys.executable, "-c", code, "--port", str(self.port), "--log-level", "warning",
-                                      "--model", str(FIT)], cwd=REPO, env=dict(os.environ, PYTHONUNBUFFERED="1"),
-                                     stdout=self.log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited ({self.proc.returncode}):\n{self.output()}")
-            try:
-                with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                    return  # it listens once the model is loaded
-            except OSError:
-                time.sleep(0.2)
-        self.stop()
-        raise RuntimeError(f"the server did not come up:\n{self.output()}")
-
-    @property
-    def url(self) -> str:
-        return f"ws://127.0.0.1:{self.port}/v1/audio/stream"
-
-    def output(self) -> str:
-        self.log.flush()
-        self.log.seek(0)
-        return self.log.read()
-
-    def stop(self) -> None:
-        self.proc.terminate()
-        try:
-            self.proc.wait(20)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait()
-        self.log.close()
+def _ws_url(server: Server) -> str:
+    return f"ws://127.0.0.1:{server.port}/v1/audio/stream"
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = _Server(tmp_path_factory.mktemp("ws-load"))
+    s = _server(tmp_path_factory.mktemp("ws-load"))
     yield s
     s.stop()
 
@@ -181,7 +142,7 @@ def test_readme_example_sends_five_minutes_at_once(server, five_minutes, expecte
     once 16 messages wait unread the `websockets` client stops reading its socket, pongs included;
     with its default 20 s pings the second or so it takes to send 5 minutes is nothing, with 1 s
     pings that would time out the client for its own reason, not the server's."""
-    code = _readme_code(server.url, five_minutes, keepalive)
+    code = _readme_code(_ws_url(server), five_minutes, keepalive)
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert out.returncode == 0, out.stderr[-2000:]
     messages = [ast.literal_eval(line) for line in out.stdout.splitlines()]
@@ -210,7 +171,7 @@ def test_client_reading_while_it_sends_five_minutes(server, five_minutes, expect
     import soundfile as sf
 
     pcm, _ = sf.read(str(five_minutes), dtype="int16")
-    messages = asyncio.run(_send_and_read(server.url, pcm, ping_interval=1, ping_timeout=1))
+    messages = asyncio.run(_send_and_read(_ws_url(server), pcm, ping_interval=1, ping_timeout=1))
     _check(messages, expected, _duration(five_minutes))
 
 
@@ -220,10 +181,10 @@ def test_backlog_over_its_bound_pauses_reads_and_spools(tmp_path, five_minutes, 
     20 s wait; the text is the same."""
     import soundfile as sf
 
-    s = _Server(tmp_path, patch="w.BACKLOG_S = 20.0; w.MEMORY_BYTES = 64 * 1024")
+    s = _server(tmp_path, patch="w.BACKLOG_S = 20.0; w.MEMORY_BYTES = 64 * 1024")
     try:
         pcm, _ = sf.read(str(five_minutes), dtype="int16")
-        messages = asyncio.run(_send_and_read(s.url, pcm))
+        messages = asyncio.run(_send_and_read(_ws_url(s), pcm))
         _check(messages, expected, _duration(five_minutes))
     finally:
         s.stop()

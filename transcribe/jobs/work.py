@@ -77,9 +77,7 @@ class Worker:
         self.options = options
         self.model = transcribe.load_model(options.model, device=options.device, dtype=options.dtype,
                                            threads=options.threads)
-        check = getattr(self.model, "check_options", None)
-        if check is not None:
-            check(**options.decoding)
+        self.model.check_options(**options.decoding)  # every recognizer has it (the family contract)
         self.rate = int(self.model.sample_rate)
         self.family = family_name(self.model)
         self.piece_s = piece_seconds(options, self.family)

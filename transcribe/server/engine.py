@@ -157,7 +157,7 @@ class Engine:
     async def check_options(self, model, options: dict) -> None:
         """Raises TranscribeError for options the model refuses (off the event loop: a model
         call sets per-call runtime modes, which must not wait on the lane's thread team)."""
-        await asyncio.get_running_loop().run_in_executor(self._decode, lambda: model.transcribe([], **options))
+        await asyncio.get_running_loop().run_in_executor(self._decode, lambda: model.check_options(**options))
 
     async def run(self, fn: Callable[[], Any]):
         """Runs `fn` on the inference lane (a step of a live stream)."""
