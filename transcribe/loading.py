@@ -1,9 +1,12 @@
 """load_model: a model name -> a local path (hub.py) -> the loader of the family that reads it.
 
-Each family registers one entry: a `detect(path)` that says whether (and in which format) a path
-holds one of its models, and a `load(path, name, device, dtype, kind)` that builds its recognizer.
-Adding a family is one line in `FAMILIES`. A family that writes GGUF files (`transcribe convert`) also
-has an `export_gguf(path, out, schema, qtype, meta, name) -> (schema, qtype)`.
+Each family is one folder and one line in `FAMILIES`. Its package (`transcribe/<family>/__init__.py`) is
+the family contract: `KIND` (its name in messages), `Options` and `StreamOptions` (its frozen options
+dataclasses, `<family>/options.py`; StreamOptions None without a live session), `detect(path)` (whether,
+and in which format, a path holds one of its models, from its files alone), `load(path, name, device,
+dtype, kind)` (its recognizer, a `transcribe.recognizer.Recognizer`), and optionally `PIECE_S` (the piece
+length batch jobs cut long inputs into), `TASK_INPUTS` (inputs per batch-job task), `FASTEST_CPU_DTYPE`
+and `export_gguf(path, out, schema, qtype, meta, name) -> (schema, qtype)` (`transcribe convert`).
 """
 from __future__ import annotations
 
@@ -39,17 +42,31 @@ class Family:
     @property
     def kind(self) -> str:
         """The family's name in messages ("Parakeet", "Whisper", ...): its module's KIND."""
-        return getattr(importlib.import_module(self.module), "KIND", self.name)
+        return self._fn("KIND")
+
+    @property
+    def options(self):
+        """The family's frozen dataclass of transcribe() options (its module's Options)."""
+        return self._fn("Options")
+
+    @property
+    def stream_options(self):
+        """The family's frozen dataclass of stream() options, or None (no live session)."""
+        return self._fn("StreamOptions")
+
+    def contract(self, attr: str, default=None):
+        """Another constant of the family's module (PIECE_S, TASK_INPUTS, ...), or `default`."""
+        return getattr(importlib.import_module(self.module), attr, default)
 
     def check_options(self, model_name: str, options) -> None:
         """Raises errors.OptionsNotTaken for the keyword options the family's recognizers do not take
-        (its module's OPTIONS), with the words the loaded model would use: the command checks a local
+        (the fields of its Options), with the words the loaded model would use: the command checks a local
         model's options with it before PyTorch is imported."""
-        taken = getattr(importlib.import_module(self.module), "OPTIONS", None)
-        if taken is not None:
-            refused = set(options) - set(taken)
-            if refused:
-                raise OptionsNotTaken(model_name, self.kind, refused)
+        from .options import names
+
+        refused = set(options) - names(self.options)
+        if refused:
+            raise OptionsNotTaken(model_name, self.kind, refused)
 
     def fastest_cpu_dtype(self, cpu_family: str) -> Optional[str]:
         """dtype="auto" on a CPU: the family's fastest precision measured on such a CPU (its module's

@@ -11,7 +11,10 @@ from .config import MODEL_TYPES
 
 # The family contract (loading.Family): its name in messages and the keyword options transcribe() takes.
 KIND = "Granite Speech NAR"
-OPTIONS = frozenset({"batch_size", "timestamps", "sample_rate", "max_piece_s", "detector", "word_timestamps"})
+from .options import GraniteOptions as Options  # noqa: E402
+StreamOptions = None  # no live session
+# Batch jobs cut inputs longer than this into pieces at pauses (the editor's default piece (max_piece_s)).
+PIECE_S = 90.0
 
 
 def detect(path: Path) -> Optional[str]:

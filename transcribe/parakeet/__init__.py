@@ -11,10 +11,9 @@ from typing import Optional
 # recognizer's transcribe() takes (every surface refuses any other with errors.OptionsNotTaken; the
 # command checks a local model's options with this before PyTorch is imported).
 KIND = "Parakeet"
-OPTIONS = frozenset({
-    "batch_size", "timestamps", "head", "confidence", "attention", "sample_rate", "beam_size", "nbest", "beam",
-    "score_norm", "hotwords", "hotword_weight", "lm", "lm_weight", "word_timestamps",
-})
+from .options import ParakeetOptions as Options, ParakeetStreamOptions as StreamOptions  # noqa: E402
+# Batch jobs cut inputs longer than this into pieces at pauses (two minutes: full attention over much longer inputs costs more than it gives).
+PIECE_S = 120.0
 
 
 def detect(path: Path) -> Optional[str]:

@@ -19,8 +19,7 @@ import torch
 import torch.nn.functional as F
 
 FRAMES_PER_TOKEN_TIME = 50  # encoder positions per second (20 ms each)
-PREPEND_PUNCTUATION = "\"'“¿([{-"
-APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
+from .options import APPEND_PUNCTUATION, PREPEND_PUNCTUATION  # noqa: F401 - (as openai-whisper's defaults)
 SENTENCE_END = ".。!！?？"
 # Languages written without spaces between words: words are cut at whole characters instead.
 NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}

@@ -1,0 +1,127 @@
+"""The options of a Parakeet recognizer's `transcribe()` (`ParakeetOptions`) and `stream()`
+(`ParakeetStreamOptions`), declared once with how the command and the server spell them
+(`transcribe.options`). Checks that need the loaded model (its heads, its tokenizer for hotwords) are
+the recognizer's."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+from ..options import boolean, option, parse_bool, parse_positive_int, positive_int
+from ..errors import OptionValueError
+
+HEADS = ("tdt", "rnnt", "ctc")
+BEAMS = ("malsd", "default", "maes")
+CONFIDENCE = ("entropy", "max_prob")
+ATTENTION = ("auto", "full", "local")
+
+
+def parse_att_context(s: str) -> list[int]:
+    """`--att-context L,R` -> [L, R]."""
+    parts = s.split(",")
+    try:
+        values = [int(x) for x in parts]
+    except ValueError:
+        values = []
+    if len(values) != 2:
+        raise argparse.ArgumentTypeError(f"expected two integers LEFT,RIGHT (e.g. 70,13), got {s!r}")
+    return values
+
+
+@dataclass(frozen=True)
+class ParakeetOptions:
+    """batch_size: inputs encoded together (sorted by length, so a batch pads little); None: the model's
+    default for its device and dtype. head: "tdt"/"rnnt" (the transducer, default) or "ctc" (CTC models
+    and hybrids). confidence: "entropy" (NeMo's default measure) or "max_prob". attention: "auto" (full;
+    local for an input over 20 minutes), "full" or "local"; decided for each input alone. sample_rate: the
+    rate of array inputs (default: the model's). word_timestamps (Whisper's option) is accepted: words and
+    their times are part of the timestamps here.
+
+    Beam search (default: greedy): beam_size N keeps N hypotheses; nbest (<= beam_size) of them come back,
+    ranked, in `Transcript.nbest`. beam: the transducer search, "malsd" (batched, the fast one; default),
+    "default" or "maes" (NeMo's semantics); the CTC head has one (prefix) beam search. score_norm ranks by
+    score per token (NeMo's default). hotwords: phrases (a list, or one comma-separated string) boosted by
+    hotword_weight (default 1.5) per matched token. lm: a word n-gram ARPA file for the CTC beam, weighted
+    by lm_weight (default 0.5)."""
+
+    batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
+    timestamps: bool = option(True, help="segment, word and token times", command=False, form=None)
+    head: Optional[str] = option(None, help="decoder head of a hybrid model (default: the model's own)",
+                                 choices=HEADS)
+    confidence: str = option("entropy", help="token confidence measure (default: entropy)", choices=CONFIDENCE,
+                             command=False)
+    attention: str = option("auto", help="encoder attention: auto (local over 20 minutes), full or local",
+                            choices=ATTENTION, command=False)
+    sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
+    beam_size: Optional[int] = option(None, help="beam search with N beams (default: greedy)",
+                                      parse=parse_positive_int, metavar="N")
+    nbest: Optional[int] = option(None, help="return the N best hypotheses, ranked, in the json output "
+                                  "(N <= --beam-size)", parse=parse_positive_int, metavar="N")
+    beam: Optional[str] = option(None, help="transducer search: malsd (batched, fast; the default), default or "
+                                 "maes (NeMo's algorithms); the CTC head has one beam search", choices=BEAMS)
+    score_norm: bool = option(True, help="rank hypotheses by total score, not score per token",
+                              flag="--no-score-norm", action="store_false", parse=parse_bool)
+    hotwords: Union[None, str, Sequence[str]] = option(None, help="comma-separated words or phrases to boost in "
+                                                       "the beam search", metavar="A,B,...")
+    hotword_weight: Optional[float] = option(None, help="log-probability bonus per matched hotword token "
+                                             "(default: 1.5)", parse=float, metavar="W")
+    lm: Optional[str] = option(None, help="CTC: word n-gram language model (ARPA) for the beam search",
+                               metavar="FILE.arpa", form=None)
+    lm_weight: Optional[float] = option(None, help="weight of --lm (default: 0.5)", parse=float, metavar="W",
+                                        form=None)
+    word_timestamps: bool = option(False, help="(words always come with Parakeet's timestamps)", command=False,
+                                   form=None)
+
+    def __post_init__(self):
+        positive_int("batch_size", self.batch_size)
+        check_confidence(self.confidence)
+        if self.attention not in ATTENTION:
+            raise OptionValueError("attention", f"attention must be auto, full or local, got {self.attention!r}")
+        positive_int("beam_size", self.beam_size)
+        positive_int("nbest", self.nbest)
+        if self.beam is not None and self.beam not in BEAMS:
+            raise OptionValueError("beam", f"unknown beam {self.beam!r} (one of {', '.join(BEAMS)})")
+        if (self.nbest or 1) > (self.beam_size or 1):
+            size = self.beam_size or 1
+            raise OptionValueError("nbest", f"nbest ({self.nbest}) cannot exceed beam_size ({size}): a beam of "
+                                   f"{size} keeps {size} hypotheses")
+
+
+def check_confidence(confidence) -> None:
+    if confidence not in CONFIDENCE:
+        raise OptionValueError("confidence", f"unknown confidence method {confidence!r} (one of "
+                               f"{', '.join(CONFIDENCE)})")
+
+
+@dataclass(frozen=True)
+class ParakeetStreamOptions:
+    """A cache-aware model streams chunk by chunk with its caches (att_context_size: one of the model's
+    [left, right] lookaheads; head; eou_reset: start the decoder afresh after an end-of-utterance token;
+    confidence; drop_short_tail); any other model streams through buffered windows (chunk_s, left_s,
+    right_s, head)."""
+
+    att_context_size: Optional[Sequence[int]] = option(
+        None, help="cache-aware Parakeet: the attention context [left, right], one of the model's (e.g. 70,13: "
+        "1.12 s chunks; 70,1: 160 ms); default: the model's first", flag="--att-context", parse=parse_att_context,
+        metavar="L,R")
+    head: Optional[str] = option(None, help="decoder head of a hybrid model (default: the model's own)",
+                                 choices=HEADS)
+    eou_reset: Optional[bool] = option(None, help="cache-aware Parakeet: keep the decoder state across "
+                                       "end-of-utterance events", flag="--no-eou-reset", action="store_false",
+                                       parse=parse_bool)
+    confidence: str = option("entropy", help="token confidence measure", choices=CONFIDENCE, command=False)
+    drop_short_tail: Optional[bool] = option(None, help="drop a final chunk too short to decode", command=False,
+                                             parse=parse_bool)
+    language: Optional[str] = option(None, help="a locale of the model's language prompt (models that have one)")
+    chunk_s: Optional[float] = option(None, help="buffered streaming: seconds decided per step", parse=float,
+                                      command=False)
+    left_s: Optional[float] = option(None, help="buffered streaming: seconds of context before a chunk",
+                                     parse=float, command=False)
+    right_s: Optional[float] = option(None, help="buffered streaming: seconds of lookahead after a chunk",
+                                      parse=float, command=False)
+
+    def __post_init__(self):
+        check_confidence(self.confidence)
+        if self.eou_reset is not None:
+            boolean("eou_reset", self.eou_reset)

@@ -1,0 +1,138 @@
+"""The options of a Whisper recognizer's `transcribe()` (`WhisperOptions`) and `stream()`
+(`WhisperStreamOptions`), declared once with how the command and the server spell them
+(`transcribe.options`). Checks that need the loaded model (a language it knows, a task an English-only
+model cannot do, alignment heads for word times) are the recognizer's."""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from typing import Optional, Sequence, Union
+
+from ..errors import OptionValueError
+from ..options import boolean, option, parse_bool, parse_positive_int, positive_int
+
+# openai-whisper's word-timing defaults: punctuation joined to the next word, and to the word before.
+PREPEND_PUNCTUATION = "\"'“¿([{-"
+APPEND_PUNCTUATION = "\"'.。,，!！?？:：”)]}、"
+DEFAULT_TEMPERATURES = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0)
+TASKS = ("transcribe", "translate")
+BATCHED_WINDOWS = 8  # windows decoded together by batched=True unless batch_size says
+
+
+def parse_temperatures(s: str) -> tuple[float, ...]:
+    """`--temperature T[,T...]` -> the temperatures."""
+    try:
+        values = tuple(float(x) for x in s.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid temperature list: {s!r}") from None
+    if any(not (0.0 <= v <= 10.0) for v in values):
+        raise argparse.ArgumentTypeError(f"temperatures must lie in [0, 10], got {s!r}")
+    return values
+
+
+def schedule(temps: Sequence[float], increment: float) -> tuple[float, ...]:
+    """openai-whisper's fallback schedule: from T up to 1.0 in steps of `increment` (a list of more than
+    one temperature, or no step, is the schedule as given)."""
+    temps = tuple(temps)
+    if len(temps) > 1 or increment <= 0:
+        return temps
+    out = [temps[0]]
+    while out[-1] + increment <= 1.0 + 1e-6:
+        out.append(round(out[-1] + increment, 6))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class WhisperOptions:
+    """openai-whisper's `transcribe` options (see `WhisperASR.transcribe`), and:
+
+    temperature: one temperature or the whole schedule (default openai-whisper's, 0 to 1 in steps of 0.2);
+    temperature_increment: with one temperature T (or none, T = 0), the schedule runs from T up to 1.0 in
+    these steps (the command's --temperature-increment; 0 turns fallback off). batched: cut each input at
+    pauses into windows of at most 30 s and decode them together (no text carried between windows).
+    batch_size: inputs in lockstep (sequential mode) or windows together (batched mode)."""
+
+    batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
+    batched: bool = option(False, help="cut each input at pauses into windows of at most 30 s and decode them "
+                           "together (faster on long audio; no text carried from one window to the next)",
+                           action="store_true", parse=parse_bool, form=None)
+    timestamps: bool = option(True, help="segment times", command=False, form=None)
+    language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
+                                     metavar="LANG")
+    task: str = option("transcribe", help="default: transcribe", choices=TASKS, form=None)
+    condition_on_previous_text: bool = option(True, help="give each window the text before it as a prompt",
+                                              parse=parse_bool, command=False)
+    initial_prompt: Optional[str] = option(None, help="text that conditions the first window", metavar="TEXT",
+                                           form="prompt")
+    prefix: Optional[str] = option(None, help="text the first window's transcript starts with", command=False,
+                                   form=None)
+    no_speech_threshold: Optional[float] = option(0.6, help="no-speech probability above which a window is "
+                                                  "silence", parse=float, command=False)
+    logprob_threshold: Optional[float] = option(-1.0, help="average log-probability below which a window is "
+                                                "decoded again", parse=float, command=False)
+    beam_size: Optional[int] = option(None, help="beam search with N beams (default: greedy)",
+                                      parse=parse_positive_int, metavar="N")
+    patience: Optional[float] = option(None, help="beam search patience (default: 1.0)", parse=float,
+                                       metavar="P")
+    length_penalty: Optional[float] = option(None, help="beam length penalty (default: none, length-normalized)",
+                                             parse=float, command=False)
+    temperature: Union[float, Sequence[float], None] = option(
+        None, help="sampling temperature; one value T falls back from T in steps of --temperature-increment up "
+        "to 1.0, a list is the whole schedule (default: 0)", parse=parse_temperatures, metavar="T[,T...]",
+        form=None, implies=(("temperature_increment", 0.2),))
+    temperature_increment: Optional[float] = option(
+        None, help="fallback step after a failed window (default: 0.2; 0 turns fallback off)", parse=float,
+        metavar="D", form=None)
+    best_of: int = option(5, help="samples per window at a temperature above 0", parse=int, command=False)
+    compression_ratio_threshold: Optional[float] = option(2.4, help="compression ratio above which a window is "
+                                                          "decoded again", parse=float, command=False)
+    seed: Optional[int] = option(0, help="the sampling generator's seed", command=False, form=None)
+    word_timestamps: bool = option(False, help="time every word (json output; Parakeet models always give word "
+                                   "times)", action="store_true", parse=parse_bool, form=None)
+    prepend_punctuations: str = option(PREPEND_PUNCTUATION, help="punctuation joined to the next word",
+                                       command=False, form=None)
+    append_punctuations: str = option(APPEND_PUNCTUATION, help="punctuation joined to the word before",
+                                      command=False, form=None)
+    sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
+
+    def __post_init__(self):
+        if self.task not in TASKS:
+            raise OptionValueError("task", f"task must be transcribe or translate, got {self.task!r}")
+        if self.batch_size is not None:
+            if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
+                raise OptionValueError("batch_size", f"batch_size must be an integer of at least 1, got "
+                                       f"{self.batch_size!r}")
+        boolean("batched", self.batched)
+        if self.batched and self.prefix:
+            raise OptionValueError("prefix", "prefix forces the start of the first window of the sequential "
+                                   "loop; batched=True has no first window to force it on (use initial_prompt)")
+        positive_int("beam_size", self.beam_size)
+
+    @property
+    def temperatures(self) -> tuple[float, ...]:
+        """The fallback schedule the options say."""
+        t = self.temperature
+        if t is None:
+            return DEFAULT_TEMPERATURES if self.temperature_increment is None else \
+                schedule((0.0,), self.temperature_increment)
+        temps = (float(t),) if isinstance(t, (int, float)) else tuple(float(x) for x in t)
+        return temps if self.temperature_increment is None else schedule(temps, self.temperature_increment)
+
+    @property
+    def windows_at_once(self) -> int:
+        """batch_size as given, or its default: 8 windows in batched mode, else 1 input at a time."""
+        if self.batch_size is not None:
+            return self.batch_size
+        return BATCHED_WINDOWS if self.batched else 1
+
+
+@dataclass(frozen=True)
+class WhisperStreamOptions(WhisperOptions):
+    """A live session over windows of the stream (transcribe/whisper/streaming.py): chunk_s (seconds
+    decided per window), left_s (context before), right_s (lookahead after), and transcribe's decoding
+    options for every window."""
+
+    chunk_s: Optional[float] = option(None, help="seconds decided per window", parse=float, command=False)
+    left_s: Optional[float] = option(None, help="seconds of context before a window", parse=float, command=False)
+    right_s: Optional[float] = option(None, help="seconds of lookahead after a window", parse=float,
+                                      command=False)
