@@ -43,9 +43,7 @@ def load(path: Path, name: str, device, dtype, kind: str):
 
 
 # dtype="auto" on a CPU (loading.Family.fastest_cpu_dtype, by transcribe.cpu.family): the fastest precision
-# measured for the TDT 0.6B, 2 threads (benchmarks/README.md, "Precision per CPU"; speed against float32):
-# AMX bf16 3.09x, int8 1.56x; AVX512-BF16 int8 4.07x, bf16 3.44x; AVX-512 without BF16/VNNI int8 2.06x,
-# bf16 0.98x; AVX2 int8 1.17x, bf16 0.17x.
+# for the TDT 0.6B on each kind of CPU (the figures: benchmarks/README.md, "Precision per CPU").
 FASTEST_CPU_DTYPE = {"amx": "bfloat16", "avx512_bf16": "int8", "avx512": "int8", "avx2": "int8"}
 
 

@@ -14,10 +14,9 @@ per row at run time, int8 x int8 products: transcribe/quant.py):
 The weights go from the file's bytes to int8 one tensor at a time (`gguf.quants.int8_rows`, in chunks of
 rows): no float32 copy of those layers is ever made.
 
-Why not weight-only int8 (float activations): PyTorch's CPU kernel for it (`_weight_int8pack_mm`) ran
-2-100x slower than float32's matrix product on an encoder's shapes here (750 x 1024 x 4096: 63 ms in
-bfloat16, 3.1 s in float32, against 31 ms float32 and 13 ms int8 x int8), so it could not run a Q8_0 file
-at float32's speed or better.
+Why not weight-only int8 (float activations): PyTorch's CPU kernel for it (`_weight_int8pack_mm`) is
+slower than float32's matrix product on an encoder's shapes (benchmarks/README.md, "GGUF files"), so it
+could not run a Q8_0 file at float32's speed or better.
 
 While the file is read, each such weight is a stand-in of its shape that holds no memory (one zero,
 expanded); once the model is built, every stand-in's layer is replaced by its Int8Linear, and no stand-in

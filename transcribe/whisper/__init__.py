@@ -12,7 +12,7 @@ from .options import WhisperOptions as Options, WhisperStreamOptions as StreamOp
 # Batch jobs cut inputs longer than this into pieces at pauses (Whisper's window).
 PIECE_S = 30.0
 # Inputs per batch-job task (one model call): Whisper's decoding loop gains from larger batches on a CPU
-# (2 cores, the dev clips: 16 a call 1.1x faster than 8).
+# (benchmarks/README.md, "Batch jobs").
 TASK_INPUTS = 16
 
 
@@ -24,8 +24,7 @@ def detect(path: Path) -> Optional[str]:
 
 
 # dtype="auto" on a CPU (loading.Family.fastest_cpu_dtype, by transcribe.cpu.family): the fastest precision
-# measured for tiny.en, 60 s, greedy, 2 threads (benchmarks/README.md, "Precision per CPU"; speed against
-# float32): AMX int8 2.01x (1 thread); AVX512-BF16 int8 1.83x; AVX-512 without BF16/VNNI int8 2.01x; AVX2 int8 1.90x.
+# for tiny.en on each kind of CPU (the figures: benchmarks/README.md, "Precision per CPU").
 FASTEST_CPU_DTYPE = {"amx": "int8", "avx512_bf16": "int8", "avx512": "int8", "avx2": "int8"}
 
 
