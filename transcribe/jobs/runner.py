@@ -7,7 +7,11 @@
 Writes `out/<id>.<format>` for every input and a line per input to `out/results.jsonl` (see
 `job.py`), and returns a `JobSummary`. A failed input is recorded there with its reason and the job
 goes on; `JobError` is raised only for a job that cannot start (bad inputs, a model that does not
-load, an output folder in the way).
+load, an output folder in the way). Its keywords besides the model are a `BatchOptions`.
+
+The executor is shared: `run_here` (a job here: this process or worker processes) and `in_order` (the
+command `transcribe AUDIO...`: this process, inputs decoded as they come) both run `local.run_task` on a
+`work.Worker`, and `outcomes` gives each input once whole.
 """
 from __future__ import annotations
 
