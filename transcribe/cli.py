@@ -280,12 +280,12 @@ class _Emit:
 
 def _say_renamed(items: list) -> None:
     """A note for each input whose files are not named by its own stem (another input has it)."""
+    ids = {it.id for it in items}
     for it in items:
         stem = "stdin" if it.path == "-" else (Path(it.path).stem or "audio")
         if it.id != stem:
-            taken = any(other.id == stem for other in items)
             _say(f"note: {_display(it.path)} is written as {it.id}.*"
-                 + (f" ({stem}.* is another input's)" if taken else ""))
+                 + (f" ({stem}.* is another input's)" if stem in ids else ""))
 
 
 def _check_output_dir(out_dir: Path, stems: list[str], formats: list[str], overwrite: bool) -> Optional[str]:
