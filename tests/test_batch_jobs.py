@@ -370,11 +370,12 @@ def test_ray_and_local_workers_give_the_single_process_texts(tmp_path):
 def test_the_progress_line_says_files_hours_speed_and_eta():
     import io
 
-    from transcribe.jobs.runner import _Progress
+    from transcribe.jobs.progress import Progress
+    from transcribe.jobs.runner import total_audio
 
     items = [jin.Item(i, str(i), "a.wav", "a.wav", duration=900.0) for i in range(4)]  # an hour in all
     out = io.StringIO()
-    p = _Progress(items, enabled=True, stream=out)
+    p = Progress(len(items), total_audio(items), enabled=True, stream=out)
     p.t0 -= 100.0  # 100 s in
     p.update(1, 900.0)
     p.close()

@@ -10,6 +10,7 @@ import soundfile as sf
 
 import transcribe
 from transcribe import cli
+from transcribe.jobs.progress import Progress
 from transcribe.errors import ModelError, OptionsNotTaken, TranscribeError
 from transcribe.results import Segment, Transcript, Word
 
@@ -299,7 +300,7 @@ def test_progress_display(fake, wavs, capsys, monkeypatch):
     code = cli.main([str(wavs / "one.wav"), str(wavs / "notes.wav"), "-m", "m", "--batch-size", "1"])
     shown = tty.getvalue()
     assert code == 2
-    assert "2/2 files" in shown and "[" + "#" * cli._Progress.WIDTH + "]" in shown
+    assert "2/2 files" in shown and "[" + "#" * Progress.WIDTH + "]" in shown
     assert "0:01 audio" in shown
     assert "\r\033[Ktranscribe: error: " in shown  # the bar is cleared before an error line
     assert shown.endswith("\r\033[K")  # and cleared at the end

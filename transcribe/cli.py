@@ -17,11 +17,9 @@ import argparse
 import os
 import sys
 import tempfile
-import threading
-import time
 import traceback
 from pathlib import Path
-from typing import Optional, TextIO
+from typing import Optional
 
 import transcribe
 
@@ -31,16 +29,12 @@ from .loading import check_options_offline
 from .runtime import configure_process, openmp_waiting
 from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
 from .cli_args import flag, positive_int as _positive_int
-from .writers import WRITERS
 
 PROG = "transcribe"
 FORMATS = ("txt", "json", "srt", "vtt")
 
 # A single input at least this long (seconds of audio) gets a progress display too.
 LONG_AUDIO_S = 60.0
-# Inputs held in memory together (decoded PCM) when --batch-size is not given; the model then
-# batches them as it does best (its own default batch size).
-GROUP_INPUTS = 8
 
 
 class _UsageError(Exception):
@@ -76,16 +70,13 @@ def main(argv: Optional[list[str]] = None) -> int:
         _say(f"error: {e}")
         return 2
 
-    progress = _Progress(len(args.audio), enabled=not args.quiet and _isatty(sys.stderr))
     try:
-        return stream_cli.run(args) if args.stream is not None else _run(args, progress)
+        return stream_cli.run(args) if args.stream is not None else _run(args)
     except KeyboardInterrupt:
-        progress.close()
         _say("interrupted")
         return 130
     except BrokenPipeError:
         # The reader of stdout went away (`| head`): stop quietly.
-        progress.close()
         try:  # so that the interpreter's final flush of stdout does not fail again
             devnull = os.open(os.devnull, os.O_WRONLY)
             os.dup2(devnull, sys.stdout.fileno())
@@ -93,13 +84,10 @@ def main(argv: Optional[list[str]] = None) -> int:
             pass
         return 1
     except Exception as e:  # noqa: BLE001 - the one place that turns anything left into one line
-        progress.close()
         _say(f"internal error: {type(e).__name__}: {_one_line(str(e))}")
         if os.environ.get("TRANSCRIBE_DEBUG") == "1":
             traceback.print_exc()
         return 1
-    finally:
-        progress.close()
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -177,20 +165,21 @@ def _check(args, parser) -> None:
 # ---------------------------------------------------------------------------------------------
 
 
-def _run(args, progress: "_Progress") -> int:
+def _run(args) -> int:
+    """`transcribe AUDIO...`: the inputs run through the batch jobs' executor in this process
+    (jobs/runner.py in_order: local.Inline, the worker's retry one by one), named by the jobs' rule
+    (jobs/inputs.py files), written in the order given (jobs/job.py Outputs) as each is done: files in
+    --output-dir, else documents on stdout."""
+    from .jobs.inputs import files
+
     formats = list(FORMATS) if args.format == "all" else [args.format]
-    out_dir = None
-    stems = _output_stems(args.audio)
+    items = files(args.audio)
     if args.output_dir:
-        out_dir = Path(args.output_dir)
-        problem = _check_output_dir(out_dir, stems, formats, args.overwrite)
+        problem = _check_output_dir(Path(args.output_dir), [it.id for it in items], formats, args.overwrite)
         if problem:
             _say(f"error: {problem}")
             return 2
-        for name, stem in zip(args.audio, stems):
-            default = "stdin" if name == "-" else (Path(name).stem or "audio")
-            if stem != default:
-                _say(f"note: {_display(name)} is written as {stem}.* ({default}.* is another input's)")
+        _say_renamed(items)
 
     # What can be told before the model loads (minutes for a large one) is told first: inputs that are not
     # there, and options a local model's family does not take.
@@ -199,106 +188,104 @@ def _run(args, progress: "_Progress") -> int:
     except OptionsNotTaken as e:
         _say(f"error: {e.spelled(flag)}")
         return 2
-    missing = [name for name in args.audio if name != "-" and not Path(name).exists()]
-    for name in missing:
-        _say(f"error: {name}: no such file")
-    if missing and len(missing) == len(args.audio):
+    todo = [it for it in items if it.path == "-" or Path(it.path).exists()]
+    there = {it.index for it in todo}
+    for it in items:
+        if it.index not in there:
+            _say(f"error: {it.path}: no such file")
+    if not todo:
         return 2
 
     configure_process(args.threads)  # a program of its own: threads and allocator for the whole run
-    try:
-        model = transcribe.load_model(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
-    except TranscribeError as e:
-        _say(f"error: {_one_line(str(e))}")
+    worker = _worker(args, formats)
+    if worker is None:
         return 2
-    try:  # the decoding options, checked once before any input
-        model.check_options(**_decoding_options(args))
+    return _transcribe(args, worker, items, todo, formats)
+
+
+def _worker(args, formats: list[str]):
+    """The model, loaded, with the decoding options checked once before any input; None when it cannot
+    be (said on stderr)."""
+    from .jobs.work import Options, Worker
+
+    # The command's rules: no cuts (the model takes any length), timestamps only when a format shows them, a
+    # list as the model takes it, and only a TranscribeError is an input's failure (else exit 1).
+    options = Options(model=args.model, device=args.device, dtype=args.dtype, threads=args.threads,
+                      batch_size=args.batch_size, piece_s=0, decoding=_decoding_options(args),
+                      timestamps=formats != ["txt"], batch_lists=False, contain=False)
+    try:
+        return Worker(options)
     except OptionsNotTaken as e:
         _say(f"error: {e.spelled(flag)}")
-        return 2
     except TranscribeError as e:
         _say(f"error: {_one_line(str(e))}")
-        return 2
-    rate = int(model.sample_rate)
-    timestamps = formats != ["txt"]
+    return None
 
-    failed = 0
-    done = 0
-    stdout_docs = 0
-    if len(args.audio) > 1:
-        progress.start()
 
-    cue_options = dict(max_line_width=args.max_line_width, max_line_count=args.max_line_count)
+def _transcribe(args, worker, items: list, todo: list, formats: list[str]) -> int:
+    from . import audio
+    from .jobs.inputs import probe_duration
+    from .jobs.job import Outputs, task_inputs
+    from .jobs.progress import Progress
+    from .jobs.runner import in_order
 
-    def write(fmt: str, result) -> str:
-        return WRITERS[fmt](result, **cue_options) if fmt in ("srt", "vtt") else WRITERS[fmt](result)
-
-    def emit(index: int, result) -> None:
-        nonlocal failed, stdout_docs
-        if out_dir is None:
-            text = write(formats[0], result)
-            if stdout_docs and formats[0] in ("srt", "vtt"):
-                text = "\n" + text
-            progress.print(text, sys.stdout)
-            stdout_docs += 1
-            return
-        for fmt in formats:
-            path = out_dir / f"{stems[index]}.{fmt}"
-            try:
-                with open(path, "w" if args.overwrite else "x", encoding="utf-8", newline="\n") as f:
-                    f.write(write(fmt, result))
-            except FileExistsError:
-                progress.error(f"error: {path}: appeared while running; not overwritten (use --overwrite)")
-                failed += 1
-            except OSError as e:
-                progress.error(f"error: {path}: cannot write: {e.strerror or e}")
-                failed += 1
-
-    def run(group: list[tuple[int, "object"]]) -> None:
-        nonlocal failed, done
-        indices = [i for i, _ in group]
-        results = _transcribe_batch(model, args, [p for _, p in group], [args.audio[i] for i in indices],
-                                    timestamps, progress)
-        for index, result in zip(indices, results):
-            if result is None:
-                failed += 1
-            else:
-                emit(index, result)
-            done += 1
-            progress.update(done)
-
-    from .audio import GROUP_AUDIO_S, load_audio  # numpy and the decoders: not before the checks above
-
-    # Inputs are decoded one at a time and run in groups of at most --batch-size (else GROUP_INPUTS) inputs and
-    # GROUP_AUDIO_S seconds of audio (a longer input runs alone), so memory holds one group's PCM.
-    group: list = []
-    held = 0
-    failed += len(missing)
-    done += len(missing)
-    for index, name in enumerate(args.audio):
-        if name in missing:
-            continue
-        try:
-            pcm = load_audio(name, sample_rate=rate)
-        except TranscribeError as e:
-            progress.error(f"error: {_one_line(str(e))}")
-            failed += 1
-            done += 1
-            progress.update(done)
-            continue
-        if len(pcm) >= LONG_AUDIO_S * rate:
-            progress.start()
-        if group and (len(group) >= (args.batch_size or GROUP_INPUTS) or held + len(pcm) > GROUP_AUDIO_S * rate):
-            run(group)
-            group, held = [], 0
-        progress.add_audio(len(pcm) / rate)
-        group.append((index, pcm))
-        held += len(pcm)
-    if group:
-        run(group)
-
-    progress.close()
+    long = len(todo) == 1 and todo[0].path != "-" and (probe_duration(todo[0].path) or 0.0) >= LONG_AUDIO_S
+    shown = (len(items) > 1 or long) and not args.quiet and _isatty(sys.stderr)
+    progress = Progress(len(items), None, enabled=shown)  # lengths are known as inputs are decoded
+    cues = dict(max_line_width=args.max_line_width, max_line_count=args.max_line_count)
+    outputs = Outputs(Path(args.output_dir or "."), formats, cues, replace=args.overwrite)
+    emit = _Emit(outputs, progress, to_stdout=not args.output_dir)
+    failed = len(items) - len(todo)
+    try:
+        progress.update(failed, 0.0)
+        for outcome in in_order(todo, worker, task_inputs(args.batch_size, worker.family), audio.GROUP_AUDIO_S):
+            failed += not emit(outcome)
+            progress.update(1, outcome.duration or 0.0)
+    finally:
+        progress.close()
     return 2 if failed else 0
+
+
+class _Emit:
+    """Writes an input's outcome: its files (or its document on stdout), or its error line. True when
+    it was written."""
+
+    def __init__(self, outputs, progress, to_stdout: bool):
+        self.outputs, self.progress, self.to_stdout = outputs, progress, to_stdout
+        self.docs = 0  # documents on stdout so far
+
+    def __call__(self, outcome) -> bool:
+        if outcome.error is not None:
+            name = _display(outcome.item.path)
+            why = outcome.error if outcome.error.startswith(f"{name}: ") else f"{name}: {outcome.error}"
+            self.progress.write(f"{PROG}: error: {why}")
+            return False
+        if self.to_stdout:
+            fmt = self.outputs.formats[0]
+            text = self.outputs.render(fmt, outcome.result)
+            self.progress.print("\n" + text if self.docs and fmt in ("srt", "vtt") else text, sys.stdout)
+            self.docs += 1
+            return True
+        try:
+            self.outputs.write(outcome.item, outcome.result)
+            return True
+        except FileExistsError as e:
+            self.progress.write(f"{PROG}: error: {e.filename}: appeared while running; not overwritten "
+                                "(use --overwrite)")
+        except OSError as e:
+            self.progress.write(f"{PROG}: error: {e.filename or self.outputs.out_dir}: cannot write: "
+                                f"{e.strerror or e}")
+        return False
+
+
+def _say_renamed(items: list) -> None:
+    """A note for each input whose files are not named by its own stem (another input has it)."""
+    ids = {it.id for it in items}
+    for it in items:
+        stem = "stdin" if it.path == "-" else (Path(it.path).stem or "audio")
+        if it.id != stem:
+            _say(f"note: {_display(it.path)} is written as {it.id}.*"
+                 + (f" ({stem}.* is another input's)" if stem in ids else ""))
 
 
 def _check_output_dir(out_dir: Path, stems: list[str], formats: list[str], overwrite: bool) -> Optional[str]:
@@ -323,39 +310,6 @@ def _check_output_dir(out_dir: Path, stems: list[str], formats: list[str], overw
     return None
 
 
-def _transcribe_batch(model, args, pcms, names, timestamps, progress) -> list:
-    """Transcripts for `pcms`, or None for an input the model refused (reported on stderr)."""
-    try:
-        sizing = {} if args.batch_size is None else {"batch_size": args.batch_size}
-        results = list(model.transcribe(pcms, timestamps=timestamps, **sizing, **_decoding_options(args)))
-    except TranscribeError as e:
-        if len(pcms) == 1:
-            progress.error(f"error: {_display(names[0])}: {_one_line(str(e))}")
-            return [None]
-        # Find which input the model refused: one by one.
-        return [r for pcm, name in zip(pcms, names)
-                for r in _transcribe_batch(model, args, [pcm], [name], timestamps, progress)]
-    if len(results) != len(pcms):
-        raise RuntimeError(f"model returned {len(results)} transcripts for {len(pcms)} inputs")
-    return results
-
-
-def _output_stems(inputs: list[str]) -> list[str]:
-    """An output stem per input: its own ('stdin' for '-'), or, when an earlier input has it, the
-    first of stem-2, stem-3, ... that is no input's own stem and not yet given, so that no two
-    inputs share an output file (a/x.wav, b/x.wav, x-2.wav -> x, x-3, x-2)."""
-    own = ["stdin" if name == "-" else (Path(name).stem or "audio") for name in inputs]
-    reserved, used, out = set(own), set(), []
-    for stem in own:
-        name, n = stem, 1
-        while name in used or (n > 1 and name in reserved):
-            n += 1
-            name = f"{stem}-{n}"
-        used.add(name)
-        out.append(name)
-    return out
-
-
 def _display(name: str) -> str:
     return "<stdin>" if name == "-" else name
 
@@ -373,109 +327,6 @@ def _isatty(stream) -> bool:
         return stream.isatty()
     except (AttributeError, ValueError, OSError):
         return False
-
-
-# ---------------------------------------------------------------------------------------------
-
-
-class _Progress:
-    """A one-line progress display on stderr: files done, audio seen, time elapsed.
-
-    Drawn only when enabled (stderr is a terminal and not --quiet) and started (several inputs,
-    or a long one). A background thread redraws it twice a second so the clock moves while a long
-    batch runs. Output and error lines clear it first, then it is redrawn below them.
-    """
-
-    WIDTH = 24
-
-    def __init__(self, total: int, enabled: bool, stream: Optional[TextIO] = None):
-        self.total = total
-        self.enabled = enabled
-        self.stream = stream
-        self.done = 0
-        self.audio_s = 0.0
-        self.t0 = time.monotonic()
-        self._lock = threading.Lock()
-        self._shown = False
-        self._stop = threading.Event()
-        self._thread = None
-
-    @property
-    def _out(self) -> TextIO:
-        return self.stream or sys.stderr
-
-    def start(self) -> None:
-        if not self.enabled or self._thread is not None or self._stop.is_set():
-            return
-        self._thread = threading.Thread(target=self._tick, name="transcribe-progress", daemon=True)
-        self._thread.start()
-        self._draw()
-
-    def _tick(self) -> None:
-        while not self._stop.wait(0.5):
-            self._draw()
-
-    def update(self, done: int) -> None:
-        self.done = done
-        self._draw()
-
-    def add_audio(self, seconds: float) -> None:
-        self.audio_s += seconds
-
-    def _line(self) -> str:
-        frac = self.done / self.total if self.total else 1.0
-        filled = int(round(frac * self.WIDTH))
-        bar = "#" * filled + "-" * (self.WIDTH - filled)
-        return (f"[{bar}] {self.done}/{self.total} files  {_clock(self.audio_s)} audio  "
-                f"{_clock(time.monotonic() - self.t0)} elapsed")
-
-    def _draw(self) -> None:
-        if self._thread is None or self._stop.is_set():
-            return
-        with self._lock:
-            try:
-                self._out.write("\r\033[K" + self._line())
-                self._out.flush()
-                self._shown = True
-            except (OSError, ValueError):
-                pass
-
-    def _clear(self) -> None:
-        if self._shown:
-            try:
-                self._out.write("\r\033[K")
-                self._out.flush()
-            except (OSError, ValueError):
-                pass
-            self._shown = False
-
-    def print(self, text: str, stream: TextIO) -> None:
-        """Write `text` to `stream` (stdout) without mixing it with the bar."""
-        with self._lock:
-            self._clear()
-            stream.write(text)
-            stream.flush()
-        self._draw()
-
-    def error(self, msg: str) -> None:
-        with self._lock:
-            self._clear()
-            _say(msg)
-        self._draw()
-
-    def close(self) -> None:
-        self._stop.set()
-        if self._thread is not None and self._thread is not threading.current_thread():
-            self._thread.join(timeout=1.0)
-        with self._lock:
-            self._clear()
-
-
-def _clock(seconds: float) -> str:
-    s = int(seconds)
-    h, s = divmod(s, 3600)
-    m, s = divmod(s, 60)
-    return f"{h}:{m:02d}:{s:02d}" if h else f"{m}:{s:02d}"
 
 
 if __name__ == "__main__":

@@ -12,8 +12,10 @@ Every input becomes an `Item` with a stable `id`, which names its output files (
   input's line in `results.jsonl` under `manifest` (a reference `text` never sits beside the
   transcript's fields).
 
-Two inputs with the same derived id get `-2`, `-3`, ...; two manifest lines with the same `id` are
-an error. An argument that names nothing (no such file, a glob without matches, a directory without
+An input whose derived id an earlier input has gets the first of `-2`, `-3`, ... that is no input's
+own id and not yet given (a/x.wav, b/x.wav, x-2.wav -> x, x-3, x-2), so no two inputs share an output
+file; `transcribe AUDIO... -o DIR` names its files by this rule too (`files`). Two manifest lines with
+the same `id` are an error. An argument that names nothing (no such file, a glob without matches, a directory without
 audio) and a malformed manifest are `JobError`s, raised before any work. A file that turns out to be
 unreadable is not: it is recorded as failed when its turn comes.
 """
@@ -141,11 +143,12 @@ def _with_ids(found) -> list[Item]:
     if dup:
         raise JobError(f"the manifest gives the same id to several lines: {', '.join(dup[:5])}")
     used = set(given)
+    own = {ident for _, _, ident, _, _ in found}  # a number never takes another input's own id
     items = []
     for index, (audio, path, ident, carried, is_given) in enumerate(found):
         if not is_given:
             base, k = ident, 1
-            while ident in used:
+            while ident in used or (k > 1 and ident in own):
                 k += 1
                 ident = f"{base}-{k}"
             if _unsafe_id(ident):
@@ -155,11 +158,19 @@ def _with_ids(found) -> list[Item]:
     return items
 
 
+def files(names: list[str]) -> list[Item]:
+    """`transcribe AUDIO...`'s inputs, each named by its stem ('stdin' for '-', standard input), as
+    they are: no directory search, no glob, no check (an input that cannot be read fails when its turn
+    comes)."""
+    return _with_ids([(name, name, "stdin" if name == "-" else (Path(name).stem or "audio"), None, False)
+                      for name in names])
+
+
 def probe(items: list[Item]) -> None:
     """Fill each item's `duration` from its container's header (no decoding); None where the
     header does not say or the file cannot be opened (it fails later, when decoded)."""
     for item in items:
-        item.duration = probe_duration(item.path)
+        item.duration = None if item.path == "-" else probe_duration(item.path)  # '-': read once, when decoded
 
 
 def probe_duration(path: str) -> Optional[float]:

@@ -13,6 +13,7 @@ rewrites `results.jsonl` without the failed inputs' lines, since they run again.
 """
 from __future__ import annotations
 
+import errno
 import json
 import os
 import re
@@ -33,15 +34,16 @@ RESULTS = "results.jsonl"
 SCRATCH = ".transcribe-work"
 _TEMPORARY = re.compile(r"^\..+\.\d+\.tmp$")  # what Outputs.write and Results write first
 # A task holds at most this many inputs (or pieces) and this much audio, unless --batch-size says: a
-# model call takes them together. Whisper's decoding loop gains from larger batches on a CPU (2 cores,
-# the dev clips: 16 a call 1.1x faster than 8).
-TASK_INPUTS = {"whisper": 16}
+# model call takes them together. A family may say another count (its TASK_INPUTS).
 TASK_INPUTS_DEFAULT = 8
-
-
-def task_inputs(batch_size, family: str) -> int:
-    return batch_size or TASK_INPUTS.get(family, TASK_INPUTS_DEFAULT)
 TASK_AUDIO_S = 20 * 60.0
+
+
+def task_inputs(batch_size: Optional[int], family) -> int:
+    """Inputs a task: `batch_size`, else the family's TASK_INPUTS (`family`: a loading.Family, or None)."""
+    if batch_size:
+        return batch_size
+    return int(family.contract("TASK_INPUTS", TASK_INPUTS_DEFAULT)) if family is not None else TASK_INPUTS_DEFAULT
 
 
 # ------------------------------------------------------------------------------------ the results
@@ -104,28 +106,51 @@ class Results:
 
 
 class Outputs:
-    """Writes an input's output files: `DIR/<id>.<format>`, each atomically."""
+    """Writes an input's output files: `DIR/<id>.<format>`, each atomically; `replace`: False keeps a
+    file of that name that appeared meanwhile (FileExistsError)."""
 
-    def __init__(self, out_dir: Path, formats: list[str], cue_options: dict):
-        self.out_dir, self.formats, self.cue_options = out_dir, formats, cue_options
+    def __init__(self, out_dir: Path, formats: list[str], cue_options: dict, replace: bool = True):
+        self.out_dir, self.formats, self.cue_options, self.replace = out_dir, formats, cue_options, replace
 
     def paths(self, item: Item) -> list[Path]:
         return [self.out_dir / f"{item.id}.{fmt}" for fmt in self.formats]
 
-    def write(self, item: Item, result: dict) -> list[str]:
+    def render(self, fmt: str, result: dict) -> str:
         t = Transcript.from_dict(result)
+        return WRITERS[fmt](t, **self.cue_options) if fmt in ("srt", "vtt") else WRITERS[fmt](t)
+
+    def write(self, item: Item, result: dict) -> list[str]:
         written = []
         for fmt, path in zip(self.formats, self.paths(item)):
-            text = WRITERS[fmt](t, **self.cue_options) if fmt in ("srt", "vtt") else WRITERS[fmt](t)
+            text = self.render(fmt, result)
             path.parent.mkdir(parents=True, exist_ok=True)
             tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
             with open(tmp, "w", encoding="utf-8", newline="\n") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
-            os.replace(tmp, path)
+            if self.replace:
+                os.replace(tmp, path)
+            else:
+                _place(tmp, path)
             written.append(path.relative_to(self.out_dir).as_posix())
         return written
+
+
+def _place(tmp: Path, path: Path) -> None:
+    """`tmp` renamed `path`, unless a file of that name exists (FileExistsError; `tmp` removed)."""
+    try:
+        os.link(tmp, path)  # fails on an existing name, atomically
+    except FileExistsError:
+        os.unlink(tmp)
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
+    except OSError:  # a file system without hard links
+        if path.exists():
+            os.unlink(tmp)
+            raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path)) from None
+        os.replace(tmp, path)
+        return
+    os.unlink(tmp)
 
 
 # ------------------------------------------------------------------------------- pieces to inputs
@@ -186,12 +211,13 @@ def plan(items: list[Item], piece_s: float, group: int) -> tuple[list[Item], lis
     return long, groups
 
 
-def local_events(items: list[Item], executor, piece_s: float, group: int, scratch: Path) -> Iterator[dict]:
+def local_events(items: list[Item], executor, piece_s: float, group: int, scratch: Optional[Path]) -> Iterator[dict]:
     """Runs the job's tasks on `executor` (local.Inline or local.Processes) and yields their events.
     A worker that dies (killed, out of memory) is replaced and its tasks run again, one input a task;
     a task that kills a worker twice fails its inputs with the cause (the dead worker's exit status).
     Workers that fail at start-up are no input's fault: the tasks run again, but when a fresh pool
-    fails at start-up too, before any task came back, every input left fails with that cause."""
+    fails at start-up too, before any task came back, every input left fails with that cause. `scratch`:
+    where long inputs' samples wait for their pieces (None only when `piece_s` is 0: nothing is cut)."""
     long, groups = plan(items, piece_s, group)
     todo: deque = deque(("split", it.index, it.path, str(scratch / f"{it.index}.npy")) for it in long)
     todo.extend(("files", [(it.index, it.path) for it in g]) for g in groups)

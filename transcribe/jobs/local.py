@@ -11,6 +11,8 @@ of an input (see `job.py`, which makes the tasks and reads the events):
 
 - ``("files", [(index, path), ...])``: decode each file and transcribe them together; a file longer
   than the pieces is cut and its pieces run in the same call. One event per file.
+- ``("arrays", [(index, samples), ...])``: the same for inputs decoded already (the command
+  `transcribe AUDIO...` decodes as it goes: `runner.in_order`).
 - ``("split", index, path, scratch)``: decode a long file and find its cuts; the samples are saved to
   `scratch` (`.npy`) for the piece tasks, so the pieces can run on every worker. One event with
   ``split``: the sample ranges (or, when it needs no cut after all, its result).
@@ -52,24 +54,20 @@ def run_task(worker: Worker, task: tuple) -> list[dict]:
                 pcm = worker.decode(path)
                 cut.append((index, pcm, worker.cuts(pcm)))
             except Exception as e:  # noqa: BLE001 - an unreadable file is that file's failure
+                if not worker.fails_input(e):
+                    raise
                 events.append(dict(base, index=index, error=reason(e)))
-        short = [(index, pcm) for index, pcm, spans in cut if len(spans) == 1]
-        outs = worker.transcribe([pcm for _, pcm in short])
-        for (index, pcm), (result, err, seconds) in zip(short, outs):
-            events.append(dict(base, index=index, result=result, error=err, seconds=seconds,
-                               duration=len(pcm) / worker.rate))
-        for index, pcm, spans in cut:
-            if len(spans) > 1:
-                result, err, seconds = worker.transcribe_whole(pcm, spans)
-                events.append(dict(base, index=index, result=result, error=err, seconds=seconds,
-                                   duration=len(pcm) / worker.rate))
-        return events
+        return events + _transcribed(worker, base, cut)
+    if kind == "arrays":
+        return _transcribed(worker, base, [(index, pcm, worker.cuts(pcm)) for index, pcm in task[1]])
     if kind == "split":
         _, index, path, scratch = task
         try:
             pcm = worker.decode(path)
             spans = worker.cuts(pcm)
         except Exception as e:  # noqa: BLE001
+            if not worker.fails_input(e):
+                raise
             return [dict(base, index=index, error=reason(e))]
         duration = len(pcm) / worker.rate
         if len(spans) == 1:
@@ -89,6 +87,8 @@ def run_task(worker: Worker, task: tuple) -> list[dict]:
                 pcms.append(np.array(arrays[scratch][start:end], dtype=np.float32))
                 events.append(dict(base, index=index, piece=k, pieces=n, start=start, end=end))
             except Exception as e:  # noqa: BLE001
+                if not worker.fails_input(e):
+                    raise
                 events.append(dict(base, index=index, piece=k, pieces=n, start=start, end=end, error=reason(e)))
         outs = iter(worker.transcribe(pcms))
         for ev in events:
@@ -97,6 +97,22 @@ def run_task(worker: Worker, task: tuple) -> list[dict]:
                 ev.update(result=result, error=err, seconds=seconds)
         return events
     raise ValueError(f"unknown task {kind!r}")
+
+
+def _transcribed(worker: Worker, base: dict, cut: list) -> list[dict]:
+    """An event for each (index, pcm, spans): the short ones transcribed together, each long one cut."""
+    events = []
+    short = [(index, pcm) for index, pcm, spans in cut if len(spans) == 1]
+    outs = worker.transcribe([pcm for _, pcm in short])
+    for (index, pcm), (result, err, seconds) in zip(short, outs):
+        events.append(dict(base, index=index, result=result, error=err, seconds=seconds,
+                           duration=len(pcm) / worker.rate))
+    for index, pcm, spans in cut:
+        if len(spans) > 1:
+            result, err, seconds = worker.transcribe_whole(pcm, spans)
+            events.append(dict(base, index=index, result=result, error=err, seconds=seconds,
+                               duration=len(pcm) / worker.rate))
+    return events
 
 
 def cores() -> int:
@@ -179,7 +195,8 @@ def _run(task: tuple) -> list[dict]:
 
 
 class Inline:
-    """One worker: tasks run in this process, one at a time, when submitted."""
+    """One worker: tasks run in this process, one at a time, when submitted. What is no input's failure
+    (`Worker.fails_input`: the command's internal errors) is raised here, not handed on."""
 
     slots = 1
 
@@ -191,7 +208,7 @@ class Inline:
         try:
             f.set_result(run_task(self.worker, task))
         except BaseException as e:  # noqa: BLE001 - handed to the driver as the future's exception
-            if isinstance(e, KeyboardInterrupt):
+            if isinstance(e, KeyboardInterrupt) or (isinstance(e, Exception) and not self.worker.fails_input(e)):
                 raise
             f.set_exception(e)
         return f

@@ -32,40 +32,43 @@ class Options:
     dtype: Optional[str] = None
     threads: Optional[int] = None
     batch_size: Optional[int] = None
-    piece_s: Optional[float] = None   # cut inputs longer than this; None: the family's default; 0: never
+    piece_s: Optional[float] = None   # cut inputs longer than this; None: the family's PIECE_S; 0: never
     detector: str = "auto"
     decoding: dict = field(default_factory=dict)  # the family's transcribe() options
+    timestamps: bool = True           # False: text only (the command writing txt)
+    batch_lists: bool = True          # a family that runs a list one by one (LIST_ONE_BY_ONE) gets it batched
+    contain: bool = True              # any exception is the input's failure; False: only TranscribeError is
 
 
-# Pieces each family gets when `piece_s` is not given: Whisper's window; Parakeet two minutes (full
-# attention over much longer inputs costs more than it gives); Granite its own default.
-DEFAULT_PIECE_S = {"whisper": 30.0, "parakeet": 120.0, "granite": 90.0}
+# Pieces when neither `piece_s` nor the family's PIECE_S says (and TASK_INPUTS: job.TASK_INPUTS_DEFAULT).
+PIECE_S_DEFAULT = 120.0
 
 
-def piece_seconds(options: Options, family: str) -> float:
+def piece_seconds(options: Options, family) -> float:
+    """`options.piece_s`, else the family's PIECE_S (`family`: a loading.Family, or None when unknown)."""
     if options.piece_s is not None:
         return float(options.piece_s)
-    return DEFAULT_PIECE_S.get(family, 120.0)
+    return float(family.contract("PIECE_S", PIECE_S_DEFAULT)) if family is not None else PIECE_S_DEFAULT
 
 
-def family_of_model(name: Optional[str]) -> str:
-    """The family of the model `name` names, from its files alone (no PyTorch, no weights read)."""
+def family_of_model(name: Optional[str]):
+    """The loading.Family of the model `name` names, from its files alone (no PyTorch, no weights
+    read), or None when that cannot be told here."""
     from ..hub import resolve
-    from ..loading import family_of
+    from ..loading import local_family
 
     try:
         path, _ = resolve(name)
     except Exception:  # noqa: BLE001 - loading it will say why
-        return "other"
-    return family_of(path) or "other"
+        return None
+    return local_family(path)
 
 
-def family_name(model) -> str:
-    module = type(model).__module__
-    for name in ("whisper", "parakeet", "granite"):
-        if f".{name}" in module:
-            return name
-    return "other"
+def family_of(model):
+    """The loading.Family of a loaded model (its recognizer's registry name), or None."""
+    from ..loading import FAMILIES
+
+    return next((f for f in FAMILIES if f.name == getattr(model, "family", None)), None)
 
 
 class Worker:
@@ -79,10 +82,15 @@ class Worker:
                                            threads=options.threads)
         self.model.check_options(**options.decoding)  # every recognizer has it (the family contract)
         self.rate = int(self.model.sample_rate)
-        self.family = family_name(self.model)
+        self.family = family_of(self.model)
         self.piece_s = piece_seconds(options, self.family)
-        seconds = getattr(getattr(self.model, "model", None), "frame_seconds", None)  # Parakeet's frames
-        self.frame_s = float(seconds(1)) if self.family == "parakeet" and callable(seconds) else None
+        self.frame_s = getattr(self.model, "frame_s", None)  # what token frames count; None: no frames
+        one_by_one = self.family is not None and self.family.contract("LIST_ONE_BY_ONE", False)
+        self.batch_lists = options.batch_lists and bool(one_by_one)
+
+    def fails_input(self, e: BaseException) -> bool:
+        """Whether `e` is one input's failure (else it ends the run: the command's internal error)."""
+        return self.options.contain or isinstance(e, TranscribeError)
 
     # -- audio
     def decode(self, path: str) -> np.ndarray:
@@ -104,12 +112,15 @@ class Worker:
         t0 = time.perf_counter()
         try:
             kw = {} if self.options.batch_size is None else {"batch_size": self.options.batch_size}
-            if not kw and self.family == "whisper":  # Whisper runs a list one by one unless told
+            if not kw and self.batch_lists:  # a family that runs a list one by one unless told
                 kw = {"batch_size": len(pcms)}
-            results = list(self.model.transcribe(list(pcms), timestamps=True, **kw, **self.options.decoding))
+            results = list(self.model.transcribe(list(pcms), timestamps=self.options.timestamps, **kw,
+                                                 **self.options.decoding))
             if len(results) != len(pcms):
                 raise RuntimeError(f"the model gave {len(results)} transcripts for {len(pcms)} inputs")
         except Exception as e:  # noqa: BLE001 - whatever one input does, it must not fail the others
+            if not self.fails_input(e):
+                raise
             if len(pcms) > 1:
                 return [r for pcm in pcms for r in self.transcribe([pcm])]
             return [(None, reason(e), time.perf_counter() - t0)]

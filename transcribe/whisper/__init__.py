@@ -14,6 +14,8 @@ PIECE_S = 30.0
 # Inputs per batch-job task (one model call): Whisper's decoding loop gains from larger batches on a CPU
 # (benchmarks/README.md, "Batch jobs").
 TASK_INPUTS = 16
+# transcribe(list) runs the inputs one by one unless batch_size is given: batch jobs give the list's length.
+LIST_ONE_BY_ONE = True
 
 
 def detect(path: Path) -> Optional[str]:
