@@ -15,6 +15,9 @@ HEADS = ("tdt", "rnnt", "ctc")
 BEAMS = ("malsd", "default", "maes")
 CONFIDENCE = ("entropy", "max_prob")
 ATTENTION = ("auto", "full", "local")
+# ParakeetStreamOptions that one kind of session takes and the other refuses (when given, i.e. not None):
+CACHE_AWARE_ONLY = ("att_context_size", "eou_reset", "drop_short_tail")  # a cache-aware model's session
+BUFFERED_ONLY = ("chunk_s", "left_s", "right_s")  # any other model's buffered windows
 
 
 def parse_att_context(s: str) -> list[int]:
