@@ -101,8 +101,10 @@ def check_confidence(confidence) -> None:
 class ParakeetStreamOptions:
     """A cache-aware model streams chunk by chunk with its caches (att_context_size: one of the model's
     [left, right] lookaheads; head; eou_reset: start the decoder afresh after an end-of-utterance token;
-    confidence; drop_short_tail); any other model streams through buffered windows (chunk_s, left_s,
-    right_s, head)."""
+    confidence; drop_short_tail; language); any other model streams through buffered windows (chunk_s,
+    left_s, right_s, head, confidence). An option counts as given when it is not None: a cache-aware
+    session refuses the BUFFERED_ONLY ones given, a buffered one the CACHE_AWARE_ONLY ones and language
+    (`parakeet.streaming.open_session`)."""
 
     att_context_size: Optional[Sequence[int]] = option(
         None, help="cache-aware Parakeet: the attention context [left, right], one of the model's (e.g. 70,13: "

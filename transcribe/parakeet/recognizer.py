@@ -113,7 +113,6 @@ class ParakeetASR(Recognizer):
         return self.model.heads
 
     # ------------------------------------------------------------------------------------------
-    # ------------------------------------------------------------------------------------------
     # transcribe(audio, **options) is the base class's: the options are ParakeetOptions' fields (documented
     # there); batch_size None is `default_batch_size`.
     def check_for_model(self, opts: ParakeetOptions) -> None:
