@@ -120,6 +120,30 @@ def test_unknown_head_is_an_error():
         model.transcribe(_clips()[2], head="tdt")
 
 
+def test_the_recognizer_keeps_the_family_contract():
+    """ParakeetASR is a Recognizer: its options are ParakeetOptions (unknown names refused in the family's
+    words, model-dependent ones by check_for_model, before any audio is read); frame_s is the seconds of
+    the encoder frame that token frames count."""
+    from transcribe.errors import OptionsNotTaken, OptionValueError
+    from transcribe.parakeet.options import ParakeetOptions
+    from transcribe.recognizer import Recognizer
+
+    model = transcribe.load_model(str(TINY / "tiny-ctc-fit.nemo"))
+    assert isinstance(model, Recognizer) and model.Options is ParakeetOptions
+    assert model.frame_s == pytest.approx(0.08) == model.model.frame_seconds(1)
+    opts = model.options(head="ctc", beam_size=2)
+    assert isinstance(opts, ParakeetOptions) and opts.beam_size == 2
+    with pytest.raises(OptionsNotTaken, match="is a Parakeet model and does not take temperature"):
+        model.check_options(temperature=0.2)
+    with pytest.raises(OptionValueError, match="attention must be auto, full or local"):
+        model.check_options(attention="wide")
+    for kw, words in ((dict(head="rnnt"), "no rnnt head"), (dict(beam_size=2, beam="maes"), "transducer search"),
+                      (dict(hotword_weight=2.0), "hotword_weight needs hotwords"), (dict(lm_weight=1.0), "lm_weight needs lm")):
+        with pytest.raises(transcribe.TranscribeError, match=words):
+            model.transcribe("/nonexistent.wav", **kw)  # refused before the audio is read
+    assert model.transcribe([], beam_size=2) == []
+
+
 def test_transcript_round_trip():
     model = transcribe.load_model(str(TINY / "tiny-tdt-fit.nemo"))
     r = model.transcribe(str(AUDIO / "jfk.wav"))

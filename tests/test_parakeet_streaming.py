@@ -193,6 +193,34 @@ def test_session_options_and_latency():
     assert s.latency.received_ms == 0 and not s.finished
 
 
+def test_each_kind_of_session_refuses_the_others_options():
+    """stream()'s options are ParakeetStreamOptions: a cache-aware session refuses the buffered windows'
+    (chunk_s, left_s, right_s) and any name no Parakeet stream takes, as unknown streaming options (an
+    OptionsNotTaken); a buffered one refuses the cache-aware session's, and a name no stream takes with
+    the family's words. An option left None counts as not given."""
+    from transcribe.errors import OptionsNotTaken
+    from transcribe.parakeet.streaming import CacheAwareOptionsNotTaken
+
+    live = load_model(SHARED / "models/parakeet-tiny/tiny-tdt-streaming-random.nemo")
+    with pytest.raises(CacheAwareOptionsNotTaken, match=r"unknown streaming options for a cache-aware model: "
+                       r"beam_size, chunk_s \(options: att_context_size, confidence, drop_short_tail, eou_reset, "
+                       r"head, language\)"):
+        live.stream(beam_size=4, chunk_s=2.0)
+    with pytest.raises(OptionsNotTaken, match="unknown streaming option for a cache-aware model: left_s"):
+        live.stream(left_s=1.0)
+    live.stream(chunk_s=None, eou_reset=None, drop_short_tail=None).finalize()
+    offline = load_model(SHARED / "models/parakeet-tiny/tiny-tdt-fit.nemo")
+    for kw, words in ((dict(att_context_size=[70, 13]), "not a cache-aware streaming model"),
+                      (dict(eou_reset=False), "eou_reset applies to cache-aware streaming models only"),
+                      (dict(drop_short_tail=True), "drop_short_tail applies to cache-aware streaming models only"),
+                      (dict(language="en-US"), "has no language prompt")):
+        with pytest.raises(TranscribeError, match=words):
+            offline.stream(**kw)
+    with pytest.raises(OptionsNotTaken, match="is a Parakeet model and does not take beam_size"):
+        offline.stream(beam_size=4)
+    assert offline.stream(att_context_size=None, eou_reset=None, chunk_s=1.1).chunk_s == 1.12  # whole 80 ms frames
+
+
 def test_caches_do_not_grow():
     """The state a stream keeps has a fixed size: caches, a chunk of features, one open word."""
     asr = load_model(SHARED / "models/parakeet-tiny/tiny-tdt-streaming-random.nemo")

@@ -15,6 +15,9 @@ HEADS = ("tdt", "rnnt", "ctc")
 BEAMS = ("malsd", "default", "maes")
 CONFIDENCE = ("entropy", "max_prob")
 ATTENTION = ("auto", "full", "local")
+# ParakeetStreamOptions that one kind of session takes and the other refuses (when given, i.e. not None):
+CACHE_AWARE_ONLY = ("att_context_size", "eou_reset", "drop_short_tail")  # a cache-aware model's session
+BUFFERED_ONLY = ("chunk_s", "left_s", "right_s")  # any other model's buffered windows
 
 
 def parse_att_context(s: str) -> list[int]:
@@ -98,8 +101,10 @@ def check_confidence(confidence) -> None:
 class ParakeetStreamOptions:
     """A cache-aware model streams chunk by chunk with its caches (att_context_size: one of the model's
     [left, right] lookaheads; head; eou_reset: start the decoder afresh after an end-of-utterance token;
-    confidence; drop_short_tail); any other model streams through buffered windows (chunk_s, left_s,
-    right_s, head)."""
+    confidence; drop_short_tail; language); any other model streams through buffered windows (chunk_s,
+    left_s, right_s, head, confidence). An option counts as given when it is not None: a cache-aware
+    session refuses the BUFFERED_ONLY ones given, a buffered one the CACHE_AWARE_ONLY ones and language
+    (`parakeet.streaming.open_session`)."""
 
     att_context_size: Optional[Sequence[int]] = option(
         None, help="cache-aware Parakeet: the attention context [left, right], one of the model's (e.g. 70,13: "

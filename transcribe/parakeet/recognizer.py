@@ -2,33 +2,30 @@
 from __future__ import annotations
 
 import itertools
-
 import logging
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import TYPE_CHECKING, Optional, Sequence
 
 import numpy as np
 import torch
 
-from ..audio import load_groups, model_input
-from ..runtime import scoped
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:  # pragma: no cover
-    from ..streaming import StreamingSession
 from ..errors import ModelError, OptionsNotTaken, TranscribeError
+from ..recognizer import Recognizer
 from . import KIND
 from .checkpoint import read_nemo
 from . import beams
 from .model import ParakeetModel
+from .options import BUFFERED_ONLY, ParakeetOptions, ParakeetStreamOptions
 from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript, Word
 from ..search import ctc as ctc_search
 from ..search.decoded import Decoded
 from ..search.steps import TransducerSteps, lstm_steps
 from ..search import transducer as transducer_search
-from ..search.confidence import METHODS as CONFIDENCE_METHODS
 from ..text.sentencepiece import WORD_START, SentencePieceTokenizer, punctuation_in
 from ..text.words import TokenSpan, group_segments, group_words, join_punctuation, snap_punctuation
+
+if TYPE_CHECKING:  # pragma: no cover
+    from ..streaming import StreamingSession
 
 log = logging.getLogger("transcribe")
 
@@ -42,13 +39,15 @@ LOCAL_CONTEXT = (128, 128)
 MAX_BATCH_AUDIO_S = 8 * 60.0
 
 
-
-
-class ParakeetASR:
-    """A loaded Parakeet model: `transcribe()` takes paths, bytes or arrays at `sample_rate`."""
+class ParakeetASR(Recognizer):
+    """A loaded Parakeet model: `transcribe(audio, **options)` takes paths, bytes or arrays at
+    `sample_rate` (its options: `ParakeetOptions`); `stream(**options)` opens a live session (its
+    options: `ParakeetStreamOptions`)."""
 
     family = "parakeet"
     kind = KIND
+    Options = ParakeetOptions
+    StreamOptions = ParakeetStreamOptions
 
     def __init__(self, model: ParakeetModel, tokenizer: SentencePieceTokenizer, name: str, device: str = "cpu"):
         self.model = model
@@ -114,85 +113,59 @@ class ParakeetASR:
         return self.model.heads
 
     # ------------------------------------------------------------------------------------------
-    @scoped
-    def transcribe(
-        self,
-        audio,
-        *,
-        batch_size: Optional[int] = None,
-        timestamps: bool = True,
-        head: Optional[str] = None,
-        confidence: str = "entropy",
-        attention: str = "auto",
-        sample_rate: Optional[int] = None,
-        beam_size: Optional[int] = None,
-        nbest: Optional[int] = None,
-        beam: Optional[str] = None,
-        score_norm: bool = True,
-        hotwords: Optional[Sequence[str]] = None,
-        hotword_weight: Optional[float] = None,
-        lm=None,
-        lm_weight: Optional[float] = None,
-        **options,
-    ) -> Union[Transcript, list[Transcript]]:
-        """Transcribe one input (a path, bytes, file object or array) or a list of them.
+    # transcribe(audio, **options) is the base class's: the options are ParakeetOptions' fields (documented
+    # there); batch_size None is `default_batch_size`.
+    def check_for_model(self, opts: ParakeetOptions) -> None:
+        """The checks of `opts` that need the model: a head it has, and the beam options for that head
+        (a beam only for the transducer, lm only for the CTC head, hotword_weight with hotwords,
+        lm_weight with lm, hotwords its tokenizer can spell, an lm file that parses)."""
+        self._plan(opts)
 
-        batch_size: inputs encoded together (sorted by length, so a batch pads little); None: the
-        model's default for its device and dtype (`default_batch_size`).
-        head: "tdt"/"rnnt" (the transducer, default) or "ctc" (CTC models and hybrids).
-        confidence: "entropy" (NeMo's default measure) or "max_prob".
-        attention: "auto" (full; local for an input over 20 minutes), "full" or "local"; decided
-        for each input alone, so a result does not depend on what it is batched with.
-        sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own.
-        word_timestamps (Whisper's option) is accepted: words and their times are part of the
-        timestamps here.
+    def _plan(self, opts: ParakeetOptions) -> tuple[str, Optional[beams.BeamOptions]]:
+        """The head that decodes and the beam search (None: greedy)."""
+        head = self._resolve_head(opts.head)
+        return head, beams.options(self, head, opts.beam_size, opts.nbest, opts.beam, opts.score_norm, opts.hotwords,
+                                   opts.hotword_weight, opts.lm, opts.lm_weight)
 
-        Beam search (default: greedy): beam_size N keeps N hypotheses; nbest (<= beam_size) of them
-        come back, ranked, in `Transcript.nbest`, and the best one gives the text, words and times.
-        beam: the transducer search, "malsd" (batched, the fast one; default), "default" or "maes"
-        (NeMo's semantics); the CTC head has one (prefix) beam search. score_norm ranks by score per
-        token (NeMo's default). hotwords: phrases (a list, or one comma-separated string) boosted by
-        hotword_weight (default 1.5) per matched token, in every beam. lm: a word n-gram ARPA file
-        for the CTC beam, weighted by lm_weight (default 0.5).
-        """
-        options.pop("word_timestamps", None)  # words always come with Parakeet's timestamps
-        if options:
-            raise OptionsNotTaken(self.name, KIND, options)
-        single = not isinstance(audio, (list, tuple))
-        items = [audio] if single else list(audio)
-        head = self._resolve_head(head)
-        if confidence not in CONFIDENCE_METHODS:
-            raise TranscribeError(f"unknown confidence method {confidence!r} (one of {', '.join(CONFIDENCE_METHODS)})")
-        if attention not in ("auto", "full", "local"):
-            raise TranscribeError(f"attention must be auto, full or local, got {attention!r}")
-        if batch_size is None:
-            batch_size = self.default_batch_size
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise TranscribeError(f"batch_size must be a positive integer, got {batch_size!r}")
-        search = beams.options(self, head, beam_size, nbest, beam, score_norm, hotwords, hotword_weight, lm, lm_weight)
+    def _transcribe(self, items: list, opts: ParakeetOptions) -> list[Transcript]:
+        head, search = self._plan(opts)
+        batch_size = self.default_batch_size if opts.batch_size is None else opts.batch_size
         out: list[Optional[Transcript]] = [None] * len(items)
-        for group in load_groups(items, lambda a: model_input(a, self.sample_rate, sample_rate), self.sample_rate):
-            for batch in self._batches(group, batch_size, attention):
+        for group in self.groups(items, opts.sample_rate):
+            for batch in self._batches(group, batch_size, opts.attention):
                 local = batch[0][2]
                 pcm = [p for _, p, _ in batch]
-                for (i, _, _), t in zip(batch, self._transcribe_batch(pcm, head, confidence, local, timestamps, search)):
+                decoded = self._transcribe_batch(pcm, head, opts.confidence, local, opts.timestamps, search)
+                for (i, _, _), t in zip(batch, decoded):
                     out[i] = t
-        return out[0] if single else out  # type: ignore[return-value]
+        return out  # type: ignore[return-value]
 
-    def stream(self, **options) -> "StreamingSession":
-        """A live session (`transcribe.streaming.StreamingSession`; a context manager).
+    @property
+    def frame_s(self) -> float:
+        """Seconds per encoder frame: the unit of a token's `frame` (batch jobs shift token frames by it
+        when they join the pieces of a long input)."""
+        return self.model.frame_seconds(1)
 
-        A cache-aware streaming model streams chunk by chunk with its caches (options:
-        att_context_size = one of the model's [left, right] lookaheads, head, eou_reset=True,
-        confidence, drop_short_tail); any other model streams through buffered windows (options:
-        chunk_s, left_s, right_s, head)."""
+    # -- stream(**options) is the base class's: the options are ParakeetStreamOptions' fields
+    def stream_options(self, **given) -> ParakeetStreamOptions:
+        """The checked `stream()` options. A cache-aware model refuses the names it does not take, and the
+        buffered windows' chunk_s/left_s/right_s, as "unknown streaming options" (listing those it takes)."""
+        from .streaming import refuse_for_cache_aware
+
+        try:
+            return super().stream_options(**given)
+        except OptionsNotTaken as e:
+            refuse_for_cache_aware(self, e.names + [n for n in BUFFERED_ONLY if given.get(n) is not None])
+            raise
+
+    def _stream(self, opts: ParakeetStreamOptions) -> "StreamingSession":
+        """A cache-aware streaming model streams chunk by chunk with its caches (att_context_size = one
+        of the model's [left, right] lookaheads, head, eou_reset=True, confidence, drop_short_tail,
+        language); any other model streams through buffered windows (chunk_s, left_s, right_s, head,
+        confidence)."""
         from .streaming import open_session
 
-        return open_session(self, **options)
-
-    def check_options(self, **options) -> None:
-        """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing)."""
-        self.transcribe([], **options)
+        return open_session(self, opts)
 
     def _resolve_head(self, head: Optional[str]) -> str:
         heads = self.heads

@@ -25,12 +25,14 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from ..errors import TranscribeError
+from ..errors import OptionsNotTaken, TranscribeError
+from ..options import names as option_names
 from ..runtime import model_call
 from ..search import stream_greedy
 from ..streaming import CommitToken, StreamingSession
 from . import cache_aware
 from .live_features import LiveMelFeatures
+from .options import BUFFERED_ONLY, CACHE_AWARE_ONLY, ParakeetStreamOptions
 
 EVENT_PIECES = {"<EOU>": "eou", "<EOB>": "eob"}
 
@@ -212,25 +214,47 @@ def _stft_frames(frontend, samples: int) -> int:
     return samples // frontend.hop_length + 1
 
 
-def open_session(asr, **options) -> StreamingSession:
-    """`ParakeetASR.stream(...)`: a cache-aware session for a cache-aware model, else buffered
-    windows (`parakeet.buffered`)."""
+class CacheAwareOptionsNotTaken(OptionsNotTaken):
+    """Options a cache-aware session does not take (a name no Parakeet stream takes, or the buffered
+    windows' chunk_s, left_s, right_s), said with the options it does take."""
+
+    def spelled(self, spell) -> str:
+        words = [spell(n) for n in self.names]
+        taken = sorted(option_names(ParakeetStreamOptions) - set(BUFFERED_ONLY))
+        return (f"unknown streaming option{'s' if len(words) > 1 else ''} for a cache-aware model: "
+                f"{', '.join(words)} (options: {', '.join(spell(n) for n in taken)})")
+
+
+def refuse_for_cache_aware(asr, names: Sequence[str]) -> None:
+    """Raises CacheAwareOptionsNotTaken for `names` (when there are any) if `asr` is cache-aware."""
+    if names and is_cache_aware(asr):
+        raise CacheAwareOptionsNotTaken(asr.name, asr.kind, names)
+
+
+def open_session(asr, opts: ParakeetStreamOptions) -> StreamingSession:
+    """`ParakeetASR.stream(...)`: a cache-aware session for a cache-aware model (which refuses the
+    buffered windows' options), else buffered windows (`parakeet.buffered`, which refuse the cache-aware
+    session's options). An option counts as given when it is not None."""
     if is_cache_aware(asr):
-        allowed = {"att_context_size", "head", "eou_reset", "confidence", "drop_short_tail", "language"}
-        unknown = sorted(set(options) - allowed)
-        if unknown:
-            raise TranscribeError(f"unknown streaming option{'s' if len(unknown) > 1 else ''} for a cache-aware "
-                                  f"model: {', '.join(unknown)} (options: {', '.join(sorted(allowed))})")
-        return CacheAwareSession(asr, **options)
-    if options.get("att_context_size") is not None:
+        refuse_for_cache_aware(asr, [n for n in BUFFERED_ONLY if getattr(opts, n) is not None])
+        return CacheAwareSession(asr, att_context_size=opts.att_context_size, head=opts.head,
+                                 eou_reset=True if opts.eou_reset is None else opts.eou_reset,
+                                 confidence=opts.confidence, drop_short_tail=bool(opts.drop_short_tail),
+                                 language=opts.language)
+    if opts.att_context_size is not None:
         why = cache_aware.check_streaming(asr.model.encoder)
         raise TranscribeError(f"{asr.name} is not a cache-aware streaming model ({why}): att_context_size does not "
                               "apply; it streams through buffered windows")
-    options.pop("att_context_size", None)
-    for key in ("eou_reset", "drop_short_tail"):
-        if key in options:
+    for key in CACHE_AWARE_ONLY:
+        if getattr(opts, key) is not None:
             raise TranscribeError(f"{key} applies to cache-aware streaming models only; {asr.name} streams through "
                                   "buffered windows")
+    if opts.language is not None:
+        if asr.model.prompt_kernel is None:
+            raise TranscribeError(f"{asr.name} has no language prompt: language does not apply")
+        raise TranscribeError(f"language applies to cache-aware streaming models only; {asr.name} streams through "
+                              "buffered windows")
     from .buffered import buffered_session
 
-    return buffered_session(asr, **options)
+    return buffered_session(asr, chunk_s=opts.chunk_s, left_s=opts.left_s, right_s=opts.right_s, head=opts.head,
+                            confidence=opts.confidence)
