@@ -29,6 +29,7 @@ class Recognizer:
     name: str = ""
     sample_rate: int = 16000
     threads: Optional[int] = None  # CPU threads while this model runs (runtime.model_call)
+    frame_s: Optional[float] = None  # seconds per frame that tokens' `frame` fields count; None: no frames
 
     # -- options
     def options(self, **given):
