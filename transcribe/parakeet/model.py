@@ -1,7 +1,8 @@
 """Parakeet heads (LSTM predictor, joint, CTC head) and the Parakeet model that joins them.
 
 Module and parameter names follow NeMo's state dict (`decoder.prediction.*`, `joint.*`,
-`ctc_decoder.*` / `decoder.decoder_layers.*`), so checkpoints load without renaming.
+`ctc_decoder.*` / `decoder.decoder_layers.*`), so checkpoints load without renaming. The model is
+built from NeMo's config as `config.parse_config` reads and checks it (`ParakeetConfig`).
 """
 from __future__ import annotations
 
