@@ -22,7 +22,7 @@ from transcribe.audio import load_audio
 from transcribe.parakeet.checkpoint import read_nemo
 from transcribe.parakeet.frontend import NemoMelFrontEnd
 from transcribe.parakeet.live_features import LiveMelFeatures
-from transcribe.parakeet.model import settings
+from transcribe.parakeet.config import FrontEndConfig, settings
 
 from .conftest import AUDIO, TINY
 
@@ -34,8 +34,8 @@ def nemo_frontend() -> NemoMelFrontEnd:
     """The front end as the model builds it from the streaming model's preprocessor config."""
     pre = dict(read_nemo(STREAMING_NEMO).config["preprocessor"])
     pre.pop("_target_")
-    kwargs = settings("preprocessor", pre, set(inspect.signature(NemoMelFrontEnd).parameters) - {"self"})
-    fe = NemoMelFrontEnd(**kwargs)
+    kwargs = settings("preprocessor", pre, set(inspect.signature(FrontEndConfig).parameters) - {"self"})
+    fe = NemoMelFrontEnd(FrontEndConfig(**kwargs))
     assert fe.normalize is None and fe.n_fft == 512 and fe.win_length == 400 and fe.n_mels == 128
     return fe
 
@@ -54,7 +54,7 @@ SYNTHETIC = {
 
 
 def frontend(name: str) -> NemoMelFrontEnd:
-    return nemo_frontend() if name == "nemo" else NemoMelFrontEnd(pad_to=16, **SYNTHETIC[name])
+    return nemo_frontend() if name == "nemo" else NemoMelFrontEnd(FrontEndConfig(pad_to=16, **SYNTHETIC[name]))
 
 
 def whole(fe: NemoMelFrontEnd, audio: np.ndarray) -> torch.Tensor:
@@ -197,7 +197,7 @@ def test_input_types_and_float64_like_the_frontend():
 @pytest.mark.parametrize("normalize", ["per_feature", "all_features"])
 def test_normalizing_frontend_is_refused(normalize):
     with pytest.raises(ValueError, match="normaliz"):
-        LiveMelFeatures(NemoMelFrontEnd(normalize=normalize))
+        LiveMelFeatures(NemoMelFrontEnd(FrontEndConfig(normalize=normalize)))
 
 
 def test_not_a_frontend_is_refused():

@@ -22,7 +22,7 @@ import yaml
 import transcribe
 from transcribe.errors import ModelError
 from transcribe.parakeet import checkpoint as nemo_checkpoint
-from transcribe.parakeet.model import HARMLESS_KEYS
+from transcribe.parakeet.config import HARMLESS_KEYS
 from transcribe.whisper.checkpoints.ctranslate2 import HARMLESS_FLAGS, read_ctranslate2
 from transcribe.whisper.checkpoints.openai_pt import read_openai_pt
 from transcribe.whisper.checkpoints.transformers import HARMLESS_CONFIG, read_transformers_whisper

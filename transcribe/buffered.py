@@ -85,13 +85,33 @@ def _same_word(text: str) -> str:
     return _WORD_CHARS.sub("", text.lower())
 
 
+@dataclass(frozen=True)
+class BufferWindows:
+    """The windows of a `BufferedSession`, checked (`check_windows`): the chunk and the left and right
+    contexts in seconds, how far two windows may place the same word apart (merge_tolerance_s), and
+    the longest window the model takes (max_window_s; None: no limit)."""
+
+    chunk_s: float
+    left_s: float
+    right_s: float
+    merge_tolerance_s: float = 0.25
+    max_window_s: Optional[float] = None
+
+    def __post_init__(self):
+        check_windows(self.chunk_s, self.left_s, self.right_s, self.max_window_s)
+        tol = self.merge_tolerance_s
+        if not (isinstance(tol, (int, float)) and 0 <= tol < math.inf):
+            raise TranscribeError(f"merge_tolerance_s must be a number of seconds >= 0, got {tol!r}")
+
+
 class BufferedSession(StreamingSession):
     """A `StreamingSession` over windows of an offline model (see the module docstring).
 
     decode_window(samples) -> list[WindowToken]: one window of 16 kHz float32 audio through the
     model. frame_samples: samples per frame of its times (the encoder frame for Parakeet, 10 ms
     for Whisper); the chunk and the contexts are rounded to whole frames, so that every window
-    starts on a frame. merge_tolerance_s: how far two windows may place the same word apart.
+    starts on a frame. The other keywords are the fields of `BufferWindows`: chunk_s, left_s,
+    right_s, merge_tolerance_s (how far two windows may place the same word apart), max_window_s.
     """
 
     def __init__(
@@ -102,18 +122,13 @@ class BufferedSession(StreamingSession):
         piece: Callable[[int], str],
         punctuation: set[str],
         frame_samples: int,
-        chunk_s: float,
-        left_s: float,
-        right_s: float,
-        merge_tolerance_s: float = 0.25,
-        max_window_s: Optional[float] = None,
+        **windows,
     ):
-        chunk_s, left_s, right_s = check_windows(chunk_s, left_s, right_s, max_window_s)
+        w = BufferWindows(**windows)
         if isinstance(frame_samples, bool) or not isinstance(frame_samples, int) or frame_samples < 1:
             raise TranscribeError(f"frame_samples must be a positive integer, got {frame_samples!r}")
-        if not (isinstance(merge_tolerance_s, (int, float)) and 0 <= merge_tolerance_s < math.inf):
-            raise TranscribeError(f"merge_tolerance_s must be a number of seconds >= 0, got {merge_tolerance_s!r}")
         fs = frame_samples
+        chunk_s, left_s, right_s = float(w.chunk_s), float(w.left_s), float(w.right_s)
 
         def frames(seconds: float) -> int:
             return int(round(seconds * SAMPLE_RATE / fs))
@@ -124,7 +139,7 @@ class BufferedSession(StreamingSession):
         self._right = frames(right_s) * fs
         if self._chunk < fs:
             raise TranscribeError(f"chunk_s must be at least one frame ({fs / SAMPLE_RATE:g} s), got {chunk_s}")
-        self._tol = frames(merge_tolerance_s)  # frames
+        self._tol = frames(w.merge_tolerance_s)  # frames
         self._decode_window = decode_window
         super().__init__(decode=decode, piece=piece, punctuation=punctuation,
                          frame_seconds=lambda f: f * fs / SAMPLE_RATE,

@@ -196,6 +196,32 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
     top.used |= {"encoder_config", "projector_config", "text_config" if not old_text else "llm_config"}
 
     e = _Reader(enc_raw, "encoder_config")
+    enc = _encoder(e)
+    cat_layers = e.get("cat_hidden_layers", default=None, kind=list)
+    p = _Reader(prj_raw, "projector_config")
+    prj = _projector(p, enc)
+    t = _Reader(txt_raw, "text_config")
+    text = _text(t, txt_raw, cfg)
+    prj.llm_dim = p.get("llm_dim", default=text.hidden_size)
+    if prj.llm_dim != text.hidden_size:
+        raise ModelError(f"config projector llm_dim {prj.llm_dim} differs from the LM's hidden_size {text.hidden_size}")
+    indices = _taps(cfg, top, cat_layers, enc, prj)
+    editor_blank, bpe_blank, offset, guessed = _blanks(top, e, enc, text)
+
+    min_edit = top.get("min_edit_sequence_length", default=8)
+    scale = top.get("scale_projected_embeddings", default=True, kind=bool)
+    if layout is None:
+        layout = "hf" if ("vocabulary_size" in enc_raw or cat_layers is not None) else ("ibm-old" if old_text else guessed)
+    top.check()
+    e.check({"cat_hidden_layers", "hidden_act"})
+    p.check({"mlp_ratio", "intermediate_size"})
+    t.check()
+    return GraniteConfig(enc, prj, text, indices, editor_blank, bpe_blank, offset,
+                         int(min_edit), scale, layout, cfg)
+
+
+def _encoder(e: _Reader) -> EncoderConfig:
+    """encoder_config -> EncoderConfig (the BPE blank and the taps are read by the caller)."""
     num_layers = _positive(e.get("num_layers", "num_hidden_layers"), "encoder_config.num_layers")
     hidden = _positive(e.get("hidden_dim", "hidden_size"), "encoder_config.hidden_dim")
     heads = _positive(e.get("num_heads", "num_attention_heads"), "encoder_config.num_heads")
@@ -222,9 +248,12 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
         raise ModelError(f"config encoder_config.conv_kernel_size = {enc.conv_kernel_size}: only odd kernels are implemented")
     if not 1 <= enc.self_conditioning_layer <= enc.num_layers:
         raise ModelError(f"config encoder_config.self_conditioning_layer = {enc.self_conditioning_layer} is not a block")
-    cat_layers = e.get("cat_hidden_layers", default=None, kind=list)
+    return enc
 
-    p = _Reader(prj_raw, "projector_config")
+
+def _projector(p: _Reader, enc: EncoderConfig) -> ProjectorConfig:
+    """projector_config -> ProjectorConfig (llm_dim 0 until the LM's width is known; num_encoder_layers
+    0 when the config leaves it to the taps)."""
     p_hidden = _positive(p.get("hidden_size"), "projector_config.hidden_size")
     mlp_hidden = p.get("intermediate_size", default=None)
     if mlp_hidden is None:
@@ -236,7 +265,7 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
         num_heads=_positive(p.get("num_heads", "num_attention_heads"), "projector_config.num_heads"),
         block_size=_positive(p.get("block_size", "window_size", default=15), "projector_config.block_size"),
         downsample_rate=_positive(p.get("downsample_rate", default=5), "projector_config.downsample_rate"),
-        encoder_dim=p.get("encoder_dim", default=hidden),
+        encoder_dim=p.get("encoder_dim", default=enc.hidden_dim),
         llm_dim=0,
         mlp_hidden=_positive(mlp_hidden, "projector_config.intermediate_size"),
         mlp_bias=p.get("mlp_bias", default=True, kind=bool),
@@ -249,10 +278,11 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
         raise ModelError(f"config projector hidden_size {prj.hidden_size} is not a multiple of num_heads {prj.num_heads}")
     if prj.encoder_dim != enc.hidden_dim:
         raise ModelError(f"config projector encoder_dim {prj.encoder_dim} differs from the encoder's width {enc.hidden_dim}")
+    return prj
 
-    t = _Reader(txt_raw, "text_config")
-    t_hidden = _positive(t.get("hidden_size"), "text_config.hidden_size")
-    t_heads = _positive(t.get("num_attention_heads"), "text_config.num_attention_heads")
+
+def _check_text(txt_raw: dict) -> float:
+    """The text config's settings with a single implemented value, checked; returns rope_theta."""
     rope = txt_raw.get("rope_parameters") or txt_raw.get("rope_scaling") or {}
     if not isinstance(rope, dict):
         raise ModelError("config text_config.rope_parameters is not an object")
@@ -272,6 +302,14 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
     layer_types = txt_raw.get("layer_types")
     if layer_types and any(x not in ("attention", "full_attention") for x in layer_types):
         raise ModelError(f"config text_config.layer_types {sorted(set(layer_types))}: only attention layers are implemented")
+    return float(theta)
+
+
+def _text(t: _Reader, txt_raw: dict, cfg: dict) -> TextConfig:
+    """text_config (llm_config in the older layout) -> TextConfig."""
+    t_hidden = _positive(t.get("hidden_size"), "text_config.hidden_size")
+    t_heads = _positive(t.get("num_attention_heads"), "text_config.num_attention_heads")
+    theta = _check_text(txt_raw)
     tied = txt_raw.get("tie_word_embeddings", cfg.get("tie_word_embeddings", True)) is not False
     text = TextConfig(
         vocab_size=_positive(t.get("vocab_size"), "text_config.vocab_size"),
@@ -282,7 +320,7 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
         num_key_value_heads=t.get("num_key_value_heads", default=t_heads),
         head_dim=txt_raw.get("head_dim") or t_hidden // t_heads,
         rms_norm_eps=t.get("rms_norm_eps", default=1e-5, kind=float),
-        rope_theta=float(theta),
+        rope_theta=theta,
         max_position_embeddings=t.get("max_position_embeddings", default=4096),
         attention_multiplier=t.get("attention_multiplier", kind=float),
         embedding_multiplier=t.get("embedding_multiplier", kind=float),
@@ -295,12 +333,13 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
         raise ModelError("config text_config.num_attention_heads is not a multiple of num_key_value_heads")
     if text.head_dim * text.num_attention_heads != text.hidden_size:
         raise ModelError("config text_config.head_dim x num_attention_heads differs from hidden_size")
-    prj.llm_dim = p.get("llm_dim", default=text.hidden_size)
-    if prj.llm_dim != text.hidden_size:
-        raise ModelError(f"config projector llm_dim {prj.llm_dim} differs from the LM's hidden_size {text.hidden_size}")
+    return text
 
-    # The taps: IBM's encoder_layer_indices (0 = the input projection, i = block i, -1 = the last),
-    # or the native cat_hidden_layers (+ the last block).
+
+def _taps(cfg: dict, top: _Reader, cat_layers: Optional[list], enc: EncoderConfig, prj: ProjectorConfig) -> list[int]:
+    """The taps: IBM's encoder_layer_indices (0 = the input projection, i = block i, -1 = the last),
+    or the native cat_hidden_layers (+ the last block). Sets the projector's num_encoder_layers when
+    the config leaves it out."""
     indices = cfg.get("encoder_layer_indices")
     top.used.add("encoder_layer_indices")
     if indices is None and cat_layers is not None:
@@ -317,10 +356,15 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
     if prj.num_encoder_layers != len(indices):
         raise ModelError(f"config projector num_encoder_layers {prj.num_encoder_layers} differs from the "
                          f"{len(indices)} encoder_layer_indices")
+    return [int(i) for i in indices]
 
+
+def _blanks(top: _Reader, e: _Reader, enc: EncoderConfig, text: TextConfig) -> tuple[int, int, int, str]:
+    """The blanks -> (the editor's blank, the BPE head's blank channel, the BPE id offset, the layout
+    the head's width tells)."""
     blank = top.get("blank_token_id", default=None)
     if blank is None:
-        blank = enc_raw.get("blank_token_id")
+        blank = e.sec.get("blank_token_id")
         e.used.add("blank_token_id")
     if enc.bpe_output_dim == text.vocab_size + 1:
         # The older head: channel 0 is the blank, channel c is token c - 1.
@@ -337,14 +381,4 @@ def parse_config(cfg: dict, layout: Optional[str] = None) -> GraniteConfig:
                          f"{text.vocab_size}: neither the same width nor one wider (blank first)")
     if not 0 <= editor_blank < text.vocab_size:
         raise ModelError(f"config blank_token_id {editor_blank} is outside the vocabulary of {text.vocab_size}")
-
-    min_edit = top.get("min_edit_sequence_length", default=8)
-    scale = top.get("scale_projected_embeddings", default=True, kind=bool)
-    if layout is None:
-        layout = "hf" if ("vocabulary_size" in enc_raw or cat_layers is not None) else ("ibm-old" if old_text else guessed)
-    top.check()
-    e.check({"cat_hidden_layers", "hidden_act"})
-    p.check({"mlp_ratio", "intermediate_size"})
-    t.check()
-    return GraniteConfig(enc, prj, text, [int(i) for i in indices], editor_blank, bpe_blank, offset,
-                         int(min_edit), scale, layout, cfg)
+    return editor_blank, bpe_blank, offset, guessed

@@ -200,7 +200,6 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
 
     from .checkpoint import read_checkpoint
     from .config import parse_config
-    from .frontend import htk_mel_filterbank
 
     key = str(qtype).strip().lower()
     if key not in QTYPES:
@@ -214,23 +213,15 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
     ckpt = read_checkpoint(src, torch.float32, identity_norms=True)
     raw = ckpt.config
     cfg = parse_config(raw, ckpt.layout)
-    e, p, t = cfg.encoder, cfg.projector, cfg.text
+    p, t = cfg.projector, cfg.text
     if not t.tie_word_embeddings:
         raise ModelError(f"{src}: the LM head is not tied to the embeddings; transcribe.cpp's schema has no head tensor")
     if p.mlp_hidden % p.hidden_size:
         raise ModelError(f"{src}: projector MLP width {p.mlp_hidden} is not a whole multiple of {p.hidden_size} "
                          "(the schema stores mlp_ratio as an integer)")
-    text_raw = raw.get("text_config") or raw.get("llm_config") or {}
     tok = read_tokenizer(src, raw)
     fe = _frontend_settings(src)
-
-    repo = src.resolve().name
-    ident = dict(IDENTITY_DEFAULTS)
-    ident.update({"general.size_label": size_label(_params(src)), "general.repo_url": f"https://huggingface.co/{repo}",
-                  "general.file_type": file_type, "stt.variant": repo.split("/")[-1]})
-    if isinstance(meta.get("general.languages"), str):  # "en,fr" from a command line
-        meta["general.languages"] = [x.strip() for x in meta["general.languages"].split(",") if x.strip()]
-    ident.update(meta)
+    ident = _identity(src, file_type, meta)
 
     out = Path(out)
     tmp = out.with_name(out.name + ".part")
@@ -238,6 +229,44 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
     # transcribe-quantize rewrites general.file_type: its copy of the keys has it moved to just before the
     # tokenizer arrays (which both tools write last).
     requantized = target not in (quants.F32, quants.BF16)
+    _add_identity(w, ident, requantized)
+    _add_tokenizer_ids(w, tok)
+    _add_model_keys(w, cfg, raw)
+    _add_frontend_keys(w, fe)
+    if requantized:
+        w.add_uint32("general.file_type", file_type)
+    w.add_array("tokenizer.ggml.tokens", tok["tokens"])
+    w.add_array("tokenizer.ggml.token_type", tok["types"])
+    w.add_array("tokenizer.ggml.merges", tok["merges"])  # the writer leaves an empty list out, as upstream
+    for name, value in _tensors(src, ckpt.state_dict, cfg, fe):
+        _add_converted(w, name, value, target)
+    try:
+        w.write_header_to_file()
+        w.write_kv_data_to_file()
+        w.write_tensors_to_file()
+        w.close()
+        os.replace(tmp, out)
+    except BaseException:
+        w.close()
+        tmp.unlink(missing_ok=True)
+        raise
+    return out
+
+
+def _identity(src: Path, file_type: int, meta: dict) -> dict[str, Any]:
+    """The identity keys: the converter's constants, those the checkpoint and its directory's name
+    tell, then `meta`'s overrides."""
+    repo = src.resolve().name
+    ident = dict(IDENTITY_DEFAULTS)
+    ident.update({"general.size_label": size_label(_params(src)), "general.repo_url": f"https://huggingface.co/{repo}",
+                  "general.file_type": file_type, "stt.variant": repo.split("/")[-1]})
+    if isinstance(meta.get("general.languages"), str):  # "en,fr" from a command line
+        meta["general.languages"] = [x.strip() for x in meta["general.languages"].split(",") if x.strip()]
+    ident.update(meta)
+    return ident
+
+
+def _add_identity(w, ident: dict[str, Any], requantized: bool) -> None:
     for k, v in ident.items():
         if v is None or (k == "general.file_type" and requantized):
             continue
@@ -247,6 +276,10 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
             w.add_array(k, [str(x) for x in v])
         else:
             w.add_string(k, str(v))
+
+
+def _add_tokenizer_ids(w, tok: dict) -> None:
+    """The capability flags, the tokenizer's kind and its special ids (its arrays come last)."""
     for cap in ("translate", "lang_detect", "word_timestamps", "speaker_diarization"):
         w.add_bool(f"stt.capability.{cap}", False)
     w.add_string("tokenizer.ggml.model", "gpt2")
@@ -254,6 +287,11 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
     for k, name in (("bos", "bos"), ("eos", "eos"), ("pad", "padding"), ("unk", "unknown")):
         if tok[k] is not None:
             w.add_uint32(f"tokenizer.ggml.{name}_token_id", int(tok[k]))
+
+
+def _add_model_keys(w, cfg, raw: dict) -> None:
+    """The character CTC alphabet and the encoder's, projector's and LM's hyperparameters."""
+    e, p, t = cfg.encoder, cfg.projector, cfg.text
     w.add_array(P + "ctc_chars", ctc_chars(raw))
     u32 = w.add_uint32
     for k, v in (("n_layers", e.num_layers), ("hidden", e.hidden_dim), ("n_heads", e.num_heads),
@@ -284,26 +322,31 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
     u32(P + "text.vocab_size", t.vocab_size)
     for k in ("embedding_multiplier", "logits_scaling", "attention_multiplier", "residual_multiplier"):
         w.add_float32(P + "text." + k, getattr(t, k))
+    text_raw = raw.get("text_config") or raw.get("llm_config") or {}
     bos = text_raw.get("bos_token_id", raw.get("bos_token_id", t.eos_token_id))
     pad = text_raw.get("pad_token_id", raw.get("pad_token_id", 100256))
     u32(P + "text.bos_id", int(bos))
     u32(P + "text.eos_id", int(t.eos_token_id))
     u32(P + "text.pad_id", int(pad))
+
+
+def _add_frontend_keys(w, fe: dict) -> None:
     w.add_string("stt.frontend.type", "mel")
     for k in ("sample_rate", "num_mels", "n_fft", "win_length", "hop_length"):
-        u32("stt.frontend." + k, int(fe[k]))
+        w.add_uint32("stt.frontend." + k, int(fe[k]))
     for k, v in (("window", "hann_periodic"), ("normalize", "per_utterance"), ("pad_mode", "reflect"),
                  ("mel_norm", "htk")):
         w.add_string("stt.frontend." + k, v)
-    if requantized:
-        w.add_uint32("general.file_type", file_type)
-    w.add_array("tokenizer.ggml.tokens", tok["tokens"])
-    w.add_array("tokenizer.ggml.token_type", tok["types"])
-    w.add_array("tokenizer.ggml.merges", tok["merges"])  # the writer leaves an empty list out, as upstream
 
+
+def _tensors(src: Path, state: dict, cfg, fe: dict) -> list[tuple[str, torch.Tensor]]:
+    """The file's tensors in the converter's order, GGUF names: the front end's, then the checkpoint's
+    (identity LayerNorms made for a layout without them)."""
+    from .frontend import htk_mel_filterbank
+
+    e, p, t = cfg.encoder, cfg.projector, cfg.text
     fb = htk_mel_filterbank(fe["sample_rate"], fe["n_fft"], fe["num_mels"]).T.contiguous()
     tensors = [("frontend.mel_filterbank", fb), ("frontend.window", torch.from_numpy(hann_periodic(fe["win_length"])))]
-    state = ckpt.state_dict
     names = tensor_names(e.num_layers, p.num_layers, len(cfg.encoder_layer_indices), t.num_hidden_layers)
     for ibm, g in names:
         if ibm not in state:
@@ -313,32 +356,25 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
             else:
                 raise ModelError(f"{src}: tensor {ibm} is missing (the GGUF file's {g})")
         tensors.append((g, state[ibm]))
-    for name, value in tensors:
-        value = value.detach().float().contiguous()
-        stored = converter_type(name)
-        if target == quants.F32:
-            qt = quants.F32
-        elif target == quants.BF16:
-            qt = stored
-        else:  # transcribe-quantize re-quantizes the converter's rounded values
-            value = _round(value, stored)
-            qt = quantizer_type(name, stored, tuple(value.shape), target)
-            shape = list(value.shape)
-            while len(shape) > 1 and shape[0] == 1:
-                shape.pop(0)
-            value = value.reshape(shape)
-        _add(w, name, value, qt)
-    try:
-        w.write_header_to_file()
-        w.write_kv_data_to_file()
-        w.write_tensors_to_file()
-        w.close()
-        os.replace(tmp, out)
-    except BaseException:
-        w.close()
-        tmp.unlink(missing_ok=True)
-        raise
-    return out
+    return tensors
+
+
+def _add_converted(w, name: str, value: torch.Tensor, target: int) -> None:
+    """One tensor in the type the upstream steps give it for the file type `target`."""
+    value = value.detach().float().contiguous()
+    stored = converter_type(name)
+    if target == quants.F32:
+        qt = quants.F32
+    elif target == quants.BF16:
+        qt = stored
+    else:  # transcribe-quantize re-quantizes the converter's rounded values
+        value = _round(value, stored)
+        qt = quantizer_type(name, stored, tuple(value.shape), target)
+        shape = list(value.shape)
+        while len(shape) > 1 and shape[0] == 1:
+            shape.pop(0)
+        value = value.reshape(shape)
+    _add(w, name, value, qt)
 
 
 def _add(w, name: str, value: torch.Tensor, qtype: int) -> None:

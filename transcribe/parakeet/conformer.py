@@ -1,7 +1,8 @@
 """FastConformer encoder (NeMo `ConformerEncoder`), inference only.
 
 Parameter names follow NeMo's state dict so a checkpoint loads without renaming. Every
-hyperparameter comes from the `encoder` section of `model_config.yaml` (see `ConformerEncoder.from_config`).
+hyperparameter comes from the `encoder` section of `model_config.yaml`, parsed and checked as an
+`EncoderConfig` (parakeet/config.py).
 
 Shapes: features [B, n_mels, T] -> encoder output [B, d_model, T'] with lengths [B].
 """
@@ -15,6 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..quant import Int8Linear, quantize_linears
+from .config import EncoderConfig
 from .subsampling import ConvSubsampling
 
 # `ConformerEncoder.forward`'s default: the attention the model was loaded with.
@@ -357,100 +359,40 @@ class ConformerLayer(nn.Module):
 
 
 class ConformerEncoder(nn.Module):
-    """NeMo FastConformer encoder. `attention` selects full or local (`rel_pos_local_attn`) context."""
+    """NeMo FastConformer encoder, built from an `EncoderConfig` (the `encoder` section). Its
+    `self_attention_model` selects full or local (`rel_pos_local_attn`) context."""
 
-    def __init__(
-        self,
-        feat_in: int,
-        n_layers: int,
-        d_model: int,
-        n_heads: int = 4,
-        ff_expansion_factor: int = 4,
-        subsampling: str = "striding",
-        subsampling_factor: int = 4,
-        subsampling_conv_channels: int = -1,
-        causal_downsampling: bool = False,
-        conv_kernel_size: int = 31,
-        conv_norm_type: str = "batch_norm",
-        conv_context_size=None,
-        self_attention_model: str = "rel_pos",
-        att_context_size=None,
-        att_context_style: str = "regular",
-        xscaling: bool = True,
-        pos_emb_max_len: int = 5000,
-        use_bias: bool = True,
-        untie_biases: bool = True,
-        feat_out: int = -1,
-        reduction: Optional[str] = None,
-        reduction_factor: int = 1,
-        global_tokens: int = 0,
-    ):
-        # Defaults are NeMo's (a config without a key means NeMo's default). Every parameter is a
-        # NeMo setting this class implements or one with a single implemented value (checked
-        # here); settings that do not change inference are dropped by the caller
-        # (`model.HARMLESS_KEYS`), any other is an error there.
+    def __init__(self, config: EncoderConfig):
+        # `config` holds NeMo's settings, checked (parakeet/config.py); settings that do not change
+        # inference are dropped by `config.parse_config` (`config.HARMLESS_KEYS`), any other is an
+        # error there.
         super().__init__()
-        if self_attention_model not in ("rel_pos", "rel_pos_local_attn"):
-            raise ValueError(f"encoder.self_attention_model = {self_attention_model!r} is not implemented "
-                             "(rel_pos, rel_pos_local_attn)")
-        if not untie_biases:
-            raise ValueError(f"encoder.untie_biases = {untie_biases!r} is not implemented (only true)")
-        if feat_out not in (-1, None, 0):
-            raise ValueError(f"encoder.feat_out = {feat_out!r} is not implemented (only -1: no output projection)")
-        if reduction and reduction_factor > 1:
-            raise ValueError(f"encoder.reduction = {reduction!r} (reduction_factor {reduction_factor}) is not "
-                             "implemented (no time reduction inside the encoder)")
-        if global_tokens:
-            raise ValueError(f"encoder.global_tokens = {global_tokens!r} is not implemented (only 0)")
-        if n_heads <= 0 or d_model % n_heads:
-            raise ValueError(f"encoder.n_heads = {n_heads!r} does not divide d_model {d_model}")
-        if conv_context_size not in (None, "causal") and (
-            not isinstance(conv_context_size, (list, tuple)) or len(conv_context_size) != 2
-            or int(conv_context_size[0]) + int(conv_context_size[1]) + 1 != conv_kernel_size
-        ):
-            raise ValueError(f"encoder.conv_context_size = {conv_context_size!r} is not implemented (null, "
-                             f"'causal' or [left, right] with left + right + 1 = conv_kernel_size {conv_kernel_size})")
-        if subsampling_conv_channels in (-1, None):
-            subsampling_conv_channels = d_model
+        self.config = config
+        d_model = config.d_model
         self.d_model = d_model
-        self.subsampling_factor = subsampling_factor
-        self.xscale = math.sqrt(d_model) if xscaling else None
+        self.subsampling_factor = config.subsampling_factor
+        self.xscale = math.sqrt(d_model) if config.xscaling else None
         self.pre_encode = ConvSubsampling(
-            feat_in, d_model, subsampling_factor, subsampling_conv_channels, subsampling, causal_downsampling
+            config.feat_in, d_model, config.subsampling_factor, config.conv_channels, config.subsampling,
+            config.causal_downsampling,
         )
-        self.pos_enc = RelPositionalEncoding(d_model, pos_emb_max_len)
-        if conv_context_size == "causal":
-            conv_context_size = [conv_kernel_size - 1, 0]
+        self.pos_enc = RelPositionalEncoding(d_model, config.pos_emb_max_len)
         self.layers = nn.ModuleList(
             ConformerLayer(
-                d_model, d_model * ff_expansion_factor, n_heads, conv_kernel_size, conv_norm_type,
-                conv_context_size, use_bias,
+                d_model, d_model * config.ff_expansion_factor, config.n_heads, config.conv_kernel_size,
+                config.conv_norm_type, config.conv_context, config.use_bias,
             )
-            for _ in range(n_layers)
+            for _ in range(config.n_layers)
         )
         # Context: a list of [left, right] pairs (multi-lookahead streaming models): the first is the
         # default, every one can be chosen per call (`att_context_size=` of forward, streaming).
-        ctx = att_context_size if att_context_size is not None else [-1, -1]
-        choices = [list(c) for c in ctx] if len(ctx) and isinstance(ctx[0], (list, tuple)) else [list(ctx)]
-        if any(len(c) != 2 for c in choices):
-            raise ValueError(f"encoder.att_context_size = {att_context_size!r} is not implemented ([left, right] pairs)")
-        self.att_context_sizes = [[int(a), int(b)] for a, b in choices]
+        self.att_context_sizes = config.att_context_sizes
         self.att_context_size = list(self.att_context_sizes[0])
-        self.causal_downsampling = bool(causal_downsampling)
-        if att_context_style not in ("regular", "chunked_limited"):
-            raise ValueError(f"encoder.att_context_style = {att_context_style!r} is not implemented (regular, chunked_limited)")
-        self.att_context_style = att_context_style
-        self.self_attention_model = self_attention_model
+        self.causal_downsampling = bool(config.causal_downsampling)
+        self.att_context_style = config.att_context_style
+        self.self_attention_model = config.self_attention_model
         # Local-attention context used when self_attention_model is rel_pos_local_attn.
-        self.local_context = tuple(self.att_context_size) if self_attention_model == "rel_pos_local_attn" else None
-
-    @classmethod
-    def from_config(cls, cfg: dict) -> "ConformerEncoder":
-        cfg = dict(cfg)
-        target = str(cfg.pop("_target_", "ConformerEncoder"))
-        if target.rsplit(".", 1)[-1] != "ConformerEncoder":
-            raise ValueError(f"encoder._target_ = {target!r} is not implemented (ConformerEncoder)")
-        return cls(**cfg)
+        self.local_context = tuple(self.att_context_size) if self.self_attention_model == "rel_pos_local_attn" else None
 
     def set_attention(self, mode: str, context: Sequence[int] = (128, 128)) -> None:
         """The model's own attention (a setting of the loaded model, as its config gives it): 'full'

@@ -7,12 +7,12 @@ zero guard, per-feature normalization over the valid frames, masking and `pad_to
 from __future__ import annotations
 
 import math
-from typing import Optional
 
 import torch
 from torch import nn
 
 from ..mel import mel_filterbank
+from .config import FrontEndConfig
 
 _WINDOWS = {
     "hann": torch.hann_window,
@@ -26,86 +26,36 @@ _STD_EPS = 1e-5
 
 
 class NemoMelFrontEnd(nn.Module):
-    """NeMo's log-mel front end. Input [B, samples] and lengths; output [B, n_mels, T] and lengths."""
+    """NeMo's log-mel front end, built from a `FrontEndConfig` (the `preprocessor` section). Input
+    [B, samples] and lengths; output [B, n_mels, T] and lengths."""
 
-    def __init__(
-        self,
-        sample_rate: int = 16000,
-        window_size: float = 0.02,
-        window_stride: float = 0.01,
-        n_window_size: Optional[int] = None,
-        n_window_stride: Optional[int] = None,
-        window: str = "hann",
-        normalize: Optional[str] = "per_feature",
-        n_fft: Optional[int] = None,
-        preemph: Optional[float] = 0.97,
-        features: int = 64,
-        lowfreq: float = 0.0,
-        highfreq: Optional[float] = None,
-        log: bool = True,
-        log_zero_guard_type: str = "add",
-        log_zero_guard_value: float | str = 2**-24,
-        pad_to: int = 16,
-        pad_value: float = 0.0,
-        mag_power: float = 2.0,
-        exact_pad: bool = False,
-        frame_splicing: int = 1,
-        mel_norm: Optional[str] = "slaney",
-        use_torchaudio: bool = False,
-        stft_exact_pad: bool = False,
-        stft_conv: bool = False,
-    ):
-        # Every parameter is a NeMo setting this class implements, or one with a single implemented
-        # value (checked here); settings that do not change inference are dropped by the caller
-        # (`model.HARMLESS_KEYS`), and any other is an error there.
+    def __init__(self, config: FrontEndConfig = FrontEndConfig()):
+        # `config` holds NeMo's settings, checked (parakeet/config.py); settings that do not change
+        # inference are dropped by `config.parse_config` (`config.HARMLESS_KEYS`), any other is an
+        # error there.
         super().__init__()
-        if frame_splicing != 1:
-            raise ValueError(f"preprocessor.frame_splicing = {frame_splicing!r} is not implemented (only 1)")
-        if mel_norm != "slaney":
-            raise ValueError(f"preprocessor.mel_norm = {mel_norm!r} is not implemented (only 'slaney', librosa's area normalization)")
-        if use_torchaudio:
-            raise ValueError(f"preprocessor.use_torchaudio = {use_torchaudio!r} is not implemented (NeMo's own featurizer only)")
-        if stft_exact_pad or stft_conv:
-            name = "stft_exact_pad" if stft_exact_pad else "stft_conv"
-            raise ValueError(f"preprocessor.{name} = True (an old NeMo STFT setting) is not implemented")
-        if window_size and n_window_size or window_stride and n_window_stride:
-            raise ValueError("preprocessor: both window_size and n_window_size (or window_stride and n_window_stride) "
-                             "are set; NeMo takes only one")
-        if normalize in ("NA", "none", None, False):
-            normalize = None
-        elif normalize not in ("per_feature", "all_features"):
-            raise ValueError(f"preprocessor.normalize = {normalize!r} is not implemented (per_feature, all_features, NA)")
-        if isinstance(log_zero_guard_value, str) and log_zero_guard_value not in ("tiny", "eps"):
-            raise ValueError(f"preprocessor.log_zero_guard_value = {log_zero_guard_value!r} is not implemented "
-                             "(a number, 'tiny' or 'eps')")
-        if pad_to is None:
-            pad_to = 0
-        if isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 0:
-            raise ValueError(f"preprocessor.pad_to = {pad_to!r} is not implemented (a whole number of frames >= 0)")
+        self.config = config
+        sample_rate = config.sample_rate
         self.sample_rate = int(sample_rate)
-        self.win_length = int(n_window_size or round(window_size * sample_rate))
-        self.hop_length = int(n_window_stride or round(window_stride * sample_rate))
-        self.n_fft = int(n_fft or 2 ** math.ceil(math.log2(self.win_length)))
-        self.exact_pad = bool(exact_pad)
-        self.normalize = normalize
-        self.preemph = preemph
-        self.log = log
-        if log_zero_guard_type not in ("add", "clamp"):
-            raise ValueError(f"preprocessor.log_zero_guard_type = {log_zero_guard_type!r} is not implemented (add, clamp)")
-        self.log_zero_guard_type = log_zero_guard_type
-        self.log_zero_guard_value = log_zero_guard_value
-        self.pad_to = pad_to
-        self.pad_value = float(pad_value)
-        self.mag_power = float(mag_power)
-        self.n_mels = int(features)
-        win_fn = _WINDOWS.get(window)
-        if win_fn is None:
-            raise ValueError(f"preprocessor.window = {window!r} is not implemented ({', '.join(_WINDOWS)})")
+        self.win_length = int(config.n_window_size or round(config.window_size * sample_rate))
+        self.hop_length = int(config.n_window_stride or round(config.window_stride * sample_rate))
+        self.n_fft = int(config.n_fft or 2 ** math.ceil(math.log2(self.win_length)))
+        self.exact_pad = bool(config.exact_pad)
+        self.normalize = config.normalization
+        self.preemph = config.preemph
+        self.log = config.log
+        self.log_zero_guard_type = config.log_zero_guard_type
+        self.log_zero_guard_value = config.log_zero_guard_value
+        self.pad_to = config.pad_frames
+        self.pad_value = float(config.pad_value)
+        self.mag_power = float(config.mag_power)
+        self.n_mels = int(config.features)
+        win_fn = _WINDOWS[config.window]
         # Computed on the CPU even while a model is built on the meta device (where these ops run
         # through torch's Python decompositions and import torch._dynamo, over a second).
         with torch.device("cpu"):
             self.register_buffer("window", win_fn(self.win_length, periodic=False), persistent=True)
-            fb = mel_filterbank(self.sample_rate, self.n_fft, self.n_mels, lowfreq, highfreq)
+            fb = mel_filterbank(self.sample_rate, self.n_fft, self.n_mels, config.lowfreq, config.highfreq)
         self.register_buffer("fb", fb.unsqueeze(0), persistent=True)
 
     def output_lengths(self, lengths: torch.Tensor) -> torch.Tensor:

@@ -333,7 +333,7 @@ def _check_frontend(f: GGUFFile, sd: dict, model) -> None:
     gets ours."""
     from .frontend import NemoMelFrontEnd
 
-    fresh = NemoMelFrontEnd(**model._pre_kwargs)
+    fresh = NemoMelFrontEnd(model.config.preprocessor)
     fit_shapes(sd, {"preprocessor.featurizer.fb": fresh.fb, "preprocessor.featurizer.window": fresh.window})
     for key, ours, what in (("preprocessor.featurizer.fb", fresh.fb, "filterbank"),
                             ("preprocessor.featurizer.window", fresh.window, "window")):

@@ -51,7 +51,8 @@ class _Info:
 
 
 def _resolve(ck: NemoCheckpoint) -> _Info:
-    from .model import ParakeetModel, PROMPT_CLASSES, _class
+    from .config import PROMPT_CLASSES, _class
+    from .model import ParakeetModel
 
     cfg = ck.config
     defaults = cfg.get("model_defaults") or {}

@@ -1,11 +1,11 @@
 """Parakeet heads (LSTM predictor, joint, CTC head) and the Parakeet model that joins them.
 
 Module and parameter names follow NeMo's state dict (`decoder.prediction.*`, `joint.*`,
-`ctc_decoder.*` / `decoder.decoder_layers.*`), so checkpoints load without renaming.
+`ctc_decoder.*` / `decoder.decoder_layers.*`), so checkpoints load without renaming. The model is
+built from NeMo's config as `config.parse_config` reads and checks it (`ParakeetConfig`).
 """
 from __future__ import annotations
 
-import inspect
 import os
 from typing import Optional, Union
 
@@ -17,110 +17,9 @@ from ..modules import embedding_weight
 from ..quant import Int8Linear, quantize_linears
 from ..search.transducer import DEFAULT_MAX_SYMBOLS
 
+from .config import ParakeetConfig, parse_config
 from .frontend import NemoMelFrontEnd
 from .conformer import MODEL_DEFAULT, ConformerEncoder
-
-# --------------------------------------------------------------------------------------------------
-# Config keys
-#
-# Each key of a config section a module is built from is one of three things: a setting this code
-# implements (a parameter of the module, or a key read below; a value the code does not implement is
-# an error there), a key listed here that does not change what the model computes at inference
-# (accepted, not used), or an error naming it. A model file is never run as something it is not.
-# --------------------------------------------------------------------------------------------------
-
-_TRAINING = "training only"
-HARMLESS_KEYS: dict[str, dict[str, str]] = {
-    "preprocessor": {
-        "dither": "noise added in training only (NeMo adds none in eval mode)",
-        "rng": "the random generator of dither",
-        "nb_augmentation_prob": "narrow-band augmentation, " + _TRAINING,
-        "nb_max_freq": "narrow-band augmentation, " + _TRAINING,
-    },
-    "encoder": {
-        "dropout": _TRAINING,
-        "dropout_pre_encoder": _TRAINING,
-        "dropout_emb": _TRAINING,
-        "dropout_att": _TRAINING,
-        "stochastic_depth_drop_prob": "layer drop, " + _TRAINING,
-        "stochastic_depth_mode": "layer drop, " + _TRAINING,
-        "stochastic_depth_start_layer": "layer drop, " + _TRAINING,
-        "att_context_probs": "how training samples one of several att_context_size entries",
-        "subsampling_conv_chunking_factor": "splits NeMo's subsampling convolutions to save memory; same output",
-        "use_pytorch_sdpa": "which attention kernel NeMo calls; same product",
-        "use_pytorch_sdpa_backends": "which attention kernel NeMo calls; same product",
-        "sync_max_audio_length": "syncs the positional table's length across GPUs",
-        "reduction_position": "only used with reduction (an error)",
-        "global_tokens_spacing": "only used with global_tokens > 0 (an error)",
-        "global_attn_separate": "only used with global_tokens > 0 (an error)",
-    },
-    "decoder": {"random_state_sampling": "random predictor states, " + _TRAINING},
-    "decoder.prednet": {
-        "dropout": _TRAINING,
-        "t_max": "chrono initialization of the LSTM (initialization only)",
-        "forget_gate_bias": "initialization only",
-        "weights_init_scale": "initialization only",
-        "hidden_hidden_bias_scale": "initialization only",
-    },
-    "joint": {
-        "log_softmax": "where NeMo normalizes the joint's output; the search normalizes its own",
-        "preserve_memory": "joint and loss fusion, " + _TRAINING,
-        "fuse_loss_wer": "joint and loss fusion, " + _TRAINING,
-        "fused_batch_size": "joint and loss fusion, " + _TRAINING,
-        "experimental_fuse_loss_wer": "joint and loss fusion, " + _TRAINING,
-        "masking_prob": "label masking, " + _TRAINING,
-        "vocabulary": "token names; the tokenizer gives them",
-    },
-    "ctc": {"init_mode": "initialization only"},
-    "aux_ctc": {
-        "ctc_loss_weight": _TRAINING,
-        "use_cer": "validation metric",
-        "ctc_reduction": "loss reduction, " + _TRAINING,
-        "decoding": "the CTC head's default search; chosen per call here",
-    },
-}
-# Model classes (the config's `target`) whose sections this code builds.
-MODEL_CLASSES = (
-    "EncDecRNNTBPEModel", "EncDecCTCModelBPE", "EncDecHybridRNNTCTCBPEModel",
-    "EncDecRNNTModel", "EncDecCTCModel", "EncDecHybridRNNTCTCModel",
-    "EncDecRNNTBPEModelWithPrompt", "EncDecHybridRNNTCTCBPEModelWithPrompt",
-    # NeMo's end-of-utterance training classes: the same modules (they add EOU metrics and force
-    # timestamps in their own decoding config); <EOU>/<EOB> are vocabulary pieces.
-    "EncDecRNNTBPEEOUModel", "EncDecHybridRNNTCTCBPEEOUModel",
-)
-# The classes that condition the encoder output on a language prompt (`PromptKernel`).
-PROMPT_CLASSES = ("EncDecRNNTBPEModelWithPrompt", "EncDecHybridRNNTCTCBPEModelWithPrompt")
-
-
-def _short(value) -> str:
-    r = repr(value)
-    return r if len(r) <= 80 else r[:77] + "..."
-
-
-def _class(target) -> str:
-    return str(target or "").rsplit(".", 1)[-1]
-
-
-def _check_target(section: str, target, allowed: tuple) -> None:
-    if target is not None and _class(target) not in allowed:
-        raise ValueError(f"{section} = {_short(target)} is not implemented ({', '.join(allowed)})")
-
-
-def _params(cls) -> set[str]:
-    return set(inspect.signature(cls.__init__).parameters) - {"self"}
-
-
-def settings(section: str, cfg: dict, implemented: set[str], table: Optional[str] = None) -> dict:
-    """The keys of config section `section` that `implemented` names; the keys HARMLESS_KEYS lists
-    for it (or for `table`) are dropped; any other key is a ValueError naming it and its value."""
-    harmless = HARMLESS_KEYS.get(table or section, {})
-    out = {}
-    for key, value in cfg.items():
-        if key in implemented:
-            out[key] = value
-        elif key not in harmless:
-            raise ValueError(f"{section}.{key} = {_short(value)} is a setting this code does not implement")
-    return out
 
 
 class _LSTM(nn.Module):
@@ -305,132 +204,40 @@ class ParakeetModel(nn.Module):
     """Front end + FastConformer encoder + transducer (TDT / RNN-T) and/or CTC head."""
 
     def __init__(self, cfg: dict):
+        """A model from NeMo's config dict (`model_config.yaml`), parsed and checked by
+        `config.parse_config` (a setting this code does not implement is an error), with fresh
+        weights: `load_nemo_state_dict` gives it a checkpoint's."""
         super().__init__()
         self.cfg = cfg
-        _check_target("target", cfg.get("target"), MODEL_CLASSES)
-        pre = dict(cfg.get("preprocessor") or {})
-        _check_target("preprocessor._target_", pre.pop("_target_", None), ("AudioToMelSpectrogramPreprocessor",))
-        self._pre_kwargs = settings("preprocessor", pre, _params(NemoMelFrontEnd))
-        self.preprocessor = NemoMelFrontEnd(**self._pre_kwargs)
-        self.sample_rate = int(cfg.get("sample_rate") or pre.get("sample_rate", 16000))
-        if cfg.get("sample_rate") and self.sample_rate != self.preprocessor.sample_rate:
-            raise ValueError(f"sample_rate = {self.sample_rate} disagrees with preprocessor.sample_rate = "
-                             f"{self.preprocessor.sample_rate}")
-        enc = settings("encoder", cfg["encoder"], _params(ConformerEncoder) | {"_target_"})
-        if int(enc.get("feat_in", -1)) != self.preprocessor.n_mels:
-            raise ValueError(f"encoder.feat_in = {_short(enc.get('feat_in'))} disagrees with preprocessor.features = "
-                             f"{self.preprocessor.n_mels}")
-        self.encoder = ConformerEncoder.from_config(enc)
-        d_model = self.encoder.d_model
-        self.transducer: Optional[str] = None
-        self.durations: Optional[list[int]] = None
-        self.max_symbols = DEFAULT_MAX_SYMBOLS
-        self.decoder: Optional[Predictor] = None
-        self.joint: Optional[Joint] = None
-        self.ctc_decoder: Optional[CTCHead] = None
-        target = str(cfg.get("target", ""))
-        dec = cfg.get("decoder") or {}
-        dec_kind = _class(dec.get("_target_"))
-        _check_target("decoder._target_", dec.get("_target_"), ("RNNTDecoder", "ConvASRDecoder"))
-        if dec_kind == "RNNTDecoder" or not dec_kind and cfg.get("joint"):
-            settings("decoder", dec, {"_target_", "prednet", "vocab_size", "normalization_mode", "blank_as_pad"})
-            if dec.get("normalization_mode") is not None:
-                raise ValueError(f"decoder.normalization_mode = {_short(dec['normalization_mode'])} is not "
-                                 "implemented (only null: no normalization in the predictor)")
-            if dec.get("blank_as_pad", True) is not True:
-                raise ValueError(f"decoder.blank_as_pad = {_short(dec['blank_as_pad'])} is not implemented (only "
-                                 "true: the blank embeds to zeros and starts the sequence)")
-            vocab = int(dec.get("vocab_size") or cfg["joint"]["num_classes"])
-            pn = dec.get("prednet") or {}
-            settings("decoder.prednet", pn, {"pred_hidden", "pred_rnn_layers", "rnn_hidden_size"})
-            if pn.get("rnn_hidden_size", -1) not in (-1, None, pn["pred_hidden"]):
-                raise ValueError(f"decoder.prednet.rnn_hidden_size = {_short(pn['rnn_hidden_size'])} is not "
-                                 "implemented (an LSTM with a projection)")
-            self.decoder = Predictor(vocab, int(pn["pred_hidden"]), int(pn.get("pred_rnn_layers", 1)))
-            jcfg = cfg["joint"]
-            _check_target("joint._target_", jcfg.get("_target_"), ("RNNTJoint",))
-            settings("joint", jcfg, {"_target_", "jointnet", "num_classes", "num_extra_outputs"})
-            jn = jcfg.get("jointnet") or {}
-            settings("joint.jointnet", jn, {"encoder_hidden", "pred_hidden", "joint_hidden", "activation", "dropout"})
-            extra = int(jcfg.get("num_extra_outputs") or 0)
-            n_classes = int(jcfg.get("num_classes") or vocab)
-            out_index = 2 if float(jn.get("dropout") or 0.0) > 0 else 1
-            self.joint = Joint(
-                int(jn.get("encoder_hidden", d_model)), int(jn["pred_hidden"]), int(jn["joint_hidden"]),
-                n_classes + 1 + extra, str(jn.get("activation", "relu")).lower(), out_index,
-            )
-            self.vocab_size = n_classes
-            decoding = cfg.get("decoding") or {}
-            durations = decoding.get("durations") or (cfg.get("model_defaults") or {}).get("tdt_durations")
-            # The rest of `decoding` is NeMo's default search (strategy, beam sizes, confidence...),
-            # chosen per call here; these keys say what the joint's extra outputs are.
-            if decoding.get("big_blank_durations"):
-                raise ValueError(f"decoding.big_blank_durations = {_short(decoding['big_blank_durations'])}: "
-                                 "multi-blank transducers are not implemented")
-            model_type = decoding.get("model_type")
-            if extra > 0:
-                if model_type not in (None, "tdt"):
-                    raise ValueError(f"decoding.model_type = {_short(model_type)} is not implemented with "
-                                     f"{extra} extra joint outputs (tdt)")
-                if not durations or len(durations) != extra:
-                    raise ValueError("TDT joint without a matching list of durations in the config")
-                self.transducer = "tdt"
-                self.durations = [int(d) for d in durations]
-            else:
-                if model_type not in (None, "rnnt") or decoding.get("durations"):
-                    raise ValueError(f"decoding.model_type = {_short(model_type)}, durations = "
-                                     f"{_short(decoding.get('durations'))}: the joint has no duration outputs "
-                                     "(num_extra_outputs 0), so only an RNN-T is implemented")
-                self.transducer = "rnnt"
-            greedy = decoding.get("greedy") or {}
-            ms = greedy.get("max_symbols", greedy.get("max_symbols_per_step"))
-            self.max_symbols = int(ms) if ms is not None else DEFAULT_MAX_SYMBOLS
-        ctc_cfg = None
-        if dec_kind == "ConvASRDecoder":
-            ctc_cfg, where = dec, "decoder"
-        elif cfg.get("aux_ctc"):
-            settings("aux_ctc", cfg["aux_ctc"], {"decoder"})
-            ctc_cfg, where = cfg["aux_ctc"].get("decoder"), "aux_ctc.decoder"
-            if ctc_cfg is not None:
-                _check_target("aux_ctc.decoder._target_", ctc_cfg.get("_target_"), ("ConvASRDecoder",))
-        if ctc_cfg is not None:
-            settings(where, ctc_cfg, {"_target_", "feat_in", "num_classes", "vocabulary", "add_blank"}, table="ctc")
-            if ctc_cfg.get("add_blank", True) is not True:
-                raise ValueError(f"{where}.add_blank = {_short(ctc_cfg['add_blank'])} is not implemented (only true)")
-            n = int(ctc_cfg.get("num_classes") or -1)
-            if n <= 0:  # NeMo: num_classes <= 0 means the vocabulary's size
-                n = len(ctc_cfg.get("vocabulary") or [])
-            if n <= 0:
-                raise ValueError("CTC decoder without num_classes")
-            self.ctc_decoder = CTCHead(int(ctc_cfg.get("feat_in", d_model)), n + 1)
-            if self.decoder is None:
-                self.vocab_size = n
-        if self.decoder is None and self.ctc_decoder is None:
-            raise ValueError(f"model {target or '?'} has neither a transducer nor a CTC head")
-        # The language prompt: NeMo builds it when the class is a prompt model and
-        # model_defaults.initialize_prompt_feature is true (other classes never read these keys).
-        self.prompt_kernel: Optional[PromptKernel] = None
-        self.prompt_dictionary: dict[str, int] = {}
-        defaults = cfg.get("model_defaults") or {}
-        if _class(target) in PROMPT_CLASSES and defaults.get("initialize_prompt_feature", False):
-            enc_hidden = int(defaults.get("enc_hidden", d_model))
-            if enc_hidden != d_model:
-                raise ValueError(f"model_defaults.enc_hidden = {enc_hidden} disagrees with encoder.d_model = {d_model} "
-                                 "(the prompt projection works on the encoder output)")
-            num_prompts = int(defaults.get("num_prompts", 128))
-            if num_prompts <= 0:
-                raise ValueError(f"model_defaults.num_prompts = {num_prompts} is not implemented (a positive count)")
-            self.prompt_kernel = PromptKernel(d_model, num_prompts)
-            # An unquoted `no` (Norwegian) reads as a boolean in YAML 1.1: the keys are NeMo's strings.
-            self.prompt_dictionary = {("no" if k is False else str(k)): int(v)
-                                      for k, v in (defaults.get("prompt_dictionary") or {}).items()}
-            bad = {k: v for k, v in self.prompt_dictionary.items() if not 0 <= v < num_prompts}
-            if bad:
-                raise ValueError(f"model_defaults.prompt_dictionary = {_short(bad)}: indices outside "
-                                 f"0..{num_prompts - 1}")
+        config = parse_config(cfg)
+        self.config: ParakeetConfig = config
+        self.preprocessor = NemoMelFrontEnd(config.preprocessor)
+        self.sample_rate = config.sample_rate
+        self.encoder = ConformerEncoder(config.encoder)
+        self._build_transducer(config)
+        ctc = config.ctc
+        self.ctc_decoder: Optional[CTCHead] = CTCHead(ctc.feat_in, ctc.num_classes + 1) if ctc else None
+        self.vocab_size = config.vocab_size
+        prompt = config.prompt
+        self.prompt_kernel: Optional[PromptKernel] = (
+            PromptKernel(self.encoder.d_model, prompt.num_prompts) if prompt else None)
+        self.prompt_dictionary: dict[str, int] = dict(prompt.dictionary) if prompt else {}
         self.blank = self.vocab_size
         # Seconds per encoder frame: hop x subsampling / rate (see `frame_seconds`).
         self.frame_stride = self.preprocessor.hop_length * self.encoder.subsampling_factor
+
+    def _build_transducer(self, config: ParakeetConfig) -> None:
+        """The predictor and joint of a transducer model (None for a CTC model) and what the joint's
+        extra outputs are (`transducer` 'tdt' with `durations`, or 'rnnt')."""
+        t = config.transducer
+        self.transducer: Optional[str] = t.kind if t else None
+        self.durations: Optional[list[int]] = list(t.durations) if t and t.durations is not None else None
+        self.max_symbols = t.max_symbols if t else DEFAULT_MAX_SYMBOLS
+        self.decoder: Optional[Predictor] = Predictor(t.vocab_size, t.pred_hidden, t.pred_rnn_layers) if t else None
+        self.joint: Optional[Joint] = None
+        if t:
+            self.joint = Joint(t.joint_enc_hidden, t.joint_pred_hidden, t.joint_hidden, t.joint_outputs,
+                               t.activation, t.out_index)
 
     @classmethod
     def random(cls, cfg: Union[dict, str, os.PathLike], seed: int = 0, device="cpu",
@@ -529,7 +336,7 @@ class ParakeetModel(nn.Module):
         pre = self.preprocessor
         for name in ("window", "fb"):
             if getattr(pre, name).is_meta:
-                fresh = NemoMelFrontEnd(**self._pre_kwargs)
+                fresh = NemoMelFrontEnd(self.config.preprocessor)
                 setattr(pre, name, getattr(fresh, name))
         self.encoder.pos_enc.reset()
         for name, t in list(self.named_parameters()) + list(self.named_buffers()):

@@ -379,116 +379,16 @@ def _scalar(variables: dict, name: str) -> Optional[int]:
 
 
 def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[dict, dict]:
-    V = _Vars(variables, path)
-    sd: dict[str, torch.Tensor] = {}
-
-    def ln(dst: str, src: str) -> None:
-        sd[dst + ".weight"] = V.get(src + "/gamma")
-        sd[dst + ".bias"] = V.get(src + "/beta")
-
-    def linear(dst: str, src: str, bias: bool = True) -> None:
-        sd[dst + ".weight"] = V.get(src + "/weight")
-        if bias:
-            sd[dst + ".bias"] = V.get(src + "/bias")
-
-    def split_rows(name: str, t: torch.Tensor, parts: int, n_state: int) -> list[torch.Tensor]:
-        if t.shape[0] != parts * n_state or (t.dim() == 2 and t.shape[1] != n_state):
-            raise _shape_error(path, name, t, f"[{parts * n_state}{', ' + str(n_state) if t.dim() == 2 else ''}]")
-        return [part.clone() for part in t.split(n_state, dim=0)]
-
-    # ---- encoder
+    """model.bin's variables -> openai-whisper's state dict and dims (a ModelError for a variable
+    missing, of the wrong shape, or one this code does not implement)."""
     n_audio_layer = _count_layers(variables, "encoder")
     n_text_layer = _count_layers(variables, "decoder")
     if n_audio_layer == 0 or n_text_layer == 0:
         raise ModelError(f"{path}: {MODEL_BIN} has no encoder or decoder layers; not a Whisper model")
-
-    conv1 = V.get("encoder/conv1/weight")
-    conv2 = V.get("encoder/conv2/weight")
-    if conv1.dim() != 3 or conv1.shape[2] != 3:
-        raise _shape_error(path, "encoder/conv1/weight", conv1, "[n_state, n_mels, 3]")
-    n_audio_state, n_mels = int(conv1.shape[0]), int(conv1.shape[1])
-    if list(conv2.shape) != [n_audio_state, n_audio_state, 3]:
-        raise _shape_error(path, "encoder/conv2/weight", conv2, f"[{n_audio_state}, {n_audio_state}, 3]")
-    sd["encoder.conv1.weight"] = conv1
-    sd["encoder.conv1.bias"] = V.get("encoder/conv1/bias")
-    sd["encoder.conv2.weight"] = conv2
-    sd["encoder.conv2.bias"] = V.get("encoder/conv2/bias")
-
-    n_audio_ctx = 1500
-    stored = variables.get("encoder/position_encodings/encodings")
-    if stored is not None:
-        V.used.add("encoder/position_encodings/encodings")
-        if stored.dim() != 2 or stored.shape[1] != n_audio_state:
-            raise _shape_error(path, "encoder/position_encodings/encodings", stored, f"[n_audio_ctx, {n_audio_state}]")
-        n_audio_ctx = int(stored.shape[0])
-    pos = sinusoids(n_audio_ctx, n_audio_state)
-    if stored is not None and not torch.allclose(stored.float(), pos, atol=2e-3, rtol=0):
-        log.warning("%s: the stored encoder position encodings are not openai-whisper's sinusoids; using them", path)
-        pos = stored.float()
-    sd["encoder.positional_embedding"] = pos
-
-    for i in range(n_audio_layer):
-        src, dst = f"encoder/layer_{i}", f"encoder.blocks.{i}"
-        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_audio_state, split_rows)
-        ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
-        linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
-        linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
-        ln(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
-    ln("encoder.ln_post", "encoder/layer_norm")
-
-    # ---- decoder
-    emb = V.get("decoder/embeddings/weight")
-    if emb.dim() != 2:
-        raise _shape_error(path, "decoder/embeddings/weight", emb, "[n_vocab, n_state]")
-    n_vocab, n_text_state = int(emb.shape[0]), int(emb.shape[1])
-    sd["decoder.token_embedding.weight"] = emb
-    dpos = V.get("decoder/position_encodings/encodings")
-    if dpos.dim() != 2 or dpos.shape[1] != n_text_state:
-        raise _shape_error(path, "decoder/position_encodings/encodings", dpos, f"[n_text_ctx, {n_text_state}]")
-    n_text_ctx = int(dpos.shape[0])
-    sd["decoder.positional_embedding"] = dpos
-    if V.has("decoder/projection/weight"):
-        pw, ew = "decoder/projection/weight", "decoder/embeddings/weight"
-        if variables[pw] is variables[ew] and variables.get(pw + "_scale") is variables.get(ew + "_scale"):
-            V.used.update(n for n in (pw, pw + "_scale") if n in variables)  # an alias: tied
-        else:
-            quantized = pw + "_scale" in variables or ew + "_scale" in variables
-            # int8 weights quantized apart agree within one step (1/127 of a row's largest value)
-            check_tied(V.get(pw), emb, pw, str(path), tol=1.01 / 127 if quantized else 0.0)
-        if V.has("decoder/projection/bias"):
-            pb = V.get("decoder/projection/bias")
-            if bool((pb != 0).any()):
-                raise ModelError(f"{path}: decoder/projection/bias is not zero; a bias on the output "
-                                 "projection is not implemented (Whisper has none)")
-
-    for i in range(n_text_layer):
-        src, dst = f"decoder/layer_{i}", f"decoder.blocks.{i}"
-        _self_attention(V, sd, f"{src}/self_attention", f"{dst}.attn", n_text_state, split_rows)
-        ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
-        # cross-attention: linear_0 = query, linear_1 = fused key/value, linear_2 = out
-        linear(f"{dst}.cross_attn.query", f"{src}/attention/linear_0")
-        kv_w = V.get(f"{src}/attention/linear_1/weight")
-        kv_b = V.get(f"{src}/attention/linear_1/bias")
-        k_w, v_w = split_rows(f"{src}/attention/linear_1/weight", kv_w, 2, n_text_state)
-        # the key bias (k_b) is dropped: it does not change the softmax (common.drop_key_biases)
-        _, v_b = split_rows(f"{src}/attention/linear_1/bias", kv_b, 2, n_text_state)
-        sd[f"{dst}.cross_attn.key.weight"] = k_w
-        sd[f"{dst}.cross_attn.value.weight"] = v_w
-        sd[f"{dst}.cross_attn.value.bias"] = v_b
-        linear(f"{dst}.cross_attn.out", f"{src}/attention/linear_2")
-        ln(f"{dst}.cross_attn_ln", f"{src}/attention/layer_norm")
-        linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
-        linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
-        ln(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
-    ln("decoder.ln", "decoder/layer_norm")
-
-    n_audio_head = _scalar(variables, "encoder/num_heads")
-    n_text_head = _scalar(variables, "decoder/num_heads")
-    for name, heads in (("encoder/num_heads", n_audio_head), ("decoder/num_heads", n_text_head)):
-        if heads is None:
-            raise ModelError(f"{path}: has no integer {name}; the head count is not guessed")
-        V.used.add(name)
-    _check_flags(variables, V.used, path)
+    c = _Converter(variables, path)
+    n_mels, n_audio_state, n_audio_ctx = c.encoder(n_audio_layer)
+    n_vocab, n_text_state, n_text_ctx = c.decoder(n_text_layer)
+    n_audio_head, n_text_head = c.head_counts()
     if n_audio_head <= 0 or n_audio_state % n_audio_head or n_text_head <= 0 or n_text_state % n_text_head:
         raise ModelError(f"{path}: {MODEL_BIN}: head counts {n_audio_head}/{n_text_head} do not divide "
                          f"the widths {n_audio_state}/{n_text_state}")
@@ -505,7 +405,156 @@ def _to_openai_whisper(variables: dict[str, torch.Tensor], path: Path) -> tuple[
         "n_text_head": n_text_head,
         "n_text_layer": n_text_layer,
     }
-    return sd, dims
+    return c.sd, dims
+
+
+class _Converter:
+    """openai-whisper's state dict (`sd`) built from model.bin's variables, part by part."""
+
+    def __init__(self, variables: dict[str, torch.Tensor], path: Path):
+        self.variables, self.path = variables, path
+        self.V = _Vars(variables, path)
+        self.sd: dict[str, torch.Tensor] = {}
+
+    def ln(self, dst: str, src: str) -> None:
+        self.sd[dst + ".weight"] = self.V.get(src + "/gamma")
+        self.sd[dst + ".bias"] = self.V.get(src + "/beta")
+
+    def linear(self, dst: str, src: str, bias: bool = True) -> None:
+        self.sd[dst + ".weight"] = self.V.get(src + "/weight")
+        if bias:
+            self.sd[dst + ".bias"] = self.V.get(src + "/bias")
+
+    def split_rows(self, name: str, t: torch.Tensor, parts: int, n_state: int) -> list[torch.Tensor]:
+        if t.shape[0] != parts * n_state or (t.dim() == 2 and t.shape[1] != n_state):
+            raise _shape_error(self.path, name, t, f"[{parts * n_state}{', ' + str(n_state) if t.dim() == 2 else ''}]")
+        return [part.clone() for part in t.split(n_state, dim=0)]
+
+    def encoder(self, n_layers: int) -> tuple[int, int, int]:
+        """The encoder -> (n_mels, n_audio_state, n_audio_ctx)."""
+        V, sd, path = self.V, self.sd, self.path
+        conv1 = V.get("encoder/conv1/weight")
+        conv2 = V.get("encoder/conv2/weight")
+        if conv1.dim() != 3 or conv1.shape[2] != 3:
+            raise _shape_error(path, "encoder/conv1/weight", conv1, "[n_state, n_mels, 3]")
+        n_audio_state, n_mels = int(conv1.shape[0]), int(conv1.shape[1])
+        if list(conv2.shape) != [n_audio_state, n_audio_state, 3]:
+            raise _shape_error(path, "encoder/conv2/weight", conv2, f"[{n_audio_state}, {n_audio_state}, 3]")
+        sd["encoder.conv1.weight"] = conv1
+        sd["encoder.conv1.bias"] = V.get("encoder/conv1/bias")
+        sd["encoder.conv2.weight"] = conv2
+        sd["encoder.conv2.bias"] = V.get("encoder/conv2/bias")
+        n_audio_ctx = self._encoder_positions(n_audio_state)
+        for i in range(n_layers):
+            src, dst = f"encoder/layer_{i}", f"encoder.blocks.{i}"
+            self.self_attention(f"{src}/self_attention", f"{dst}.attn", n_audio_state)
+            self.ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
+            self.linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
+            self.linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
+            self.ln(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+        self.ln("encoder.ln_post", "encoder/layer_norm")
+        return n_mels, n_audio_state, n_audio_ctx
+
+    def _encoder_positions(self, n_audio_state: int) -> int:
+        """The encoder's positional embedding (openai-whisper's sinusoids unless the file stores
+        others) -> n_audio_ctx."""
+        path = self.path
+        n_audio_ctx = 1500
+        stored = self.variables.get("encoder/position_encodings/encodings")
+        if stored is not None:
+            self.V.used.add("encoder/position_encodings/encodings")
+            if stored.dim() != 2 or stored.shape[1] != n_audio_state:
+                raise _shape_error(path, "encoder/position_encodings/encodings", stored, f"[n_audio_ctx, {n_audio_state}]")
+            n_audio_ctx = int(stored.shape[0])
+        pos = sinusoids(n_audio_ctx, n_audio_state)
+        if stored is not None and not torch.allclose(stored.float(), pos, atol=2e-3, rtol=0):
+            log.warning("%s: the stored encoder position encodings are not openai-whisper's sinusoids; using them", path)
+            pos = stored.float()
+        self.sd["encoder.positional_embedding"] = pos
+        return n_audio_ctx
+
+    def decoder(self, n_layers: int) -> tuple[int, int, int]:
+        """The decoder -> (n_vocab, n_text_state, n_text_ctx)."""
+        V, sd, path = self.V, self.sd, self.path
+        emb = V.get("decoder/embeddings/weight")
+        if emb.dim() != 2:
+            raise _shape_error(path, "decoder/embeddings/weight", emb, "[n_vocab, n_state]")
+        n_vocab, n_text_state = int(emb.shape[0]), int(emb.shape[1])
+        sd["decoder.token_embedding.weight"] = emb
+        dpos = V.get("decoder/position_encodings/encodings")
+        if dpos.dim() != 2 or dpos.shape[1] != n_text_state:
+            raise _shape_error(path, "decoder/position_encodings/encodings", dpos, f"[n_text_ctx, {n_text_state}]")
+        n_text_ctx = int(dpos.shape[0])
+        sd["decoder.positional_embedding"] = dpos
+        if V.has("decoder/projection/weight"):
+            self._check_projection(emb)
+        for i in range(n_layers):
+            self._decoder_layer(f"decoder/layer_{i}", f"decoder.blocks.{i}", n_text_state)
+        self.ln("decoder.ln", "decoder/layer_norm")
+        return n_vocab, n_text_state, n_text_ctx
+
+    def _check_projection(self, emb: torch.Tensor) -> None:
+        """The output projection must be the token embedding (tied) with no bias."""
+        V, variables, path = self.V, self.variables, self.path
+        pw, ew = "decoder/projection/weight", "decoder/embeddings/weight"
+        if variables[pw] is variables[ew] and variables.get(pw + "_scale") is variables.get(ew + "_scale"):
+            V.used.update(n for n in (pw, pw + "_scale") if n in variables)  # an alias: tied
+        else:
+            quantized = pw + "_scale" in variables or ew + "_scale" in variables
+            # int8 weights quantized apart agree within one step (1/127 of a row's largest value)
+            check_tied(V.get(pw), emb, pw, str(path), tol=1.01 / 127 if quantized else 0.0)
+        if V.has("decoder/projection/bias"):
+            pb = V.get("decoder/projection/bias")
+            if bool((pb != 0).any()):
+                raise ModelError(f"{path}: decoder/projection/bias is not zero; a bias on the output "
+                                 "projection is not implemented (Whisper has none)")
+
+    def _decoder_layer(self, src: str, dst: str, n_text_state: int) -> None:
+        self.self_attention(f"{src}/self_attention", f"{dst}.attn", n_text_state)
+        self.ln(f"{dst}.attn_ln", f"{src}/self_attention/layer_norm")
+        # cross-attention: linear_0 = query, linear_1 = fused key/value, linear_2 = out
+        self.linear(f"{dst}.cross_attn.query", f"{src}/attention/linear_0")
+        kv_w = self.V.get(f"{src}/attention/linear_1/weight")
+        kv_b = self.V.get(f"{src}/attention/linear_1/bias")
+        k_w, v_w = self.split_rows(f"{src}/attention/linear_1/weight", kv_w, 2, n_text_state)
+        # the key bias (k_b) is dropped: it does not change the softmax (common.drop_key_biases)
+        _, v_b = self.split_rows(f"{src}/attention/linear_1/bias", kv_b, 2, n_text_state)
+        self.sd[f"{dst}.cross_attn.key.weight"] = k_w
+        self.sd[f"{dst}.cross_attn.value.weight"] = v_w
+        self.sd[f"{dst}.cross_attn.value.bias"] = v_b
+        self.linear(f"{dst}.cross_attn.out", f"{src}/attention/linear_2")
+        self.ln(f"{dst}.cross_attn_ln", f"{src}/attention/layer_norm")
+        self.linear(f"{dst}.mlp.0", f"{src}/ffn/linear_0")
+        self.linear(f"{dst}.mlp.2", f"{src}/ffn/linear_1")
+        self.ln(f"{dst}.mlp_ln", f"{src}/ffn/layer_norm")
+
+    def self_attention(self, src: str, dst: str, n_state: int) -> None:
+        """Self-attention: linear_0 = fused query/key/value, linear_1 = out."""
+        V, sd = self.V, self.sd
+        qkv_w = V.get(f"{src}/linear_0/weight")
+        qkv_b = V.get(f"{src}/linear_0/bias")
+        q_w, k_w, v_w = self.split_rows(f"{src}/linear_0/weight", qkv_w, 3, n_state)
+        # the key bias (the middle third) is dropped: it does not change the softmax (common.drop_key_biases)
+        q_b, _, v_b = self.split_rows(f"{src}/linear_0/bias", qkv_b, 3, n_state)
+        sd[f"{dst}.query.weight"] = q_w
+        sd[f"{dst}.query.bias"] = q_b
+        sd[f"{dst}.key.weight"] = k_w
+        sd[f"{dst}.value.weight"] = v_w
+        sd[f"{dst}.value.bias"] = v_b
+        sd[f"{dst}.out.weight"] = V.get(f"{src}/linear_1/weight")
+        sd[f"{dst}.out.bias"] = V.get(f"{src}/linear_1/bias")
+
+    def head_counts(self) -> tuple[int, int]:
+        """encoder/num_heads and decoder/num_heads (never guessed); then the flags are checked and
+        every variable must have been read."""
+        n_audio_head = _scalar(self.variables, "encoder/num_heads")
+        n_text_head = _scalar(self.variables, "decoder/num_heads")
+        for name, heads in (("encoder/num_heads", n_audio_head), ("decoder/num_heads", n_text_head)):
+            if heads is None:
+                raise ModelError(f"{self.path}: has no integer {name}; the head count is not guessed")
+            self.V.used.add(name)
+        _check_flags(self.variables, self.V.used, self.path)
+        return n_audio_head, n_text_head
 
 
 def _check_flags(variables: dict, used: set, path: Path) -> None:
@@ -525,19 +574,3 @@ def _check_flags(variables: dict, used: set, path: Path) -> None:
         more = f" and {len(unread) - 4} more" if len(unread) > 4 else ""
         raise ModelError(f"{path}: holds {', '.join(unread[:4])}{more}, which this code does not "
                          "implement (not a variable of the Whisper model it reads)")
-
-
-def _self_attention(V: _Vars, sd: dict, src: str, dst: str, n_state: int, split_rows) -> None:
-    """Self-attention: linear_0 = fused query/key/value, linear_1 = out."""
-    qkv_w = V.get(f"{src}/linear_0/weight")
-    qkv_b = V.get(f"{src}/linear_0/bias")
-    q_w, k_w, v_w = split_rows(f"{src}/linear_0/weight", qkv_w, 3, n_state)
-    # the key bias (the middle third) is dropped: it does not change the softmax (common.drop_key_biases)
-    q_b, _, v_b = split_rows(f"{src}/linear_0/bias", qkv_b, 3, n_state)
-    sd[f"{dst}.query.weight"] = q_w
-    sd[f"{dst}.query.bias"] = q_b
-    sd[f"{dst}.key.weight"] = k_w
-    sd[f"{dst}.value.weight"] = v_w
-    sd[f"{dst}.value.bias"] = v_b
-    sd[f"{dst}.out.weight"] = V.get(f"{src}/linear_1/weight")
-    sd[f"{dst}.out.bias"] = V.get(f"{src}/linear_1/bias")
