@@ -25,7 +25,7 @@ from typing import Optional, Sequence
 import numpy as np
 import torch
 
-from ..errors import TranscribeError
+from ..errors import OptionsNotTaken, TranscribeError
 from ..runtime import model_call
 from ..search import stream_greedy
 from ..streaming import CommitToken, StreamingSession
@@ -76,7 +76,7 @@ class CacheAwareSession(StreamingSession):
             except ValueError as e:
                 raise TranscribeError(f"{asr.name}: {e}") from None
         elif language is not None:
-            raise TranscribeError(f"{asr.name} has no language prompt: language does not apply")
+            raise NoLanguagePrompt(asr.name, asr.kind, ["language"])
         try:
             self._sched = cache_aware.schedule(m.encoder, att_context_size)
         except ValueError as e:
@@ -210,6 +210,14 @@ def _stft_frames(frontend, samples: int) -> int:
         p = (frontend.n_fft - frontend.hop_length) // 2
         return (samples + 2 * p - frontend.n_fft) // frontend.hop_length + 1
     return samples // frontend.hop_length + 1
+
+
+class NoLanguagePrompt(OptionsNotTaken):
+    """`language` for a model without a language prompt: refused as every surface refuses an option (each
+    spelling it its own way), saying why."""
+
+    def spelled(self, spell) -> str:
+        return f"{super().spelled(spell)} (it has no language prompt)"
 
 
 def open_session(asr, **options) -> StreamingSession:
