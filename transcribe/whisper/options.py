@@ -140,8 +140,8 @@ class WhisperStreamOptions(WhisperOptions):
                                       parse=parse_positive_int, command=False)
     patience: Optional[float] = option(None, help="beam search patience (default: 1.0)", parse=float,
                                        command=False)
-    temperature: Union[float, Sequence[float], None] = option(None, help="sampling temperature", command=False,
-                                                              form=None)
+    temperature: Union[float, Sequence[float], None] = option(None, help="sampling temperature",
+                                                              parse=parse_temperatures, command=False, form=None)
     temperature_increment: Optional[float] = option(None, help="fallback step after a failed window",
                                                     parse=float, command=False, form=None)
     word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
