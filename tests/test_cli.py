@@ -318,12 +318,15 @@ def test_progress_display(fake, wavs, capsys, monkeypatch):
     ("0,0.5", (0.0, 0.5)),
 ])
 def test_temperature_schedule_follows_openai_whisper(given, want):
+    """The command passes --temperature and the step it implies (Surface.implies: 0.2); Whisper's options
+    make the schedule of them."""
     from transcribe.cli import _parser, _decoding_options
+    from transcribe.whisper import Options
 
     args = _parser().parse_args(["x.wav", "--temperature", given])
-    assert _decoding_options(args)["temperature"] == pytest.approx(want)
+    assert Options(**_decoding_options(args)).temperatures == pytest.approx(want)
     args = _parser().parse_args(["x.wav", "--temperature", given, "--temperature-increment", "0"])
-    assert _decoding_options(args)["temperature"] == pytest.approx(tuple(float(x) for x in given.split(",")))
+    assert Options(**_decoding_options(args)).temperatures == pytest.approx(tuple(float(x) for x in given.split(",")))
 
 
 # --- outputs are never overwritten -----------------------------------------------------------

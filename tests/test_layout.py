@@ -1,17 +1,19 @@
 """The package's shape: a folder per model family (every family registered in loading.FAMILIES),
 layers that import only downwards, no cycles (imports of the root package, `import transcribe` /
 `from transcribe import ...`, count as imports of transcribe/__init__.py), no family's name in code
-outside its folder and loading.py, and short names that resolve to the usual hub ids."""
+outside its folder and loading.py, no table of option names outside them either (the surfaces read the
+families' options dataclasses), and short names that resolve to the usual hub ids."""
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections import Counter
 from pathlib import Path
 
 import pytest
 
 import transcribe
-from transcribe import hub
+from transcribe import hub, surfaces
 from transcribe.errors import ModelError
 from transcribe.loading import FAMILIES
 
@@ -133,8 +135,6 @@ KNOWN_FAMILY_NAMES = Counter({
     ("transcribe/jobs/work.py", "whisper"): 3,  # DEFAULT_PIECE_S, its loop, Whisper's one-by-one list
     ("transcribe/jobs/work.py", "parakeet"): 3,  # DEFAULT_PIECE_S, its loop, the frame length
     ("transcribe/jobs/work.py", "granite"): 2,  # DEFAULT_PIECE_S, its loop
-    ("transcribe/stream_cli.py", "parakeet"): 3,  # _FAMILY: --att-context, --no-eou-reset, --head
-    ("transcribe/stream_cli.py", "whisper"): 3,  # _FAMILY: --language, --task, --initial-prompt
 })
 
 
@@ -166,6 +166,103 @@ def test_the_family_name_scan_finds_a_comparison(tmp_path, monkeypatch):
         f"def f(m):\n    return m.family == {names[0]!r} or m.family in ({names[1]!r}, {names[2]!r})\n")
     monkeypatch.setitem(globals(), "PKG", fake)
     assert _family_names_outside_families() == Counter({("transcribe/server/x.py", n): 1 for n in names})
+
+
+# --- option names (issue 27): declared once, in the families' options dataclasses ------------------
+# A table of option names outside the families (the command's flag list, the server's extra form fields,
+# the WebSocket's session options, which family takes which flag) goes stale as the families change: the
+# surfaces read the dataclasses (transcribe/surfaces.py). The scan looks, in every module outside a family's
+# folder and loading.py, for the option names some registered family takes and another does not
+# (surfaces.partial_options, computed from every family in loading.FAMILIES):
+# - a table: a tuple, list or set display holding two or more of them, or a dict display with two or more
+#   of them as keys whose values are all static data (constants, names, displays of those), as the old
+#   EXTRA_FIELDS = {"beam_size": int, ...}, STREAM_OPTIONS = ("att_context_size", ...) and _FAMILY were;
+#   a record built from computed values ({"language": self.language, "nbest": ...} in Transcript.to_dict,
+#   OpenAI's verbose_json body) is data, not a table;
+# - a comparison with one (`option == "score_norm"`, `key in ("chunk_s", ...)`): a branch on an option name.
+# Options every family takes (batch_size, sample_rate, timestamps, word_timestamps) are no family's, so
+# they are not looked for: the command's own --batch-size and the socket's sample_rate may name them.
+KNOWN_OPTION_TABLES: Counter = Counter()  # none today; one that comes back fails
+
+
+def _static(node) -> bool:
+    if isinstance(node, (ast.Constant, ast.Name)):
+        return True
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        return all(_static(e) for e in node.elts)
+    return False
+
+
+def _option_names_in(node, partial: frozenset) -> list[str]:
+    """The option names a table or a comparison holds ([] for anything else)."""
+    def named(nodes):
+        return [n.value for n in nodes if isinstance(n, ast.Constant) and isinstance(n.value, str)
+                and n.value in partial]
+
+    if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+        found = named(node.elts)
+        return found if len(found) >= 2 else []
+    if isinstance(node, ast.Dict):
+        found = named([k for k in node.keys if k is not None])
+        return found if len(found) >= 2 and all(_static(v) for v in node.values) else []
+    if isinstance(node, ast.Compare):
+        return named([node.left, *node.comparators])
+    return []
+
+
+def _option_tables_outside_families(partial: frozenset) -> Counter:
+    folders = [PKG / f.module.split(".", 1)[1].replace(".", "/") for f in FAMILIES]
+    found: Counter = Counter()
+    for p in sorted(PKG.rglob("*.py")):
+        if p == PKG / "loading.py" or any(d in p.parents for d in folders):
+            continue
+        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
+            names = _option_names_in(node, partial)
+            if names:
+                found[(p.relative_to(PKG.parent).as_posix(), ", ".join(sorted(set(names))))] += 1
+    return found
+
+
+def test_the_option_names_looked_for_cover_every_registered_family():
+    """Every family in loading.FAMILIES adds its options (each has some the others lack), and the names
+    are computed, not listed here: a family's option that another lacks is among them."""
+    partial = surfaces.partial_options()
+    for family in FAMILIES:
+        taken = {f.name for f in dataclasses.fields(family.options)}
+        if family.stream_options is not None:
+            taken |= {f.name for f in dataclasses.fields(family.stream_options)}
+        others = [f for f in FAMILIES if f is not family]
+        assert taken & partial, family.name
+        for name in taken:
+            everywhere = all(name in {f.name for f in dataclasses.fields(o.options)} |
+                             ({f.name for f in dataclasses.fields(o.stream_options)} if o.stream_options else set())
+                             for o in others)
+            assert (name in partial) == (not everywhere), (family.name, name)
+
+
+def test_no_option_name_tables_outside_the_families():
+    found = _option_tables_outside_families(surfaces.partial_options())
+    grown = {k: n for k, n in found.items() if n > KNOWN_OPTION_TABLES[k]}
+    assert grown == {}, ("a table of option names, or a branch on one, outside the families and loading.py "
+                         "(issue 27: read them from the families' options dataclasses, transcribe/surfaces.py)")
+
+
+def test_the_option_table_scan_finds_the_old_tables(tmp_path, monkeypatch):
+    """The scan sees what the surfaces had before issue 27 (so the check above can fail), and leaves a
+    record of computed values and a lone option name alone."""
+    partial = surfaces.partial_options()
+    a, b, c = sorted(partial)[:3]
+    fake = tmp_path / "transcribe"
+    (fake / "server").mkdir(parents=True)
+    (fake / "server" / "x.py").write_text(
+        f"EXTRA = {{{a!r}: int, {b!r}: float}}\n"
+        f"ONLY = ({a!r}, {c!r})\n"
+        f"def flag(o):\n    return 1 if o == {b!r} else 2\n"
+        f"def record(t):\n    return {{{a!r}: t.x, {b!r}: t.y}}, {{{c!r}: 1}}, t.get({a!r})\n")
+    monkeypatch.setitem(globals(), "PKG", fake)
+    assert _option_tables_outside_families(partial) == Counter({
+        ("transcribe/server/x.py", f"{a}, {b}"): 1, ("transcribe/server/x.py", f"{a}, {c}"): 1,
+        ("transcribe/server/x.py", b): 1})
 
 
 # --- short names ---------------------------------------------------------------------------------

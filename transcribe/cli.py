@@ -116,8 +116,6 @@ def _parser() -> argparse.ArgumentParser:
                         "inputs with the same stem get -2, -3, ... and existing files are kept (see --overwrite)")
     p.add_argument("--overwrite", action="store_true",
                    help="replace files of the same name already in --output-dir (default: refuse, before any work)")
-    p.add_argument("--head", choices=("tdt", "rnnt", "ctc"),
-                   help="decoder head of a hybrid model (default: the model's own)")
     p.add_argument("--batch-size", type=_positive_int, metavar="N",
                    help="inputs decoded together (default: the model's choice for its device and dtype)")
     p.add_argument("--threads", type=_positive_int, metavar="N", help="CPU threads for PyTorch")

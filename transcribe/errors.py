@@ -56,6 +56,6 @@ class OptionsNotTaken(TranscribeError):
 
     def spelled(self, spell) -> str:
         """The message with each option written as `spell(keyword)` gives it."""
-        words = [spell(n) for n in self.names]
+        words = list(dict.fromkeys(spell(n) for n in self.names))  # each spelling once (two names, one flag)
         listed = words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
         return f"{self.model} is a {self.kind} model and does not take {listed}"

@@ -31,7 +31,11 @@ import sys
 import time
 from typing import Iterator, Optional
 
+from . import surfaces
+from .cli_args import add_option_flags, flag
 from .errors import OptionsNotTaken, TranscribeError
+from .loading import FAMILIES
+from .options import names
 from .runtime import configure_process
 from .streaming import StreamMessages
 
@@ -41,26 +45,13 @@ PIECE_S = 0.1  # audio fed at a time
 READ_BYTES = 3200  # at most this much of standard input per read (100 ms of 16 kHz s16le)
 STREAM_FORMATS = ("txt", "jsonl")
 
-# Options of the file mode that a stream does not take (argparse dest -> flag).
-_NOT_FOR_STREAM = {
-    "output_dir": "--output-dir", "overwrite": "--overwrite", "batch_size": "--batch-size",
-    "beam_size": "--beam-size", "nbest": "--nbest", "beam": "--beam", "score_norm": "--no-score-norm",
-    "hotwords": "--hotwords", "hotword_weight": "--hotword-weight", "lm": "--lm", "lm_weight": "--lm-weight",
-    "patience": "--patience", "temperature": "--temperature", "temperature_increment": "--temperature-increment",
-    "word_timestamps": "--word-timestamps", "max_line_width": "--max-line-width",
-    "max_line_count": "--max-line-count", "batched": "--batched",
-}
-# Options of the stream only (dest -> flag).
-_STREAM_ONLY = {"att_context": "--att-context", "eou_reset": "--no-eou-reset", "realtime": "--realtime"}
-# Options a stream passes to model.stream(), by family (dest -> (flag, family, stream option)).
-_FAMILY = {
-    "att_context": ("--att-context", "parakeet", "att_context_size"),
-    "eou_reset": ("--no-eou-reset", "parakeet", "eou_reset"),
-    "head": ("--head", "parakeet", "head"),
-    "language": ("--language", "whisper", "language"),
-    "task": ("--task", "whisper", "task"),
-    "initial_prompt": ("--initial-prompt", "whisper", "initial_prompt"),
-}
+# The command's own flags (argparse dest -> flag; not family options) that a stream does not take, and
+# the one a stream only takes. The family options' flags are read from the registry (transcribe.surfaces):
+# a flag some family's StreamOptions gives is passed to model.stream() (the model refuses what its family
+# does not take); one only a StreamOptions gives needs --stream; any other does not apply to --stream.
+_COMMAND_NOT_FOR_STREAM = {"output_dir": "--output-dir", "overwrite": "--overwrite", "batch_size": "--batch-size"}
+_SUBTITLE_FLAGS = {"max_line_width": "--max-line-width", "max_line_count": "--max-line-count"}
+_COMMAND_STREAM_ONLY = {"realtime": "--realtime"}
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
@@ -69,30 +60,34 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="transcribe one input live, printing text as it is decided (--format txt or jsonl); "
                         "'-' reads stdin as it arrives: raw s16le 16 kHz mono PCM, a WAV stream, or any container "
                         "(FLAC, Ogg, MP3, WebM, ...) told by its first bytes")
-    s.add_argument("--att-context", type=_att_context, metavar="L,R",
-                   help="cache-aware Parakeet: the attention context [left, right], one of the model's "
-                        "(e.g. 70,13: 1.12 s chunks; 70,1: 160 ms); default: the model's first")
-    s.add_argument("--no-eou-reset", dest="eou_reset", action="store_false", default=None,
-                   help="cache-aware Parakeet: keep the decoder state across end-of-utterance events")
+    add_option_flags(s, _stream_only())
     s.add_argument("--realtime", action="store_true",
                    help="feed a file at the speed of its audio (stdin arrives at its own pace)")
 
 
-def _att_context(s: str) -> list[int]:
-    parts = s.split(",")
-    try:
-        values = [int(x) for x in parts]
-    except ValueError:
-        values = []
-    if len(values) != 2:
-        raise argparse.ArgumentTypeError(f"expected two integers LEFT,RIGHT (e.g. 70,13), got {s!r}")
-    return values
+def _stream_only() -> dict:
+    """The family options only a stream takes (no family's transcribe() has them)."""
+    return {n: d for n, d in surfaces.stream_command_options().items() if d.stream_only}
+
+
+def _stream_only_flags() -> dict:
+    """dest -> flag of what needs --stream."""
+    return {**{n: d.flag for n, d in _stream_only().items()}, **_COMMAND_STREAM_ONLY}
+
+
+def _not_for_stream() -> dict:
+    """dest -> flag of what does not apply to --stream: the command's own file-mode flags, and the
+    family options no family's stream takes."""
+    streamed = surfaces.stream_command_options()
+    family = {n: d.flag for n, d in surfaces.file_options().items() if n not in streamed}
+    return {**_COMMAND_NOT_FOR_STREAM, **family, **_SUBTITLE_FLAGS}
 
 
 def usage_problem(args, parser: argparse.ArgumentParser) -> Optional[str]:
     """The usage error of the streaming options (checked before anything is loaded), or None."""
     if args.stream is None:
-        given = [flag for dest, flag in _STREAM_ONLY.items() if getattr(args, dest) != parser.get_default(dest)]
+        given = [f for dest, f in _stream_only_flags().items()
+                 if getattr(args, dest) != parser.get_default(dest)]
         if given:
             return f"{', '.join(given)} {'needs' if len(given) == 1 else 'need'} --stream"
         if args.format == "jsonl":
@@ -103,7 +98,7 @@ def usage_problem(args, parser: argparse.ArgumentParser) -> Optional[str]:
                 f"remove the other input{'s' if len(args.audio) > 1 else ''} ({' '.join(args.audio)})")
     if args.format not in STREAM_FORMATS:
         return f"--stream writes txt or jsonl, not --format {args.format}"
-    given = [flag for dest, flag in _NOT_FOR_STREAM.items() if getattr(args, dest) != parser.get_default(dest)]
+    given = [f for dest, f in _not_for_stream().items() if getattr(args, dest) != parser.get_default(dest)]
     if given:
         return f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --stream"
     return None
@@ -139,6 +134,8 @@ def run(args) -> int:
     if problem is None:
         try:
             session = model.stream(**options)
+        except OptionsNotTaken as e:
+            problem = _one_line(e.spelled(flag))
         except TranscribeError as e:
             problem = _one_line(str(e))
     if problem is not None:
@@ -170,20 +167,18 @@ def run(args) -> int:
 
 
 def _stream_options(args, model) -> tuple[dict, Optional[str]]:
-    """model.stream()'s options from the command line, or the usage error of an option the
-    model's family does not take."""
+    """model.stream()'s options from the command line, or the usage error of options the model's
+    family does not take (its StreamOptions, read from the registry; the model checks again)."""
+    options = surfaces.given(args, surfaces.stream_command_options())
     family = getattr(model, "family", "")
-    options, wrong = {}, []
-    for dest, (flag, fam, key) in _FAMILY.items():
-        value = getattr(args, dest, None)
-        if value is None:
-            continue
-        if fam != family:
-            wrong.append(flag)
-        options[key] = value
+    registered = next((f for f in FAMILIES if f.name == family), None)
+    if registered is None or not options:
+        return options, None
+    taken = names(registered.stream_options) if registered.stream_options is not None else frozenset()
+    wrong = set(options) - taken
     if wrong:  # in the words of every surface (errors.OptionsNotTaken), naming the flags
-        return options, str(OptionsNotTaken(getattr(model, "name", "the model"),
-                                            getattr(model, "kind", family or "different"), wrong))
+        return options, OptionsNotTaken(getattr(model, "name", "the model"),
+                                        getattr(model, "kind", family or "different"), wrong).spelled(flag)
     return options, None
 
 

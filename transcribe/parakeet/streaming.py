@@ -78,7 +78,7 @@ class CacheAwareSession(StreamingSession):
             except ValueError as e:
                 raise TranscribeError(f"{asr.name}: {e}") from None
         elif language is not None:
-            raise TranscribeError(f"{asr.name} has no language prompt: language does not apply")
+            raise NoLanguagePrompt(asr.name, asr.kind, ["language"])
         try:
             self._sched = cache_aware.schedule(m.encoder, att_context_size)
         except ValueError as e:
@@ -214,6 +214,14 @@ def _stft_frames(frontend, samples: int) -> int:
     return samples // frontend.hop_length + 1
 
 
+class NoLanguagePrompt(OptionsNotTaken):
+    """`language` for a model without a language prompt: refused as every surface refuses an option (each
+    spelling it its own way), saying why."""
+
+    def spelled(self, spell) -> str:
+        return f"{super().spelled(spell)} (it has no language prompt)"
+
+
 class CacheAwareOptionsNotTaken(OptionsNotTaken):
     """Options a cache-aware session does not take (a name no Parakeet stream takes, or the buffered
     windows' chunk_s, left_s, right_s), said with the options it does take."""
@@ -251,7 +259,7 @@ def open_session(asr, opts: ParakeetStreamOptions) -> StreamingSession:
                                   "buffered windows")
     if opts.language is not None:
         if asr.model.prompt_kernel is None:
-            raise TranscribeError(f"{asr.name} has no language prompt: language does not apply")
+            raise NoLanguagePrompt(asr.name, asr.kind, ["language"])
         raise TranscribeError(f"language applies to cache-aware streaming models only; {asr.name} streams through "
                               "buffered windows")
     from .buffered import buffered_session

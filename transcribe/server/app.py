@@ -163,8 +163,24 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
 
     app = FastAPI(title="transcribe", docs_url=None, redoc_url=None, openapi_url=None, lifespan=lifespan)
     app.state.engine = engine
-    created = int(time.time())
+    _add_error_handlers(app)
+    _add_model_routes(app, engine)
 
+    @app.post("/v1/audio/transcriptions")
+    async def transcriptions(request: Request):
+        return await _audio(engine, request, "transcribe", max_upload_mb)
+
+    @app.post("/v1/audio/translations")
+    async def translations(request: Request):
+        return await _audio(engine, request, "translate", max_upload_mb)
+
+    from .websocket import add_stream_route
+
+    add_stream_route(app, engine)
+    return _Guard(app, api_key, int(max_upload_mb * 2**20))
+
+
+def _add_error_handlers(app) -> None:
     @app.exception_handler(StarletteHTTPException)
     async def _http_error(request: Request, exc: StarletteHTTPException):
         message = {404: f"no such endpoint: {request.method} {request.url.path}",
@@ -176,6 +192,11 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
     async def _internal(request: Request, exc: Exception):
         log.exception("internal error on %s %s", request.method, request.url.path)
         return JSONResponse(error_body(500, f"internal error: {type(exc).__name__}"), status_code=500)
+
+
+def _add_model_routes(app, engine: Engine) -> None:
+    """GET /health, /v1/models and /v1/models/{id}."""
+    created = int(time.time())
 
     @app.get("/health")
     async def health():
@@ -195,90 +216,101 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
             return _error(ApiError(404, f"The model '{name}' does not exist", "model", "model_not_found"))
         return model_object(name)
 
-    @app.post("/v1/audio/transcriptions")
-    async def transcriptions(request: Request):
-        return await _audio(request, "transcribe")
 
-    @app.post("/v1/audio/translations")
-    async def translations(request: Request):
-        return await _audio(request, "translate")
+async def _read_form(request: Request, max_upload_mb: float):
+    """The request's multipart form, or the 413 response of an upload over the limit. Raises ApiError."""
+    try:
+        return await request.form(max_files=4, max_fields=200, max_part_size=1024 * 1024), None
+    except UploadTooLarge:
+        return None, JSONResponse(_too_large(int(max_upload_mb * 2**20)), status_code=413,
+                                  headers={"connection": "close"})
+    except (MultiPartException, ValueError, KeyError, AssertionError) as e:
+        raise ApiError(400, f"malformed multipart body: {e}", None, "invalid_multipart") from None
 
-    async def _audio(request: Request, task: str):
-        engine.requests += 1
-        form = None
-        served, counted = None, False
+
+def _upload_and_fields(form) -> tuple[UploadFile, dict[str, list[str]]]:
+    """The uploaded `file` and the text fields (each a list of the values given). Raises ApiError."""
+    fields: dict[str, list[str]] = {}
+    upload = None
+    for key, value in form.multi_items():
+        if isinstance(value, UploadFile):
+            if key == "file" and upload is None:
+                upload = value
+            continue
+        fields.setdefault(key, []).append(value)
+    if upload is None:
+        if "file" in fields:
+            raise ApiError(400, "'file' must be an uploaded file (multipart/form-data), not a text field",
+                           "file", "invalid_value")
+        raise ApiError(400, "a 'file' is required: the audio, as multipart/form-data", "file",
+                       "missing_required_parameter")
+    return upload, fields
+
+
+async def _checked_options(engine: Engine, model, fields: dict, task: str):
+    """request_options, checked by the model (which transcribes nothing). Raises ApiError."""
+    options, fmt, grains, stream = request_options(fields, task)
+    try:
+        await engine.check_options(model, options)
+    except OptionsNotTaken as e:
+        raise ApiError(400, e.spelled(field_name), field_name(e.names[0]), "unsupported_option") from None
+    except OptionValueError as e:
+        raise ApiError(400, str(e), field_name(e.option), "invalid_value") from None
+    except TranscribeError as e:
+        raise ApiError(400, str(e), None, "invalid_value") from None
+    return options, fmt, grains, stream
+
+
+async def _decoded(engine: Engine, request: Request, upload: UploadFile, rate: int):
+    try:
+        return await _unless_gone(request, engine.decode_audio(upload.file, rate))
+    except AudioError as e:
+        message = str(e)
+        if message.startswith("<file object>: "):  # the spooled upload: name it by its filename
+            message = f"{(upload.filename or 'file')[:200]}: {message[len('<file object>: '):]}"
+        raise ApiError(400, f"could not decode the audio: {message}", "file", "invalid_audio") from None
+
+
+async def _audio(engine: Engine, request: Request, task: str, max_upload_mb: float):
+    """POST /v1/audio/transcriptions (task "transcribe") and /v1/audio/translations ("translate")."""
+    engine.requests += 1
+    form = None
+    served, counted = None, False
+    try:
+        form, refused = await _read_form(request, max_upload_mb)
+        if refused is not None:
+            return refused
+        upload, fields = _upload_and_fields(form)
+        served = _pick(engine, fields.get("model", [None])[-1])
+        served.preparing += 1
+        counted = True
+        model = served.model
+        options, fmt, grains, stream = await _checked_options(engine, model, fields, task)
+        pcm = await _decoded(engine, request, upload, int(model.sample_rate))
+        if stream:
+            counted = False
+            return StreamingResponse(_sse(engine.submit(served, pcm, options, prepared=True)),
+                                     media_type="text/event-stream", headers={"cache-control": "no-cache"})
         try:
-            try:
-                form = await request.form(max_files=4, max_fields=200, max_part_size=1024 * 1024)
-            except UploadTooLarge:
-                return JSONResponse(_too_large(int(max_upload_mb * 2**20)), status_code=413,
-                                    headers={"connection": "close"})
-            except (MultiPartException, ValueError, KeyError, AssertionError) as e:
-                raise ApiError(400, f"malformed multipart body: {e}", None, "invalid_multipart") from None
-            fields: dict[str, list[str]] = {}
-            upload = None
-            for key, value in form.multi_items():
-                if isinstance(value, UploadFile):
-                    if key == "file" and upload is None:
-                        upload = value
-                    continue
-                fields.setdefault(key, []).append(value)
-            if upload is None:
-                if "file" in fields:
-                    raise ApiError(400, "'file' must be an uploaded file (multipart/form-data), not a text field",
-                                   "file", "invalid_value")
-                raise ApiError(400, "a 'file' is required: the audio, as multipart/form-data", "file",
-                               "missing_required_parameter")
-            served = _pick(engine, fields.get("model", [None])[-1])
-            served.preparing += 1
-            counted = True
-            model = served.model
-            options, fmt, grains, stream = request_options(fields, task)
-            try:
-                await engine.check_options(model, options)  # transcribes nothing
-            except OptionsNotTaken as e:
-                raise ApiError(400, e.spelled(field_name), field_name(e.names[0]), "unsupported_option") from None
-            except OptionValueError as e:
-                raise ApiError(400, str(e), field_name(e.option), "invalid_value") from None
-            except TranscribeError as e:
-                raise ApiError(400, str(e), None, "invalid_value") from None
-            try:
-                pcm = await _unless_gone(request, engine.decode_audio(upload.file, int(model.sample_rate)))
-            except AudioError as e:
-                message = str(e)
-                if message.startswith("<file object>: "):  # the spooled upload: name it by its filename
-                    message = f"{(upload.filename or 'file')[:200]}: {message[len('<file object>: '):]}"
-                raise ApiError(400, f"could not decode the audio: {message}", "file", "invalid_audio") from None
-            if stream:
-                counted = False
-                return StreamingResponse(_sse(engine.submit(served, pcm, options, prepared=True)),
-                                         media_type="text/event-stream",
-                                         headers={"cache-control": "no-cache"})
-            try:
-                counted = False  # engine.transcribe takes the request off the count as it queues it
-                transcript = await _unless_gone(request, engine.transcribe(served, pcm, options, prepared=True))
-            except TranscribeError as e:
-                raise ApiError(400, str(e), None, "invalid_value") from None
-            body, media = render(transcript, fmt, grains, task, model)
-            if isinstance(body, dict):
-                return JSONResponse(body)
-            return PlainTextResponse(body, media_type=media) if media.startswith("text/plain") else \
-                Response(body, media_type=media)
-        except ApiError as e:
-            return _error(e)
-        except ClientGone:
-            engine.dropped += 1
-            return Response(status_code=499)  # nobody reads it: the client is gone
-        finally:
-            if counted:
-                served.preparing -= 1
-            if form is not None:
-                await form.close()
-
-    from .websocket import add_stream_route
-
-    add_stream_route(app, engine)
-    return _Guard(app, api_key, int(max_upload_mb * 2**20))
+            counted = False  # engine.transcribe takes the request off the count as it queues it
+            transcript = await _unless_gone(request, engine.transcribe(served, pcm, options, prepared=True))
+        except TranscribeError as e:
+            raise ApiError(400, str(e), None, "invalid_value") from None
+        body, media = render(transcript, fmt, grains, task, model)
+        if isinstance(body, dict):
+            return JSONResponse(body)
+        return PlainTextResponse(body, media_type=media) if media.startswith("text/plain") else \
+            Response(body, media_type=media)
+    except ApiError as e:
+        return _error(e)
+    except ClientGone:
+        engine.dropped += 1
+        return Response(status_code=499)  # nobody reads it: the client is gone
+    finally:
+        if counted:
+            served.preparing -= 1
+        if form is not None:
+            await form.close()
 
 
 def _pick(engine: Engine, name: Optional[str]) -> Served:

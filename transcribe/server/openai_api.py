@@ -3,19 +3,23 @@
 `request_options` turns the form fields of `POST /v1/audio/transcriptions` (and `translations`)
 into the model's decoding options, raising `ApiError` (400) for a value the model cannot honour;
 `render` turns a transcript into the body of each `response_format`. Fields the API defines that
-mean nothing here (`chunking_strategy`, `include[]`, ...) and unknown fields are ignored.
+mean nothing here (`chunking_strategy`, `include[]`, ...) and unknown fields are ignored. OpenAI's
+`language` and `prompt` and the extra fields (`beam_size`, `hotwords`, ...) are the families' options
+that declare a form field (`transcribe.surfaces.form_fields`, read from the registry).
 """
 from __future__ import annotations
 
 import math
 import zlib
+from argparse import ArgumentTypeError
 from typing import Any, Optional
 
-from ..cli_args import schedule
+from .. import surfaces
 from ..text.languages import LANGUAGE_NAMES
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("word", "segment")
+
 
 def _bool(s: str) -> bool:
     v = s.strip().lower()
@@ -26,17 +30,17 @@ def _bool(s: str) -> bool:
     raise ValueError(f"not a boolean: {s!r}")
 
 
-# Extra form fields (not in OpenAI's API) passed on as a model's decoding options, and how a form's text
-# becomes their values. They go to every model: a model refuses the options it does not take
-# (errors.OptionsNotTaken), as the command and the library refuse them.
-EXTRA_FIELDS = {
-    "beam_size": int, "nbest": int, "beam": str, "score_norm": _bool, "hotwords": str, "hotword_weight": float,
-    "head": str, "patience": float, "best_of": int, "length_penalty": float, "condition_on_previous_text": _bool,
-    "no_speech_threshold": float, "logprob_threshold": float, "compression_ratio_threshold": float,
-    "max_piece_s": float,
-}
-# The form's name of an option where it is not the option's own.
-FIELD_NAMES = {"initial_prompt": "prompt"}
+# OpenAI's `temperature` (0..1): 0, its default, asks for the model's own decoding; t > 0 falls back from t
+# in steps of FALLBACK_STEP up to 1.0, as the command's --temperature T does. It is passed on as the
+# option of the same name (a model whose family has none refuses it).
+FALLBACK_STEP = 0.2
+
+
+def fallback_from(t: float) -> tuple[float, ...]:
+    out = [t]
+    while out[-1] + FALLBACK_STEP <= 1.0 + 1e-6:
+        out.append(round(out[-1] + FALLBACK_STEP, 6))
+    return tuple(out)
 
 
 class ApiError(Exception):
@@ -97,14 +101,6 @@ def request_options(fields: dict[str, list[str]], task: str) -> tuple[dict, str,
     if "word" in grains and fmt == "verbose_json":
         options["word_timestamps"] = True
 
-    language = one("language")
-    if language is not None and language.strip():
-        options["language"] = language.strip()
-
-    prompt = one("prompt")
-    if prompt and prompt.strip():
-        options["initial_prompt"] = prompt
-
     temperature = one("temperature")
     if temperature is not None and temperature.strip():
         try:
@@ -115,19 +111,26 @@ def request_options(fields: dict[str, list[str]], task: str) -> tuple[dict, str,
         if not (0.0 <= t <= 1.0) or math.isnan(t):
             raise ApiError(400, f"temperature must lie between 0 and 1; got {t}", "temperature", "invalid_value")
         if t > 0:
-            # As the command's --temperature T: fall back from t in steps of 0.2 up to 1.0 (0 is the API's
-            # default: the model's own decoding, for Whisper its fallback schedule from 0).
-            options["temperature"] = schedule((t,), 0.2)
+            options["temperature"] = fallback_from(t)
+    options.update(extra_options(one))
+    return options, fmt, grains, stream
 
-    for name, parse in EXTRA_FIELDS.items():
-        value = one(name)
+
+def extra_options(one) -> dict:
+    """The options given as form fields (every family's transcribe() options that have one:
+    `transcribe.surfaces.form_fields`; `one(name)`: the field's last value or None), each parsed as its
+    family declares; a blank field is not given. They go to every model: a model refuses the options it
+    does not take (errors.OptionsNotTaken), as the command and the library refuse them."""
+    out = {}
+    for form, field in surfaces.form_fields().items():
+        value = one(form)
         if value is None or not value.strip():
             continue
         try:
-            options[name] = parse(value)
-        except ValueError:
-            raise ApiError(400, f"{name}: invalid value {value!r}", name, "invalid_value") from None
-    return options, fmt, grains, stream
+            out[field.option] = value if field.parse is None else field.parse(value)
+        except (ValueError, TypeError, ArgumentTypeError):
+            raise ApiError(400, f"{form}: invalid value {value!r}", form, "invalid_value") from None
+    return out
 
 
 def model_name(model) -> str:
@@ -203,8 +206,8 @@ def _segment(index: int, seg, transcript, model) -> dict:
 
 
 def field_name(option: str) -> str:
-    """How the form names a decoding option."""
-    return FIELD_NAMES.get(option, option)
+    """How the form names a decoding option (as its family declares it)."""
+    return surfaces.form_name(option)
 
 
 def language_name(code: Optional[str]) -> str:

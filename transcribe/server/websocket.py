@@ -3,8 +3,8 @@
 The client may first send a JSON text message configuring the session (every key optional):
 
     {"type": "start", "model": "<id>", "sample_rate": 16000, "encoding": "pcm_s16le" | "pcm_f32le",
-     ...the model's stream options: "att_context_size": [70, 13], "eou_reset", "head",
-     "language", "task", "initial_prompt", "chunk_s", "left_s", "right_s"}
+     ...the model's stream options (its family's StreamOptions: e.g. a cache-aware Parakeet model's
+     "att_context_size": [70, 13]; any of them: `stream_options()`)}
 
 (the same keys work as query parameters: `/v1/audio/stream?sample_rate=8000`), then binary
 frames of mono PCM (16 kHz s16le unless configured otherwise), of any length, and ends with
@@ -36,11 +36,13 @@ import asyncio
 import json
 import logging
 import tempfile
+from argparse import ArgumentTypeError
 from collections import deque
 from typing import Optional, Union
 
 from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
+from .. import surfaces
 from ..errors import TranscribeError
 from ..streaming import StreamMessages
 from .engine import Engine, NoSuchModel
@@ -48,8 +50,7 @@ from .engine import Engine, NoSuchModel
 log = logging.getLogger("transcribe.server")
 
 ENCODINGS = {"pcm_s16le": 2, "pcm_f32le": 4}
-STREAM_OPTIONS = ("att_context_size", "eou_reset", "head", "language", "task", "initial_prompt", "chunk_s",
-                  "left_s", "right_s")
+SOCKET_OPTIONS = ("model", "sample_rate", "encoding")  # the socket's own; the rest are the model's stream options
 MAX_FRAME_BYTES = 256 * 1024  # 8 s of 16 kHz s16le: a larger frame is a client error
 BACKLOG_S = 3600.0  # audio a session takes ahead of its model before the socket's reads pause
 MEMORY_BYTES = 16 * 1024 * 1024  # of the backlog, kept in memory (the rest goes to a temporary file)
@@ -92,23 +93,25 @@ async def _close_with_error(ws: WebSocket, message: str, code: int) -> None:
 
 
 def _query_config(ws: WebSocket) -> dict:
+    """The query parameters: the socket's own as text, a stream option as its family parses it."""
+    fields = surfaces.stream_fields()
     out: dict = {}
     for key, value in ws.query_params.items():
-        if key == "att_context_size":
-            out[key] = [int(x) for x in value.split(",")]
-        elif key == "eou_reset":
-            out[key] = value.lower() in ("1", "true", "yes")
-        elif key in ("chunk_s", "left_s", "right_s"):
-            out[key] = float(value)
-        else:
-            out[key] = value
+        parse = fields.get(key) if key not in SOCKET_OPTIONS else None
+        out[key] = value if parse is None else parse(value)
     return out
+
+
+def stream_options() -> tuple:
+    """The session options a socket takes besides its own: every family's stream() options (the model
+    refuses those its family does not take)."""
+    return tuple(n for n in surfaces.stream_fields() if n not in SOCKET_OPTIONS)
 
 
 async def _serve(ws: WebSocket, engine: Engine) -> None:
     try:
         config = _query_config(ws)
-    except ValueError as e:
+    except (ValueError, TypeError, ArgumentTypeError) as e:
         raise _BadMessage(f"bad query parameter: {e}") from None
     first = await ws.receive()
     if first["type"] == "websocket.disconnect":
@@ -137,10 +140,11 @@ async def _serve(ws: WebSocket, engine: Engine) -> None:
     if encoding not in ENCODINGS:
         raise _BadMessage(f"encoding must be one of {', '.join(ENCODINGS)}; got {encoding!r}")
     end_now = config.pop("_end_now", False)
-    unknown = sorted(set(config) - set(STREAM_OPTIONS))
+    known = stream_options()
+    unknown = sorted(set(config) - set(known))
     if unknown:
         raise _BadMessage(f"unknown session option{'s' if len(unknown) > 1 else ''}: {', '.join(unknown)} "
-                          f"(known: model, sample_rate, encoding, {', '.join(STREAM_OPTIONS)})")
+                          f"(known: {', '.join(SOCKET_OPTIONS + known)})")
     if not callable(getattr(served.model, "stream", None)):
         raise _BadMessage(f"{served.id} has no streaming session")
     session = await engine.run(lambda: served.model.stream(**config))

@@ -133,6 +133,18 @@ class WhisperStreamOptions(WhisperOptions):
     options for every window."""
 
     chunk_s: Optional[float] = option(None, help="seconds decided per window", parse=float, command=False)
+    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the
+    # library's stream() takes the decoding ones
+    batched: bool = option(False, help="(not for a stream)", parse=parse_bool, command=False, form=None)
+    beam_size: Optional[int] = option(None, help="beam search with N beams (default: greedy)",
+                                      parse=parse_positive_int, command=False)
+    patience: Optional[float] = option(None, help="beam search patience (default: 1.0)", parse=float,
+                                       command=False)
+    temperature: Union[float, Sequence[float], None] = option(None, help="sampling temperature",
+                                                              parse=parse_temperatures, command=False, form=None)
+    temperature_increment: Optional[float] = option(None, help="fallback step after a failed window",
+                                                    parse=float, command=False, form=None)
+    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
     left_s: Optional[float] = option(None, help="seconds of context before a window", parse=float, command=False)
     right_s: Optional[float] = option(None, help="seconds of lookahead after a window", parse=float,
                                       command=False)
