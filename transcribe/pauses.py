@@ -1,26 +1,8 @@
-"""Cut long audio at pauses into pieces a model takes whole.
+"""Voice detection: where a recording has speech and where it pauses.
 
-`split_at_pauses(pcm, sample_rate, max_s=90, min_s=10)` returns contiguous `Piece`s (sample ranges)
-that cover the whole input: nothing is dropped, silence stays in, each piece is at most `max_s` long.
-Any family can use it; the first is IBM Granite Speech NAR, whose LLM editor holds 4096 positions
-(about 3.5-4 minutes of speech), so pieces of at most 60-120 s sit well inside it.
-
-Where a cut goes, for a piece that starts at sample `s` (times from `s`):
-
-1. Pauses (runs of frames without speech, found by a detector) in the window `[min_s, max_s]`.
-   A cut in a pause goes at its middle; in a pause longer than 1 s it goes 0.5 s before the pause's
-   end (so this piece keeps most of the silence and the next begins with half a second of it), as
-   late as the window allows. Each candidate scores its position in seconds plus 10 s per second of
-   silence kept on both sides of the cut (twice the nearer side), counted up to 1 s: a one-second
-   pause wins over a 0.3 s one up to 7 s later, and a later pause wins over an equal earlier one, so
-   pieces are long and few. A pause of at least 0.2 s as detected (about 0.3 s of silence, since
-   the detectors widen speech by 60 ms on each side) always wins over shorter ones.
-2. No pause in the window: the quietest point of its last third (the lowest energy averaged over
-   150 ms, the latest on a tie), which in speech is most likely a gap between words.
-3. Last resort (no frame there): at `max_s` exactly.
-
-When the rest of the audio allows it, the window ends `min_s` before the end of the audio, so the
-last piece is not a sliver.
+`speech_activity(pcm, sample_rate, detector)` gives a detector's frames (`Activity`); `Scan` is what
+cut placement (`transcribe.long_input.split_at_pauses`, which cuts long audio at pauses into pieces
+a model takes whole) reads of one input: its pauses and its energy.
 
 Detectors (`speech_activity(pcm, sample_rate, detector)` gives their frames):
 
@@ -49,7 +31,7 @@ Detectors (`speech_activity(pcm, sample_rate, detector)` gives their frames):
   is found without being imported, since importing it sets PyTorch's thread count for the process.
 - ``"auto"``: silero when its weights are installed and the rate is 16 kHz, else energy.
 
-Bad input (not 1-D, empty, NaN or infinite samples, impossible limits, an unknown detector) raises
+Bad input (not 1-D, empty, NaN or infinite samples, an unknown detector) raises
 `transcribe.errors.TranscribeError`.
 """
 from __future__ import annotations
@@ -68,7 +50,7 @@ import numpy as np
 from .errors import ModelError, TranscribeError
 from .runtime import model_call
 
-__all__ = ["Piece", "Activity", "split_at_pauses", "speech_activity", "DETECTORS"]
+__all__ = ["Activity", "Scan", "check_audio", "speech_activity", "DETECTORS"]
 
 log = logging.getLogger(__name__)
 
@@ -91,26 +73,6 @@ SILERO_ON, SILERO_OFF = 0.5, 0.35
 SILERO_PAD = 2          # frames of padding around speech
 _SILERO_FILE = "silero_vad.jit"
 _SILERO_BLOCK = 4096    # frames (131 s) run through the network at a time
-
-# Cut choice.
-GOOD_PAUSE_S = 0.2      # a pause this long (after hangover: ~0.3 s of silence) beats any shorter one
-FULL_PAUSE_S = 1.0      # silence counted in a pause's score up to this much
-PAUSE_WEIGHT = 10.0     # seconds of position worth one second of silence
-QUIET_SPAN_S = 0.150    # the fallback cut minimizes energy averaged over this span
-
-
-@dataclass(frozen=True)
-class Piece:
-    """Samples `[start, end)` of the input."""
-    start: int
-    end: int
-
-    def __len__(self) -> int:
-        return self.end - self.start
-
-    def seconds(self, sample_rate: int) -> tuple[float, float]:
-        """(start, end) in seconds."""
-        return self.start / sample_rate, self.end / sample_rate
 
 
 @dataclass(frozen=True)
@@ -465,79 +427,47 @@ def _runs(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     return np.flatnonzero(d == 1), np.flatnonzero(d == -1)
 
 
-# ------------------------------------------------------------------------------------------ cuts
-
-def _pause_cut(a: np.ndarray, b: np.ndarray, lo: int, hi: int, s: int, sr: int):
-    """The best cut in pauses [a, b) (samples, sorted, apart) within [lo, hi], or None if none."""
-    i0, i1 = int(np.searchsorted(b, lo, "right")), int(np.searchsorted(a, hi, "left"))
-    if i1 <= i0:
-        return None
-    a, b = a[i0:i1], b[i0:i1]
-    half_full = int(FULL_PAUSE_S * sr) // 2
-    cut = np.clip(np.maximum((a + b) // 2, b - half_full), np.maximum(a, lo), np.minimum(b, hi))
-    quiet = 2 * np.minimum(cut - a, b - cut) / sr  # seconds of silence around the cut
-    score = (cut - s) / sr + PAUSE_WEIGHT * np.minimum(quiet, FULL_PAUSE_S)
-    good = quiet >= GOOD_PAUSE_S
-    if good.any():
-        score = np.where(good, score, -np.inf)
-    return int(cut[int(np.argmax(score))])
 
 
-def _quiet_cut(level: np.ndarray, hop: int, lo: int, hi: int):
-    """The quietest frame centre in the last third of [lo, hi] (the latest on a tie), or None."""
-    start = hi - (hi - lo) // 3
-    f0 = max(0, -(-(start - hop // 2) // hop))   # first frame whose centre is >= start
-    f1 = min(len(level), (hi - hop // 2) // hop + 1)
-    if f1 <= f0:
-        return None
-    seg = level[f0:f1]
-    f = f1 - 1 - int(np.argmin(seg[::-1]))
-    return int(min(hi, max(start, f * hop + hop // 2)))
-
-
-def split_at_pauses(pcm, sample_rate: int = 16000, *, max_s: float = 90.0, min_s: float = 10.0,
-                    detector: str = "auto") -> list[Piece]:
-    """Contiguous pieces covering all of `pcm`, each at most `max_s` seconds, cut at pauses in
-    `[min_s, max_s]` from each piece's start where there are any (see the module's docstring)."""
+def check_audio(pcm, sample_rate: int, detector: str) -> np.ndarray:
+    """`pcm` as a 1-D array of real samples, after checking it, the rate and the detector's name
+    (not yet its package or rate: `Scan` resolves it); raises TranscribeError."""
     x = _check_pcm(pcm, sample_rate)
     _check_detector(detector)
-    for name, v in (("max_s", max_s), ("min_s", min_s)):
-        if isinstance(v, bool) or not isinstance(v, (int, float, np.integer, np.floating)) or not np.isfinite(v):
-            raise TranscribeError(f"{name} must be a finite number of seconds, got {v!r}")
-    if max_s < 1.0:
-        raise TranscribeError(f"max_s must be at least 1 second, got {max_s}")
-    if min_s < 0 or max_s <= min_s:
-        raise TranscribeError(f"need 0 <= min_s < max_s, got min_s={min_s}, max_s={max_s}")
-    name = _resolve(detector, sample_rate)
-    n = len(x)
-    max_n = int(max_s * sample_rate)
-    min_n = max(1, int(min_s * sample_rate))
-    hop = max(1, int(round(HOP_S * sample_rate)))
-    power = _hop_power(x, hop)  # checks for NaN and infinity too
-    if n <= max_n:
-        return [Piece(0, n)]
+    return x
 
-    if name == "silero":
-        speech, frame = _silero_speech(_silero_probs(x)), SILERO_HOP
-    else:
-        speech, frame = _energy_speech(power, hop, sample_rate), hop
-    a, b = _runs(~speech)
-    a, b = a * frame, np.minimum(b * frame, n)
-    level = _moving_mean(power, max(1, int(round(QUIET_SPAN_S * sample_rate / hop))))
 
-    pieces = []
-    s = 0
-    while n - s > max_n:
-        lo, hi = s + min_n, s + max_n
-        if n - min_n >= lo:
-            hi = min(hi, n - min_n)  # leave the last piece at least min_s long
-        cut = _pause_cut(a, b, lo, hi, s, sample_rate)
-        if cut is None:
-            cut = _quiet_cut(level, hop, lo, hi)
-        if cut is None:
-            cut = s + max_n
-        pieces.append(Piece(s, cut))
-        s = cut
-    pieces.append(Piece(s, n))
-    log.debug("split %.1f s into %d pieces (%s detector)", n / sample_rate, len(pieces), name)
-    return pieces
+class Scan:
+    """One input as cut placement reads it (`transcribe.long_input.split_at_pauses`): the detector
+    resolved (silero without its package, or at another rate than 16 kHz, raises) and the energy of
+    every 10 ms hop, read once (which checks for NaN and infinity); its pauses and its smoothed level
+    on demand."""
+
+    def __init__(self, x: np.ndarray, sample_rate: int, detector: str):
+        self.x, self.sample_rate = x, sample_rate
+        self.detector = _resolve(detector, sample_rate)
+        self.hop = max(1, int(round(HOP_S * sample_rate)))
+        self.power = _hop_power(x, self.hop)
+
+    def pauses(self) -> tuple[np.ndarray, np.ndarray]:
+        """Starts and ends (samples, the end exclusive) of the runs without speech: sorted and apart."""
+        if self.detector == "silero":
+            speech, frame = _silero_speech(_silero_probs(self.x)), SILERO_HOP
+        else:
+            speech, frame = _energy_speech(self.power, self.hop, self.sample_rate), self.hop
+        a, b = _runs(~speech)
+        return a * frame, np.minimum(b * frame, len(self.x))
+
+    def level(self, span_s: float) -> np.ndarray:
+        """The mean square of each hop averaged over `span_s` seconds centred on it."""
+        return _moving_mean(self.power, max(1, int(round(span_s * self.sample_rate / self.hop))))
+
+
+def __getattr__(name: str):
+    """`split_at_pauses` and `Piece` moved to `transcribe.long_input` (cut placement); the old
+    spelling still imports them."""
+    if name in ("split_at_pauses", "Piece"):
+        from . import long_input
+
+        return getattr(long_input, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

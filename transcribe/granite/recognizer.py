@@ -1,10 +1,10 @@
 """The Granite Speech NAR recognizer behind `load_model`: audio in, `Transcript` out.
 
 Long audio: the editor holds `max_position_embeddings` (4096) positions, about 3.5-4 minutes of
-speech. An input longer than `max_piece_s` (default 90 s) is cut at pauses (`transcribe.pauses`)
-into pieces that cover it whole; the pieces (of every input of the call) run as batches, and each
-input's pieces are joined back in order. Only a batch's tensors are alive at a time, so a 1-hour
-file transcribes in bounded memory.
+speech. An input longer than `max_piece_s` (default 90 s) is cut at pauses into pieces that cover it
+whole, the pieces (of every input of the call) run as batches by length, and each input's pieces are
+joined back in order: all three through `transcribe.long_input`. Only a batch's tensors are alive at
+a time, so a 1-hour file transcribes in bounded memory.
 
 Word times: the editor's final ids are aligned to the BPE-CTC head's frames (12.5 per second,
 each 80 ms) by a CTC forced alignment (Viterbi, `search.ctc.forced_align`): a token spans the frames
@@ -17,22 +17,24 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional, Union
+from typing import Optional
 
 import numpy as np
 import torch
 
-from ..audio import load_groups, model_input
-from ..errors import ModelError, OptionsNotTaken, TranscribeError
+from .. import long_input
+from ..errors import ModelError, TranscribeError
 from . import KIND
+from ..recognizer import Recognizer
 from ..results import Segment, Token, Transcript, Word
-from ..runtime import release_memory, scoped
+from ..runtime import release_memory
 from ..search.ctc import forced_align
 from ..text.words import TokenSpan, group_segments, group_words
 from .checkpoint import read_checkpoint
 from .config import parse_config
 from .frontend import SAMPLES_PER_FRAME, GraniteFrontEnd
 from .model import GraniteNAR, build
+from .options import GraniteOptions
 from .tokenizer import GraniteTokenizer
 
 log = logging.getLogger("transcribe")
@@ -53,11 +55,14 @@ def check_dtype(device: torch.device, dtype: Optional[torch.dtype]) -> torch.dty
     return dtype
 
 
-class GraniteASR:
-    """A loaded Granite Speech NAR model: `transcribe()` takes paths, bytes or arrays."""
+class GraniteASR(Recognizer):
+    """A loaded Granite Speech NAR model: `transcribe()` takes paths, bytes or arrays (options:
+    `GraniteOptions`)."""
 
     family = "granite"
     kind = KIND
+    Options = GraniteOptions
+    StreamOptions = None  # it edits whole utterances
     sample_rate = 16000
 
     def __init__(self, model: GraniteNAR, tokenizer: GraniteTokenizer, name: str, device: str = "cpu"):
@@ -98,87 +103,53 @@ class GraniteASR:
         """BPE-CTC frames (pooled, 12.5 per second) -> seconds: the one conversion of this family."""
         return frame * self.model.cfg.encoder.bpe_pooling_window * SAMPLES_PER_FRAME / self.sample_rate
 
-    def check_options(self, **options) -> None:
-        """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing)."""
-        self.transcribe([], **options)
+    @property
+    def frame_s(self) -> float:
+        """Seconds per token frame (a BPE-CTC frame: 80 ms)."""
+        return self.frame_seconds(1)
 
-    def stream(self, **options):
-        raise TranscribeError(f"{self.name} is a Granite Speech NAR model: it edits whole utterances and has no "
-                              "streaming session (use a Parakeet or Whisper model for live audio)")
+    def cannot_stream(self) -> str:
+        return (f"{self.name} is a Granite Speech NAR model: it edits whole utterances and has no "
+                "streaming session (use a Parakeet or Whisper model for live audio)")
 
     # ------------------------------------------------------------------------------------------
-    @scoped
-    def transcribe(self, audio, *, batch_size: int = 8, timestamps: bool = True, sample_rate: Optional[int] = None,
-                   max_piece_s: float = 90.0, detector: str = "auto", **options) -> Union[Transcript, list[Transcript]]:
-        """Transcribe one input (a path, bytes, file object or array) or a list of them.
-
-        batch_size: pieces run together. max_piece_s: inputs longer than this are cut at pauses
-        into pieces of at most this length (10-200 s; the editor holds about 3.5-4 minutes).
-        detector: the pause detector ("auto", "energy", "silero"; see transcribe.pauses).
-        sample_rate: the rate of array inputs (default 16 kHz); files carry their own.
-        word_timestamps (Whisper's option) is accepted: words come with the timestamps here."""
-        options.pop("word_timestamps", None)
-        if options:
-            raise OptionsNotTaken(self.name, KIND, options)
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise TranscribeError("batch_size must be a positive integer")
-        if not 10.0 <= float(max_piece_s) <= 200.0:
-            raise TranscribeError(f"max_piece_s must be within 10-200 s (the editor holds about 3.5 minutes), got {max_piece_s}")
-        from ..pauses import DETECTORS
-
-        if detector not in DETECTORS:
-            raise TranscribeError(f"unknown pause detector {detector!r} (one of {', '.join(DETECTORS)})")
-        single = not isinstance(audio, (list, tuple))
-        items = [audio] if single else list(audio)
-        out: list[Optional[Transcript]] = [None] * len(items)
-        for group in load_groups(items, lambda a: model_input(a, self.sample_rate, sample_rate), self.sample_rate):
+    def _transcribe(self, items: list, opts: GraniteOptions) -> list[Transcript]:
+        """The inputs' transcripts (opts checked: `GraniteOptions`). max_piece_s: inputs longer than
+        this are cut at pauses into pieces of at most this length; batch_size: pieces run together;
+        word_timestamps is accepted: words come with the timestamps here."""
+        out: list = [None] * len(items)
+        for group in self.groups(items, opts.sample_rate):
             for i, pcm in group:
                 if len(pcm) < SAMPLES_PER_FRAME:
                     raise TranscribeError(f"input {i + 1}: audio of {len(pcm)} samples is shorter than one Granite "
                                           f"frame ({SAMPLES_PER_FRAME} samples, 20 ms)")
-            pieces = self._pieces(group, max_piece_s, detector)
-            results = self._run(pieces, batch_size, timestamps)
+            pieces = self._pieces(group, opts.max_piece_s, opts.detector)
+            results = self._run(pieces, opts.batch_size, opts.timestamps)
             for i, pcm in group:
                 mine = [(p, r) for p, r in zip(pieces, results) if p[0] == i]
-                out[i] = self._join(mine, len(pcm) / self.sample_rate, timestamps)
-        return out[0] if single else out  # type: ignore[return-value]
+                out[i] = self._join(mine, len(pcm), opts.timestamps)
+        return out
 
     # ------------------------------------------------------------------------------------------
     def _pieces(self, group, max_piece_s: float, detector: str) -> list[tuple[int, int, np.ndarray]]:
-        """(input index, start sample, pcm) of every piece of the group's inputs, in order."""
-        from ..pauses import split_at_pauses
-
+        """(input index, start sample, pcm) of every piece of the group's inputs, in order. Cuts snap
+        down to whole 20 ms frames, so only the input's own tail (under 20 ms, as when it runs whole)
+        is left out of the frames; a piece under one frame joins the one before."""
         pieces = []
-        limit = int(max_piece_s * self.sample_rate)
         for i, pcm in group:
-            if len(pcm) <= limit:
-                pieces.append((i, 0, pcm))
-                continue
-            cuts = split_at_pauses(pcm, self.sample_rate, max_s=max_piece_s, min_s=min(10.0, max_piece_s / 3),
-                                   detector=detector)
-            # Cuts snap down to whole 20 ms frames, so only the input's own tail (under 20 ms, as when
-            # it runs whole) is left out of the frames; a piece under one frame joins the one before.
-            bounds = sorted({c.start - c.start % SAMPLES_PER_FRAME for c in cuts} | {0})
-            bounds = [b for k, b in enumerate(bounds) if k == 0 or b - bounds[k - 1] >= SAMPLES_PER_FRAME]
-            if len(pcm) - bounds[-1] < SAMPLES_PER_FRAME and len(bounds) > 1:
-                bounds.pop()
-            log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / self.sample_rate, len(bounds))
-            for a, b in zip(bounds, bounds[1:] + [len(pcm)]):
-                pieces.append((i, a, pcm[a:b]))
+            spans = long_input.cut_spans(pcm, self.sample_rate, max_piece_s, detector, grain=SAMPLES_PER_FRAME)
+            if len(spans) > 1:
+                log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / self.sample_rate,
+                         len(spans))
+            pieces += [(i, a, pcm[a:b]) for a, b in spans]
         return pieces
 
     def _run(self, pieces, batch_size: int, timestamps: bool) -> list[list[TokenSpan]]:
-        """Token spans (frames counted from each piece's start) of every piece."""
-        order = sorted(range(len(pieces)), key=lambda k: -len(pieces[k][2]))
+        """Token spans (frames counted from each piece's start) of every piece, run in batches by length
+        (at most `batch_size` pieces and MAX_BATCH_AUDIO_S of padded audio)."""
         results: list = [None] * len(pieces)
-        batch: list[int] = []
-        for k in order:
-            padded = len(pieces[batch[0]][2] if batch else pieces[k][2]) * (len(batch) + 1) / self.sample_rate
-            if batch and (len(batch) >= batch_size or padded > MAX_BATCH_AUDIO_S):
-                self._run_batch(pieces, batch, results, timestamps)
-                batch = []
-            batch.append(k)
-        if batch:
+        for batch in long_input.batches(range(len(pieces)), lambda k: len(pieces[k][2]), batch_size,
+                                        MAX_BATCH_AUDIO_S, self.sample_rate):
             self._run_batch(pieces, batch, results, timestamps)
         return results
 
@@ -218,30 +189,27 @@ class GraniteASR:
             spans.append(TokenSpan(i, tok.piece(i), text, start, end, conf))
         return spans
 
-    def _join(self, mine, duration: float, timestamps: bool) -> Transcript:
-        """One input's transcript from its pieces' spans, in order."""
-        tok = self.tokenizer
-        text = tok.decode([s.id for _, spans in mine for s in spans])
-        tokens, words, segments = [], [], []
-        for (_, start, piece), spans in mine:
-            off = start / self.sample_rate
-            end = off + len(piece) / self.sample_rate
+    def _join(self, mine, n_samples: int, timestamps: bool) -> Transcript:
+        """One input's transcript from its pieces' spans, in order (`long_input.join`: times rounded to
+        1 ms; the last 80 ms frame may reach past a piece's end (the tail of its last window is padding),
+        so times stop there). The text is all the input's ids decoded at once."""
+        parts = [self._piece(spans, len(pcm) / self.sample_rate, timestamps) for (_, _, pcm), spans in mine]
+        text = self.tokenizer.decode([s.id for _, spans in mine for s in spans])
+        return long_input.join(parts, [(a, a + len(pcm)) for (_, a, pcm), _ in mine], self.sample_rate, n_samples,
+                               digits=3, clip=True, text=text)
 
-            def at(frame: float) -> float:
-                """Seconds in the input; the last 80 ms frame may reach past the piece's end (the
-                tail of its last window is padding), so times stop there."""
-                return min(round(off + self.frame_seconds(frame), 3), end)
-
-            tokens += [Token(s.id, s.text, at(s.start), at(s.end), s.confidence, piece=s.piece) for s in spans]
-            if not timestamps or not spans:
-                continue
-            # a word starts at a token whose text starts with a space (byte-level BPE's "Ġ")
-            grouping = [TokenSpan(s.id, s.piece if s.text.startswith(" ") else s.text, s.text, s.start, s.end,
-                                  s.confidence) for s in spans]
-            wspans = group_words(grouping, tok.decode, PUNCTUATION)
-            piece_words = [Word(w.word.strip(), at(w.start), at(w.end), w.confidence) for w in wspans]
-            word_of = {id(w): piece_words[n] for n, w in enumerate(wspans)}
-            segments += [Segment(sg.text.strip(), at(sg.start), at(sg.end), [word_of[id(w)] for w in sg.words])
-                         for sg in group_segments(wspans)]
-            words += piece_words
-        return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=tokens, model=self.name)
+    def _piece(self, spans: list[TokenSpan], duration: float, timestamps: bool) -> Transcript:
+        """One piece's transcript, its times in seconds from the piece's start, not rounded."""
+        at = self.frame_seconds
+        tokens = [Token(s.id, s.text, at(s.start), at(s.end), s.confidence, piece=s.piece) for s in spans]
+        if not timestamps or not spans:
+            return Transcript(text="", duration=duration, tokens=tokens, model=self.name)
+        # a word starts at a token whose text starts with a space (byte-level BPE's "Ġ")
+        grouping = [TokenSpan(s.id, s.piece if s.text.startswith(" ") else s.text, s.text, s.start, s.end,
+                              s.confidence) for s in spans]
+        wspans = group_words(grouping, self.tokenizer.decode, PUNCTUATION)
+        words = [Word(w.word.strip(), at(w.start), at(w.end), w.confidence) for w in wspans]
+        word_of = {id(w): words[n] for n, w in enumerate(wspans)}
+        segments = [Segment(sg.text.strip(), at(sg.start), at(sg.end), [word_of[id(w)] for w in sg.words])
+                    for sg in group_segments(wspans)]
+        return Transcript(text="", duration=duration, segments=segments, words=words, tokens=tokens, model=self.name)

@@ -1,15 +1,15 @@
 """The work of a batch job, wherever it runs (this process, a worker process, a Ray actor).
 
 A `Worker` holds one loaded model. It decodes inputs, cuts long ones at pauses
-(`transcribe/pauses.py`) into pieces of at most `piece_s` seconds, transcribes lists of pieces in
-batches, and says for each what came out: a `Transcript` as a dict, or the reason it failed. A
-failure is the input's alone: a batch the model refuses is retried one input at a time, so one bad
-input never fails its neighbours.
+(`transcribe.long_input.cut_spans`) into pieces of at most `piece_s` seconds, transcribes lists of
+pieces in batches, and says for each what came out: a `Transcript` as a dict, or the reason it
+failed. A failure is the input's alone: a batch the model refuses is retried one input at a time, so
+one bad input never fails its neighbours.
 
-`join(...)` puts the transcripts of an input's pieces back together: texts joined by a space,
-segments, words and tokens shifted by their piece's start. Cuts fall on multiples of 80 ms (`GRANULE_S`:
-Parakeet's and Granite's encoder frame, four of Whisper's 20 ms timestamp steps), so a token's
-encoder frame shifts by a whole number too.
+`join(...)` puts the transcripts (dicts) of an input's pieces back together through
+`transcribe.long_input.join`: texts joined by a space, segments, words and tokens shifted by their
+piece's start. Cuts fall on multiples of 80 ms (`GRANULE_S`: Parakeet's and Granite's encoder frame,
+four of Whisper's 20 ms timestamp steps), so a token's encoder frame shifts by a whole number too.
 """
 from __future__ import annotations
 
@@ -19,9 +19,10 @@ from typing import Optional
 
 import numpy as np
 
+from .. import long_input
 from ..errors import TranscribeError
-
-GRANULE_S = 0.08
+from ..long_input import GRANULE_S
+from ..results import Transcript
 
 
 @dataclass(frozen=True)
@@ -154,52 +155,12 @@ def piece_error(k: int, n: int, span: tuple[int, int], rate: int, err: str) -> s
 
 
 def cut_points(pcm: np.ndarray, rate: int, piece_s: float, detector: str = "auto") -> list[tuple[int, int]]:
-    n = len(pcm)
-    if not piece_s or n <= piece_s * rate:
-        return [(0, n)]
-    from ..pauses import split_at_pauses
-
-    pieces = split_at_pauses(pcm, rate, max_s=piece_s, min_s=min(10.0, piece_s / 3), detector=detector)
-    grain = max(1, int(round(GRANULE_S * rate)))
-    bounds = [0]
-    for p in pieces[:-1]:
-        cut = int(p.end // grain) * grain  # down to the grid: a piece never grows past piece_s
-        if cut > bounds[-1]:
-            bounds.append(cut)
-    bounds.append(n)
-    return [(a, b) for a, b in zip(bounds[:-1], bounds[1:]) if b > a]
+    """`long_input.cut_spans` on the 80 ms grid (`GRANULE_S`); piece_s 0: never cut."""
+    return long_input.cut_spans(pcm, rate, piece_s, detector, grain=max(1, int(round(GRANULE_S * rate))))
 
 
 def join(parts: list[dict], starts: list[int], n_samples: int, rate: int, frame_s: Optional[float] = None) -> dict:
-    """One transcript (a dict) from its pieces' transcripts, each placed at its start sample;
+    """One transcript (a dict) from its pieces' transcripts (dicts), each placed at its start sample;
     `frame_s`: the encoder frame's length, by which token frames shift (None: frames dropped)."""
-    out = {"text": "", "language": None, "duration": n_samples / rate, "model": "", "segments": [],
-           "words": [], "tokens": [], "nbest": None}
-    texts = []
-    for d, start in zip(parts, starts):
-        off = start / rate
-        if d.get("text"):
-            texts.append(d["text"])
-        out["model"] = out["model"] or d.get("model", "")
-        out["language"] = out["language"] or d.get("language")
-        for s in d.get("segments") or []:
-            s = dict(s, start=_r(s["start"] + off), end=_r(s["end"] + off))
-            s["words"] = [_shift(w, off) for w in s.get("words") or []]
-            out["segments"].append(s)
-        out["words"] += [_shift(w, off) for w in d.get("words") or []]
-        shift_frames = int(round(off / frame_s)) if frame_s else 0
-        for t in d.get("tokens") or []:
-            t = _shift(t, off)
-            if t.get("frame") is not None:
-                t["frame"] = t["frame"] + shift_frames if frame_s else None
-            out["tokens"].append(t)
-    out["text"] = " ".join(texts).strip()
-    return out
-
-
-def _r(x: float) -> float:
-    return round(float(x), 6)
-
-
-def _shift(d: dict, off: float) -> dict:
-    return dict(d, start=_r(d["start"] + off), end=_r(d["end"] + off))
+    spans = list(zip(starts, list(starts[1:]) + [n_samples]))
+    return long_input.join([Transcript.from_dict(d) for d in parts], spans, rate, n_samples, frame_s=frame_s).to_dict()

@@ -6,7 +6,7 @@ the other: where a window starts depends on the timestamps the previous one ende
 window is conditioned on the text before it, so nothing can run ahead. Here (as faster-whisper's
 BatchedInferencePipeline does) the windows are fixed first:
 
-- `transcribe.pauses.split_at_pauses(max_s=30, min_s=...)` cuts the audio at pauses (Silero VAD
+- `transcribe.long_input.cut_spans(max_s=30, min_s=...)` cuts the audio at pauses (Silero VAD
   when the silero-vad package is installed, else an energy detector) into contiguous pieces of at
   most 30 s that cover it whole; silence stays in.
 - Up to `batch_size` pieces go through the encoder (on a CPU window by window, see
@@ -28,22 +28,19 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..pauses import split_at_pauses
+from ..long_input import batches, cut_spans
 from ..results import Segment, Transcript
 from .lockstep import batched_greedy, encode_windows, row
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .transcribe import add_words, decode_with_fallback, window_segments
 
 MAX_WINDOW_S = 30.0
-MIN_WINDOW_S = 15.0  # a cut is looked for between 15 and 30 s into each window (pauses.py)
+MIN_WINDOW_S = 15.0  # a cut is looked for between 15 and 30 s into each window (long_input.py)
 
 
 def windows_of(pcm: np.ndarray, sample_rate: int, detector: str = "auto") -> list[tuple[int, int]]:
     """(start, end) samples of the windows: pieces cut at pauses, at most 30 s each, covering all."""
-    if len(pcm) <= WHISPER_CHUNK_SAMPLES:
-        return [(0, len(pcm))]
-    return [(p.start, p.end) for p in split_at_pauses(pcm, sample_rate, max_s=MAX_WINDOW_S, min_s=MIN_WINDOW_S,
-                                                      detector=detector)]
+    return cut_spans(pcm, sample_rate, MAX_WINDOW_S, detector, min_s=MIN_WINDOW_S)
 
 
 def transcribe_pieces(asr, pcm: np.ndarray, language, task, initial_prompt, no_speech_threshold, logprob_threshold,
@@ -63,8 +60,7 @@ def transcribe_pieces(asr, pcm: np.ndarray, language, task, initial_prompt, no_s
     all_tokens: list[int] = []
     token_list: list = []
     last_speech = 0.0
-    for g in range(0, len(spans), batch_size):
-        group = spans[g : g + batch_size]
+    for group in batches(spans, lambda s: s[1] - s[0], batch_size, longest_first=False):  # in time order
         mels = [window_mel(asr, pcm[a:b]) for a, b in group]
         cross = encode_windows(asr, mels)
         firsts = [None] * len(group)
