@@ -122,11 +122,10 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
     """enc_proj [B, T, H] -> per utterance its N-best list, the best with token log-probs and
     confidences recomputed along its path."""
     steps = recognizer.transducer_steps()
-    max_symbols = recognizer.model.max_symbols  # the model's config (greedy.max_symbols), as greedy decoding
     try:
         if opts.beam == "malsd":
             hot = opts.hotwords.to(enc_proj.device) if opts.hotwords is not None else None
-            lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size, max_symbols=max_symbols,
+            lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size,
                                       score_norm=opts.score_norm, hotwords=hot, confidence=confidence)
         elif opts.beam == "maes":
             lists = [maes_search.maes(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size,
@@ -135,7 +134,7 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
         else:
             fn = transducer_beam.tdt_beam if steps.durations is not None else transducer_beam.rnnt_beam
             lists = [fn(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size, score_norm=opts.score_norm,
-                        max_symbols=max_symbols, hotwords=opts.hotwords)
+                        hotwords=opts.hotwords)
                      for i in range(enc_proj.shape[0])]
     except ValueError as e:
         raise TranscribeError(f"{recognizer.name}: {e}") from None
