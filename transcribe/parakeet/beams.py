@@ -109,10 +109,10 @@ def _language_model(lm):
 def search_ctc(recognizer, logp: torch.Tensor, lengths: torch.Tensor, opts: BeamOptions, confidence: str) -> list[list[Decoded]]:
     hot = opts.hotwords.to(logp.device) if opts.hotwords is not None else None
     try:
-        return ctc_beam.beam_search_batch(
-            logp, lengths, recognizer.model.blank, beam_size=opts.beam_size, lm=opts.lm, lm_weight=opts.lm_weight,
+        return ctc_beam.beam_search_batch(logp, lengths, recognizer.model.blank, ctc_beam.CtcBeamOptions(
+            beam_size=opts.beam_size, lm=opts.lm, lm_weight=opts.lm_weight,
             pieces=recognizer.tokenizer.pieces if opts.lm is not None else None, hotwords=hot,
-            confidence=confidence)
+            confidence=confidence))
     except ValueError as e:
         raise TranscribeError(f"{recognizer.name}: {e}") from None
 
