@@ -169,7 +169,8 @@ class ParakeetASR:
             batch_size = self.default_batch_size
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise TranscribeError(f"batch_size must be a positive integer, got {batch_size!r}")
-        search = beams.options(self, head, beam_size, nbest, beam, score_norm, hotwords, hotword_weight, lm, lm_weight)
+        search = beams.options(self, head, beams.BeamRequest(beam_size, nbest, beam, score_norm, hotwords, hotword_weight,
+                                                             lm, lm_weight))
         out: list[Optional[Transcript]] = [None] * len(items)
         for group in load_groups(items, lambda a: model_input(a, self.sample_rate, sample_rate), self.sample_rate):
             for batch in self._batches(group, batch_size, attention):
