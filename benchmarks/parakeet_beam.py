@@ -84,23 +84,17 @@ def main(argv=None) -> int:
         steps = model.transducer_steps()
         T = int(enc_len[0])
 
-        def merge(mask, new, old):
-            return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
-
         def with_details(nb):
             beams.path_details(enc_proj[0], steps, nb[0], "entropy")
             return nb[0].ids
 
         searches = {
-            "greedy": lambda: transducer.greedy_batch(enc_proj, enc_len, steps.predict, steps.joint, merge,
-                                                      steps.init_state(1), steps.blank, steps.durations, 10, None)[0].ids,
+            "greedy": lambda: transducer.greedy_batch(enc_proj, enc_len, steps, None)[0].ids,
             "malsd": lambda: malsd.malsd_batch(enc_proj, enc_len, steps, beam_size=k)[0][0].ids,
             "default": lambda: transducer_beam.tdt_beam(enc_proj[0], T, steps, beam_size=k)[0].ids,
             "maes": lambda: maes.maes(enc_proj[0], T, steps, beam_size=k)[0].ids,
             # as transcribe() runs them: token log-probs and entropy confidences of the result
-            "greedy+conf": lambda: transducer.greedy_batch(enc_proj, enc_len, steps.predict, steps.joint, merge,
-                                                           steps.init_state(1), steps.blank, steps.durations, 10,
-                                                           "entropy")[0].ids,
+            "greedy+conf": lambda: transducer.greedy_batch(enc_proj, enc_len, steps, "entropy")[0].ids,
             "malsd+conf": lambda: malsd.malsd_batch(enc_proj, enc_len, steps, beam_size=k, confidence="entropy")[0][0].ids,
             "default+conf": lambda: with_details(transducer_beam.tdt_beam(enc_proj[0], T, steps, beam_size=k)),
             "maes+conf": lambda: with_details(maes.maes(enc_proj[0], T, steps, beam_size=k)),

@@ -186,8 +186,7 @@ def realistic_joint(asr, enc_frames, steps, tokens_target: float, original: dict
             last.bias[blank] = base + b
         m.joint.__dict__.pop("_t", None)
         with torch.inference_mode():
-            toks, _ = stream_greedy.transducer_chunk(projected, steps, stream_greedy.initial_carry(steps),
-                                                     max_symbols=m.max_symbols, confidence=None)
+            toks, _ = stream_greedy.transducer_chunk(projected, steps, stream_greedy.initial_carry(steps), confidence=None)
         tried[b] = len(toks)
         return tried[b]
 
@@ -269,8 +268,8 @@ def time_components(asr, sched, chunks, steps, reset_ids, threads: int) -> dict:
             t1 = time.perf_counter()
             with torch.inference_mode():
                 proj = asr.project_encoder(enc[None])[0]
-                toks, carry = stream_greedy.transducer_chunk(proj, steps, carry, max_symbols=m.max_symbols,
-                                                             confidence="entropy", reset_ids=reset_ids)
+                toks, carry = stream_greedy.transducer_chunk(proj, steps, carry, confidence="entropy",
+                                                             reset_ids=reset_ids)
             t2 = time.perf_counter()
             c2 = time.thread_time()
             if i >= start:
@@ -375,8 +374,7 @@ def profile_cell(asr, sched, chunks, steps, reset_ids, threads: int, rows: int) 
                 enc = cache_aware.stream_step(m.encoder, feats, cache, sched, drop_extra_pre_encoded=drop)
                 with torch.inference_mode():
                     _, carry = stream_greedy.transducer_chunk(asr.project_encoder(enc[None])[0], steps, carry,
-                                                              max_symbols=m.max_symbols, confidence="entropy",
-                                                              reset_ids=reset_ids)
+                                                              confidence="entropy", reset_ids=reset_ids)
             with profile(activities=[ProfilerActivity.CPU]) as prof:
                 for feats, drop in chunks[start:]:
                     t0 = time.perf_counter()
@@ -384,8 +382,8 @@ def profile_cell(asr, sched, chunks, steps, reset_ids, threads: int, rows: int) 
                         enc = cache_aware.stream_step(m.encoder, feats, cache, sched, drop_extra_pre_encoded=drop)
                         with record_function(L["dec"]), torch.inference_mode():
                             _, carry = stream_greedy.transducer_chunk(
-                                asr.project_encoder(enc[None])[0], steps, carry, max_symbols=m.max_symbols,
-                                confidence="entropy", reset_ids=reset_ids)
+                                asr.project_encoder(enc[None])[0], steps, carry, confidence="entropy",
+                                reset_ids=reset_ids)
                     walls.append(time.perf_counter() - t0)
     finally:
         for name, fn in saved_fns.items():

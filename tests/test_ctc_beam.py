@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from tests import beam_refs as br
-from transcribe.search.ctc_beam import beam_search, beam_search_batch
+from transcribe.search.ctc_beam import CtcBeamOptions, beam_search, beam_search_batch
 
 CTC_STEMS = ["tiny-ctc-fit", "tiny-hybrid-tdt-ctc-fit"]
 
@@ -47,8 +47,8 @@ def test_nemo_beam_batch_parity(stem, i):
     logp = br.ctc_logp(stem, run["clip"])
     length = _clip_length(stem, run["clip"])
     opts = run["options"]
-    out = beam_search(logp, length, ref["blank"], beam_size=run["beam_size"],
-                      beam_beta=opts["beam_beta"], beam_threshold=opts["beam_threshold"])
+    out = beam_search(logp, length, ref["blank"], CtcBeamOptions(beam_size=run["beam_size"], beam_beta=opts["beam_beta"],
+                                                                 beam_threshold=opts["beam_threshold"]))
     hyps = run["hypotheses"]
     assert [h.ids for h in out] == [h["tokens"] for h in hyps]
     assert len(out) == len(hyps)
@@ -84,9 +84,9 @@ def test_batch_matches_single_utterances():
     for b, lp in enumerate(lps):
         batch[b, : lens[b]] = lp[: lens[b]]
     for k in (1, 4, 8):
-        together = beam_search_batch(batch, torch.tensor(lens), blank, beam_size=k)
+        together = beam_search_batch(batch, torch.tensor(lens), blank, CtcBeamOptions(beam_size=k))
         for b in range(2):
-            alone = beam_search(lps[b], lens[b], blank, beam_size=k)
+            alone = beam_search(lps[b], lens[b], blank, CtcBeamOptions(beam_size=k))
             assert [(h.ids, h.frames, h.durations, h.score) for h in together[b]] == \
                    [(h.ids, h.frames, h.durations, h.score) for h in alone]
 
@@ -121,7 +121,7 @@ def test_wide_beam_is_the_exact_viterbi_over_path_groups():
     T, L, blank = 4, 3, 2
     logp = torch.randn(T, L).log_softmax(-1)
     want = _brute_force(logp, blank, beta=0.7)
-    out = beam_search(logp, T, blank, beam_size=64, beam_beta=0.7, beam_threshold=1e9)
+    out = beam_search(logp, T, blank, CtcBeamOptions(beam_size=64, beam_beta=0.7, beam_threshold=1e9))
     assert len(out) == len(want)
     for h, (score, path) in zip(out, want):
         assert h.score == pytest.approx(score, abs=1e-5)
@@ -145,21 +145,21 @@ def test_repeat_needs_a_blank_and_beta_counts_tokens():
     # Frames: a, a, blank, a. Greedy-style collapse gives "a a" only through the blank.
     a, blank = 0, 1
     logp = _table([[0.9, 0.1], [0.9, 0.1], [0.1, 0.9], [0.9, 0.1]])
-    best = beam_search(logp, 4, blank, beam_size=4, beam_beta=0.0)[0]
+    best = beam_search(logp, 4, blank, CtcBeamOptions(beam_size=4, beam_beta=0.0))[0]
     assert best.ids == [a, a]
     assert best.frames == [0, 3] and best.durations == [2, 1]
     acoustic = float(logp[0, 0] + logp[1, 0] + logp[2, 1] + logp[3, 0])
     assert best.score == pytest.approx(acoustic, abs=1e-6)
-    with_beta = beam_search(logp, 4, blank, beam_size=4, beam_beta=2.5)[0]
+    with_beta = beam_search(logp, 4, blank, CtcBeamOptions(beam_size=4, beam_beta=2.5))[0]
     assert with_beta.ids == [a, a] and with_beta.score == pytest.approx(acoustic + 5.0, abs=1e-5)
 
 
 def test_threshold_prunes_and_beam_one_is_greedy_with_beta():
     logp = _table([[0.6, 0.3, 0.1], [0.2, 0.2, 0.6]])
     # A tiny threshold: only the best candidate survives each frame.
-    out = beam_search(logp, 2, 2, beam_size=4, beam_threshold=1e-3)
+    out = beam_search(logp, 2, 2, CtcBeamOptions(beam_size=4, beam_threshold=1e-3))
     assert len(out) == 1
-    one = beam_search(logp, 2, 2, beam_size=1, beam_beta=0.0)
+    one = beam_search(logp, 2, 2, CtcBeamOptions(beam_size=1, beam_beta=0.0))
     assert [h.ids for h in one] == [[0]]
 
 
@@ -167,7 +167,7 @@ def test_empty_utterance_and_confidences():
     logp = _table([[0.5, 0.5]])
     (h,) = beam_search(logp, 0, 1)
     assert h.ids == [] and h.score == 0.0
-    (h, *_) = beam_search(logp.new_tensor([[0.0, -5.0], [0.0, -5.0]]).log_softmax(-1), 2, 1, confidence="entropy")
+    (h, *_) = beam_search(logp.new_tensor([[0.0, -5.0], [0.0, -5.0]]).log_softmax(-1), 2, 1, CtcBeamOptions(confidence="entropy"))
     assert h.ids == [0] and len(h.confidences) == 1 and 0.0 <= h.confidences[0] <= 1.0
 
 
@@ -184,8 +184,9 @@ def test_argument_errors(kwargs, match):
     logp = _table([[0.5, 0.5], [0.5, 0.5]])
     kw = dict(blank=1)
     kw.update(kwargs)
+    blank = kw.pop("blank")
     with pytest.raises(ValueError, match=match):
-        beam_search(logp, 2, **kw)
+        beam_search(logp, 2, blank, CtcBeamOptions(**kw))
 
 
 def test_non_finite_and_shape_errors():
@@ -222,9 +223,9 @@ def test_batch_independence_with_lm_and_hotwords():
     for b, lp in enumerate(lps):
         batch[b, : len(lp)] = lp
     kw = dict(beam_size=5, lm=lm, pieces=pieces, hotwords=trie, lm_weight=0.7, word_bonus=0.5)
-    together = beam_search_batch(batch, [len(lp) for lp in lps], 5, **kw)
+    together = beam_search_batch(batch, [len(lp) for lp in lps], 5, CtcBeamOptions(**kw))
     for b, lp in enumerate(lps):
-        alone = beam_search(lp, len(lp), 5, **kw)
+        alone = beam_search(lp, len(lp), 5, CtcBeamOptions(**kw))
         assert [(h.ids, h.frames, h.score) for h in together[b]] == [(h.ids, h.frames, h.score) for h in alone]
         assert len(alone) >= 2
         for h in alone:  # the score is the documented sum of its terms
@@ -245,7 +246,7 @@ def test_thirty_minutes_of_frames_decode_without_error():
     g = torch.Generator().manual_seed(0)
     n, vocab = 22500, 32
     logp = torch.log_softmax(torch.randn(n, vocab + 1, generator=g) * 3, dim=-1)
-    got = beam_search(logp, n, vocab, beam_size=4)
+    got = beam_search(logp, n, vocab, CtcBeamOptions(beam_size=4))
     assert len(got) == 4
     best = got[0]
     assert best.ids and all(0 <= f < n for f in best.frames) and best.frames == sorted(best.frames)

@@ -7,7 +7,7 @@ import random
 import pytest
 import torch
 
-from transcribe.search.ctc_beam import beam_search
+from transcribe.search.ctc_beam import CtcBeamOptions, beam_search
 from transcribe.search.hotwords import HotwordTrie, phrases_to_ids
 
 A, B, C, D, X = 0, 1, 2, 3, 4
@@ -130,7 +130,7 @@ W_STAR = math.log(0.7 / 0.2) / 2
 def _ctc(weight, phrases=((A, B),), **kw):
     logp = torch.tensor(CTC_TABLE, dtype=torch.float64).log().float()
     trie = HotwordTrie(phrases, weight=weight, n_tokens=3) if weight is not None else None
-    return logp, beam_search(logp, 2, 3, beam_size=4, hotwords=trie, **kw)
+    return logp, beam_search(logp, 2, 3, CtcBeamOptions(beam_size=4, hotwords=trie, **kw))
 
 
 @pytest.mark.parametrize("beta", [1.0, 0.0])
@@ -166,4 +166,4 @@ def test_unfinished_hotword_is_taken_back_at_the_end():
 def test_hotword_tables_must_fit_the_vocabulary():
     logp = torch.tensor(CTC_TABLE).log()
     with pytest.raises(ValueError, match="hotword"):
-        beam_search(logp, 2, 3, hotwords=HotwordTrie([[A]], weight=1.0, n_tokens=9))
+        beam_search(logp, 2, 3, CtcBeamOptions(hotwords=HotwordTrie([[A]], weight=1.0, n_tokens=9)))

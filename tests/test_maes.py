@@ -22,7 +22,7 @@ import pytest
 import torch
 
 from transcribe.search import hotwords
-from transcribe.search.maes import maes
+from transcribe.search.maes import MaesOptions, maes
 from transcribe.search.steps import TransducerSteps
 
 from . import beam_refs as br
@@ -62,7 +62,8 @@ def frames(n: int) -> torch.Tensor:
 
 
 def run(table, durations=None, **kw):
-    return maes(frames(table.shape[0]), table.shape[0], table_steps(table, durations), **kw)
+    knobs = {k: kw.pop(k) for k in ("num_steps", "prefix_alpha", "expansion_beta", "expansion_gamma") if k in kw}
+    return maes(frames(table.shape[0]), table.shape[0], table_steps(table, durations), options=MaesOptions(**knobs), **kw)
 
 
 def blank_table(n_frames: int, n_labels: int, n_durations: int = 0) -> torch.Tensor:
@@ -111,9 +112,9 @@ def test_nemo_parity(stem, head, i):
     r = br.runs(stem, head, "maes")[i]
     o = r["options"]
     enc = br.projected(stem, r["clip"])
-    nbest = maes(enc, enc.shape[0], br.steps(stem), beam_size=r["beam_size"], num_steps=o["maes_num_steps"],
-                 prefix_alpha=o["maes_prefix_alpha"], expansion_beta=o["maes_expansion_beta"],
-                 expansion_gamma=o["maes_expansion_gamma"], score_norm=r["score_norm"])
+    knobs = MaesOptions(num_steps=o["maes_num_steps"], prefix_alpha=o["maes_prefix_alpha"],
+                        expansion_beta=o["maes_expansion_beta"], expansion_gamma=o["maes_expansion_gamma"])
+    nbest = maes(enc, enc.shape[0], br.steps(stem), beam_size=r["beam_size"], options=knobs, score_norm=r["score_norm"])
     ref = r["hypotheses"]
     assert [h.ids for h in nbest] == [h["tokens"] for h in ref]
     for ours, theirs in zip(nbest, ref):
@@ -344,7 +345,7 @@ def test_thirty_minutes_tdt_terminates():
     tab[:20, :, V] -= 10.0
     tab[:20, :, V + 1] += 12.0
     enc = (torch.arange(T) % P).float()[:, None]
-    out = maes(enc, T, table_steps(tab, (0, 1, 2, 3, 4)), beam_size=4, num_steps=2)
+    out = maes(enc, T, table_steps(tab, (0, 1, 2, 3, 4)), beam_size=4, options=MaesOptions(num_steps=2))
     assert 1 <= len(out) <= 4
     for h in out:
         per_frame = Counter(h.frames)
@@ -359,7 +360,7 @@ def test_long_rnnt_bounds_labels_per_frame():
     tab = torch.randn(P, V + 1, V + 1, generator=g) * 2
     tab[::5, :, V] -= 10.0  # labels everywhere on every 5th row
     enc = (torch.arange(T) % P).float()[:, None]
-    out = maes(enc, T, table_steps(tab), beam_size=4, num_steps=3)
+    out = maes(enc, T, table_steps(tab), beam_size=4, options=MaesOptions(num_steps=3))
     for h in out:
         assert max(Counter(h.frames).values()) == 3
 

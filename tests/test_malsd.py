@@ -15,6 +15,7 @@ written down by hand.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from types import SimpleNamespace
 
 import pytest
@@ -22,7 +23,7 @@ import torch
 
 from transcribe.search.hotwords import HotwordTrie
 from transcribe.search.malsd import malsd_batch
-from transcribe.search.steps import TransducerSteps
+from transcribe.search.steps import DEFAULT_MAX_SYMBOLS, TransducerSteps
 
 from . import beam_refs as br
 
@@ -43,7 +44,7 @@ def table_steps(table: torch.Tensor, blank: int, durations=None) -> TransducerSt
                            tuple(durations) if durations is not None else None)
 
 
-def decode_tables(tables: list[torch.Tensor], blank: int, durations=None, **kw):
+def decode_tables(tables: list[torch.Tensor], blank: int, durations=None, max_symbols=DEFAULT_MAX_SYMBOLS, **kw):
     """One utterance per table [T_u, V+1, V+1(+D)], decoded as one batch."""
     t_max = max(1, max(t.shape[0] for t in tables))
     width = tables[0].shape[-1]
@@ -54,7 +55,7 @@ def decode_tables(tables: list[torch.Tensor], blank: int, durations=None, **kw):
         enc[u, :t.shape[0], 0] = torch.arange(start, start + t.shape[0], dtype=torch.float32)
         start += t.shape[0]
     lengths = torch.tensor([t.shape[0] for t in tables])
-    return malsd_batch(enc, lengths, table_steps(rows, blank, durations), **kw)
+    return malsd_batch(enc, lengths, replace(table_steps(rows, blank, durations), max_symbols=max_symbols), **kw)
 
 
 def logp_row(**probs) -> list[float]:
@@ -83,8 +84,8 @@ def test_nemo_parity(stem, head, i):
     run = br.runs(stem, head, "malsd_batch")[i]
     assert run["options"].get("max_symbols", 10) == 10
     enc = br.projected(stem, run["clip"])[None]
-    got = malsd_batch(enc, torch.tensor([enc.shape[1]]), br.steps(stem), beam_size=run["beam_size"],
-                      max_symbols=10, score_norm=run["score_norm"])[0]
+    got = malsd_batch(enc, torch.tensor([enc.shape[1]]), replace(br.steps(stem), max_symbols=10),
+                      beam_size=run["beam_size"], score_norm=run["score_norm"])[0]
     ref = run["hypotheses"]
     assert [h.ids for h in got] == [r["tokens"] for r in ref]
     for h, r in zip(got, ref):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from transcribe.search.ctc_beam import beam_search
+from transcribe.search.ctc_beam import CtcBeamOptions, beam_search
 from transcribe.search.ngram import LN10, NGramLM, load_arpa
 
 ARPA = Path(__file__).resolve().parent / "fixtures" / "lm" / "tiny3.arpa"
@@ -141,7 +141,7 @@ W_STAR = GAP / LM_GAP
 
 def _lm_beam(lm, **kw):
     logp = torch.tensor(LM_TABLE, dtype=torch.float64).log().float()
-    return logp, beam_search(logp, 3, 4, beam_size=4, lm=lm, pieces=PIECES, **kw)
+    return logp, beam_search(logp, 3, 4, CtcBeamOptions(beam_size=4, lm=lm, pieces=PIECES, **kw))
 
 
 def test_lm_changes_the_ctc_winner(lm):
@@ -167,7 +167,8 @@ def test_lm_words_span_tokens(lm):
     pieces = ["\u2581the", "\u2581c", "at", "\u2581sat", "<blank>"]
     logp = torch.tensor([[0.9, 0.02, 0.02, 0.02, 0.04], [0.02, 0.9, 0.02, 0.02, 0.04],
                          [0.02, 0.02, 0.9, 0.02, 0.04], [0.02, 0.02, 0.02, 0.9, 0.04]]).log()
-    (best, *_) = beam_search(logp, 4, 4, beam_size=4, lm=lm, pieces=pieces, lm_weight=1.0, word_bonus=0.0, beam_beta=0.0)
+    (best, *_) = beam_search(logp, 4, 4, CtcBeamOptions(beam_size=4, lm=lm, pieces=pieces, lm_weight=1.0, word_bonus=0.0,
+                                                        beam_beta=0.0))
     assert best.ids == [0, 1, 2, 3]
     assert best.score == pytest.approx(float(sum(logp[t, t] for t in range(4))) - 0.8 * LN10, abs=1e-5)
 
@@ -175,8 +176,8 @@ def test_lm_words_span_tokens(lm):
 def test_lm_argument_errors(lm):
     logp = torch.tensor(LM_TABLE).log()
     with pytest.raises(ValueError, match="pieces"):
-        beam_search(logp, 3, 4, lm=lm)
+        beam_search(logp, 3, 4, CtcBeamOptions(lm=lm))
     with pytest.raises(ValueError, match="pieces"):
-        beam_search(logp, 3, 4, lm=lm, pieces=PIECES[:3])
+        beam_search(logp, 3, 4, CtcBeamOptions(lm=lm, pieces=PIECES[:3]))
     with pytest.raises(ValueError, match="lm_weight"):
-        beam_search(logp, 3, 4, lm=lm, pieces=PIECES, lm_weight=math.inf)
+        beam_search(logp, 3, 4, CtcBeamOptions(lm=lm, pieces=PIECES, lm_weight=math.inf))

@@ -3,6 +3,7 @@ every way of cutting the frames into chunks; the decoder reset after an end-of-u
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import torch
 
@@ -22,19 +23,15 @@ def _cuts(n, rng):
 
 
 def _whole(enc, steps, max_symbols):
-    def merge(mask, new, old):
-        return torch.where(mask, new, old)
-
-    return greedy_batch(enc[None], torch.tensor([enc.shape[0]]), steps.predict, steps.joint, merge,
-                        steps.init_state(1), steps.blank, steps.durations, max_symbols, "entropy")[0]
+    return greedy_batch(enc[None], torch.tensor([enc.shape[0]]), replace(steps, max_symbols=max_symbols), "entropy")[0]
 
 
 def _chunked(enc, steps, cuts, max_symbols, reset_ids=frozenset()):
+    steps = replace(steps, max_symbols=max_symbols)
     carry = stream_greedy.initial_carry(steps)
     out = []
     for a, b in cuts:
-        toks, carry = stream_greedy.transducer_chunk(enc[a:b], steps, carry, max_symbols=max_symbols,
-                                                     reset_ids=reset_ids)
+        toks, carry = stream_greedy.transducer_chunk(enc[a:b], steps, carry, reset_ids=reset_ids)
         out += [(t.id, t.frame + a, t.duration, round(t.confidence, 5)) for t in toks]
     return out
 

@@ -3,6 +3,7 @@ the tiny models, and model-independent checks on hand-written tables (tests/tabl
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 import torch
@@ -29,10 +30,6 @@ def _cases():
 
 
 _LIFTED: dict = {}
-
-
-def _merge_lstm(mask, new, old):
-    return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
 
 
 def _search(head, enc, steps, run, **kw):
@@ -68,8 +65,8 @@ def test_default_beam_matches_nemo(stem, head, index, monkeypatch):
         # NeMo's RNN-T beam 1 is its greedy search (at most 5 symbols a frame; the score sums the
         # tokens' log-probs, blanks left out), and so is ours: the recognizer runs the greedy search.
         lengths = torch.tensor([enc.shape[0]])
-        (g,) = transducer.greedy_batch(enc[None], lengths, steps.predict, steps.joint, _merge_lstm,
-                                       steps.init_state(1), steps.blank, None, max_symbols=5, confidence=None)
+        (g,) = transducer.greedy_batch(enc[None], lengths, replace(steps, durations=None, max_symbols=5),
+                                       confidence=None)
         assert g.ids == want[0]["tokens"] and g.frames == want[0]["timestamp"]
         assert g.score == pytest.approx(want[0]["score"], abs=SCORE_TOL)
         return
@@ -220,9 +217,10 @@ def test_a_saturated_zero_duration_token_does_not_loop():
     tab[:, :, 0] = 200.0  # token 0 certain, with duration 0 certain
     tab[:, :, vocab + 1] = 200.0
     enc, steps = table_steps(tab, vocab, durs)
-    got = tb.tdt_beam(enc, 5, steps, beam_size=2, max_symbols=4)
+    got = tb.tdt_beam(enc, 5, replace(steps, max_symbols=4), beam_size=2)
     assert got and all(h.ids.count(0) <= 4 * 5 for h in got)
-    got = tb.rnnt_beam(enc, 5, table_steps(tab[:, :, : vocab + 1].contiguous(), vocab)[1], beam_size=2, max_symbols=3)
+    got = tb.rnnt_beam(enc, 5, replace(table_steps(tab[:, :, : vocab + 1].contiguous(), vocab)[1], max_symbols=3),
+                       beam_size=2)
     assert got and all(len(h.ids) <= 3 * 5 for h in got)
 
 
@@ -238,7 +236,7 @@ def test_thirty_minutes_of_frames_decode_without_error():
     frames = torch.arange(n) % 16
     enc = torch.nn.functional.one_hot(frames, 16).float()
     _, steps = table_steps(base, vocab, durs)
-    got = tb.tdt_beam(enc, n, steps, beam_size=2, max_symbols=3)
+    got = tb.tdt_beam(enc, n, replace(steps, max_symbols=3), beam_size=2)
     best = got[0]
     assert best.ids and all(0 <= f < n for f in best.frames)
     assert best.frames == sorted(best.frames)

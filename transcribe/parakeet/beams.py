@@ -38,11 +38,35 @@ class BeamOptions:
     lm_weight: float
 
 
-def options(recognizer, head: str, beam_size: Optional[int], nbest: Optional[int], beam: Optional[str],
-            score_norm: bool, hotwords: Optional[Sequence[str]], hotword_weight: Optional[float],
-            lm, lm_weight: Optional[float]) -> Optional[BeamOptions]:
+@dataclass(frozen=True)
+class BeamRequest:
+    """What the user asked for, as given to `transcribe` (None: not given), to be checked by `options`."""
+
+    beam_size: Optional[int]
+    nbest: Optional[int]
+    beam: Optional[str]
+    score_norm: bool
+    hotwords: Optional[Sequence[str]]
+    hotword_weight: Optional[float]
+    lm: object  # a path, an NGramLM or None
+    lm_weight: Optional[float]
+
+
+def options(recognizer, head: str, asked: BeamRequest) -> Optional[BeamOptions]:
     """The checked beam options, or None when greedy decoding does the job (beam size 1, no
     N-best, no hotwords, no language model)."""
+    size, want, hotwords = _check_request(recognizer, head, asked)
+    if size == 1 and not hotwords and asked.lm is None and asked.beam is None:
+        return None
+    trie = _hotword_trie(recognizer, hotwords, asked.hotword_weight) if hotwords else None
+    model_lm = _language_model(asked.lm) if asked.lm is not None else None
+    return BeamOptions(size, want, None if head == "ctc" else (asked.beam or RECOMMENDED), bool(asked.score_norm), trie,
+                       model_lm, ctc_beam.DEFAULT_LM_WEIGHT if asked.lm_weight is None else float(asked.lm_weight))
+
+
+def _check_request(recognizer, head: str, asked: BeamRequest) -> tuple[int, int, Optional[Sequence[str]]]:
+    """Refuses what cannot run; -> the beam size, the N-best size and the hotword phrases."""
+    beam_size, nbest, beam, lm = asked.beam_size, asked.nbest, asked.beam, asked.lm
     size = 1 if beam_size is None else beam_size
     want = 1 if nbest is None else nbest
     if isinstance(size, bool) or not isinstance(size, int) or size < 1:
@@ -55,27 +79,25 @@ def options(recognizer, head: str, beam_size: Optional[int], nbest: Optional[int
         raise TranscribeError(f"unknown beam {beam!r} (one of {', '.join(BEAMS)})")
     if head == "ctc" and beam is not None:
         raise TranscribeError(f"beam={beam!r} chooses a transducer search; the CTC head has one beam search (leave beam unset)")
+    hotwords = asked.hotwords
     if hotwords is not None and isinstance(hotwords, str):
         hotwords = hotwords.split(",")
-    if hotword_weight is not None and not hotwords:
+    if asked.hotword_weight is not None and not hotwords:
         raise TranscribeError("hotword_weight needs hotwords")
     if lm is not None and head != "ctc":
         raise TranscribeError(f"a language model (lm) is used by the CTC head's beam search; {recognizer.name}'s {head} head does not take one")
-    if lm_weight is not None and lm is None:
+    if asked.lm_weight is not None and lm is None:
         raise TranscribeError("lm_weight needs lm")
-    if size == 1 and not hotwords and lm is None and beam is None:
-        return None
-    trie = None
-    if hotwords:
-        weight = DEFAULT_HOTWORD_WEIGHT if hotword_weight is None else float(hotword_weight)
-        try:
-            ids = phrases_to_ids(list(hotwords), recognizer.tokenizer.encode)
-            trie = HotwordTrie(ids, weight, recognizer.model.blank + 1)
-        except ValueError as e:
-            raise TranscribeError(f"hotwords: {e}") from None
-    model_lm = _language_model(lm) if lm is not None else None
-    return BeamOptions(size, want, None if head == "ctc" else (beam or RECOMMENDED), bool(score_norm), trie,
-                       model_lm, ctc_beam.DEFAULT_LM_WEIGHT if lm_weight is None else float(lm_weight))
+    return size, want, hotwords
+
+
+def _hotword_trie(recognizer, hotwords: Sequence[str], hotword_weight: Optional[float]) -> HotwordTrie:
+    weight = DEFAULT_HOTWORD_WEIGHT if hotword_weight is None else float(hotword_weight)
+    try:
+        ids = phrases_to_ids(list(hotwords), recognizer.tokenizer.encode)
+        return HotwordTrie(ids, weight, recognizer.model.blank + 1)
+    except ValueError as e:
+        raise TranscribeError(f"hotwords: {e}") from None
 
 
 _LM_CACHE: dict = {}
@@ -109,10 +131,10 @@ def _language_model(lm):
 def search_ctc(recognizer, logp: torch.Tensor, lengths: torch.Tensor, opts: BeamOptions, confidence: str) -> list[list[Decoded]]:
     hot = opts.hotwords.to(logp.device) if opts.hotwords is not None else None
     try:
-        return ctc_beam.beam_search_batch(
-            logp, lengths, recognizer.model.blank, beam_size=opts.beam_size, lm=opts.lm, lm_weight=opts.lm_weight,
+        return ctc_beam.beam_search_batch(logp, lengths, recognizer.model.blank, ctc_beam.CtcBeamOptions(
+            beam_size=opts.beam_size, lm=opts.lm, lm_weight=opts.lm_weight,
             pieces=recognizer.tokenizer.pieces if opts.lm is not None else None, hotwords=hot,
-            confidence=confidence)
+            confidence=confidence))
     except ValueError as e:
         raise TranscribeError(f"{recognizer.name}: {e}") from None
 
@@ -122,11 +144,10 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
     """enc_proj [B, T, H] -> per utterance its N-best list, the best with token log-probs and
     confidences recomputed along its path."""
     steps = recognizer.transducer_steps()
-    max_symbols = recognizer.model.max_symbols  # the model's config (greedy.max_symbols), as greedy decoding
     try:
         if opts.beam == "malsd":
             hot = opts.hotwords.to(enc_proj.device) if opts.hotwords is not None else None
-            lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size, max_symbols=max_symbols,
+            lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size,
                                       score_norm=opts.score_norm, hotwords=hot, confidence=confidence)
         elif opts.beam == "maes":
             lists = [maes_search.maes(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size,
@@ -135,7 +156,7 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
         else:
             fn = transducer_beam.tdt_beam if steps.durations is not None else transducer_beam.rnnt_beam
             lists = [fn(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size, score_norm=opts.score_norm,
-                        max_symbols=max_symbols, hotwords=opts.hotwords)
+                        hotwords=opts.hotwords)
                      for i in range(enc_proj.shape[0])]
     except ValueError as e:
         raise TranscribeError(f"{recognizer.name}: {e}") from None

@@ -205,11 +205,10 @@ def stream_step(
     # Relative positions (c + r) - j for query r, key j: from c+t-1 down to -(t-1), projected per layer.
     positions = cache.projected_positions(encoder, t, c, dtype)
     cache.make_room(t)
-    lo, mid, hi = cache.start, cache.start + c, cache.start + c + t
+    attend = _ChunkAttention(blocked, pad, cache.start, cache.start + c, cache.start + c + t)
     new_time = []
     for i, layer in enumerate(encoder.layers):
-        x, tm = _layer_step(layer, x, positions[i], blocked, pad, cache.kbuf[i], cache.vbuf[i], lo, mid, hi,
-                            cache.last_time[i])
+        x, tm = _layer_step(layer, x, positions[i], attend, cache.kbuf[i], cache.vbuf[i], cache.last_time[i])
         new_time.append(tm)
     cache.start += t
     cache.last_time = torch.stack(new_time)
@@ -220,9 +219,23 @@ def stream_step(
     return out[:, :n_out]
 
 
-def _layer_step(layer: ConformerLayer, x, p, blocked, pad, kbuf, vbuf, lo: int, mid: int, hi: int, cache_time):
-    """One conformer layer on a chunk. kbuf/vbuf [1, heads, capacity, d_k]: the cached keys and
-    values are at [lo, mid); the chunk's own are written at [mid, hi) and all of [lo, hi) attended."""
+@dataclass(frozen=True)
+class _ChunkAttention:
+    """What every layer's attention on one chunk shares: `blocked` [t, k] query-key pairs and
+    `pad` [t] padding queries; in the key and value buffers the cached keys and values are at
+    [lo, mid), the chunk's own at [mid, hi)."""
+
+    blocked: torch.Tensor
+    pad: torch.Tensor
+    lo: int
+    mid: int
+    hi: int
+
+
+def _layer_step(layer: ConformerLayer, x, p, attend: _ChunkAttention, kbuf, vbuf, cache_time):
+    """One conformer layer on a chunk. kbuf/vbuf [1, heads, capacity, d_k]: the chunk's keys and
+    values are written at [attend.mid, attend.hi) and all of [attend.lo, attend.hi) attended."""
+    blocked, pad, lo, mid, hi = attend.blocked, attend.pad, attend.lo, attend.mid, attend.hi
     x = x + 0.5 * layer.feed_forward1(layer.norm_feed_forward1(x))
     att = layer.self_attn
     h = layer.norm_self_att(x)

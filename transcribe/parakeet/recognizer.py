@@ -124,8 +124,9 @@ class ParakeetASR(Recognizer):
     def _plan(self, opts: ParakeetOptions) -> tuple[str, Optional[beams.BeamOptions]]:
         """The head that decodes and the beam search (None: greedy)."""
         head = self._resolve_head(opts.head)
-        return head, beams.options(self, head, opts.beam_size, opts.nbest, opts.beam, opts.score_norm, opts.hotwords,
-                                   opts.hotword_weight, opts.lm, opts.lm_weight)
+        return head, beams.options(self, head, beams.BeamRequest(
+            opts.beam_size, opts.nbest, opts.beam, opts.score_norm, opts.hotwords, opts.hotword_weight, opts.lm,
+            opts.lm_weight))
 
     def _transcribe(self, items: list, opts: ParakeetOptions) -> list[Transcript]:
         head, search = self._plan(opts)
@@ -271,7 +272,7 @@ class ParakeetASR(Recognizer):
             return m.joint(enc, pred)
 
         return lstm_steps(predict, joint, lambda n: m.decoder.initial_state(n, device, dtype), m.blank,
-                          m.durations if m.transducer == "tdt" else None)
+                          m.durations if m.transducer == "tdt" else None, m.max_symbols)
 
     def project_encoder(self, enc: torch.Tensor) -> torch.Tensor:
         """Encoder output [B, D, T] -> frames projected for the joint [B, T, H]."""
@@ -280,19 +281,9 @@ class ParakeetASR(Recognizer):
 
     def _greedy_transducer(self, enc: torch.Tensor, enc_len: torch.Tensor, confidence: str) -> list[Decoded]:
         steps = self.transducer_steps()
-
-        def merge(mask, new, old):
-            return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
-
         if enc.shape[0] == 1:
-            return [transducer_search.greedy_one(
-                self.project_encoder(enc)[0], int(enc_len[0]), steps.predict, steps.joint, steps.init_state(1),
-                steps.blank, steps.durations, self.model.max_symbols, confidence,
-            )]
-        return transducer_search.greedy_batch(
-            self.project_encoder(enc), enc_len, steps.predict, steps.joint, merge, steps.init_state(enc.shape[0]),
-            steps.blank, steps.durations, self.model.max_symbols, confidence,
-        )
+            return [transducer_search.greedy_one(self.project_encoder(enc)[0], int(enc_len[0]), steps, confidence)]
+        return transducer_search.greedy_batch(self.project_encoder(enc), enc_len, steps, confidence)
 
     # ------------------------------------------------------------------------------------------
     def _to_transcript(self, h: Decoded, duration: float, head: str, timestamps: bool) -> Transcript:

@@ -171,8 +171,7 @@ class CacheAwareSession(StreamingSession):
                     return
                 proj = self._asr.project_encoder(enc[None])[0]
                 toks, self._carry = stream_greedy.transducer_chunk(
-                    proj, self._steps, self._carry, max_symbols=m.max_symbols, confidence=self._confidence,
-                    reset_ids=self._reset_ids)
+                    proj, self._steps, self._carry, confidence=self._confidence, reset_ids=self._reset_ids)
                 for t in toks:
                     t.frame += offset
             else:

@@ -118,6 +118,34 @@ def forced_align(
     float64 on the CPU); they must not hold NaN or +inf. `length` limits the frames to the first
     `length` rows (default all).
     """
+    ids, frames = _check_align(logp, ids, blank, length)
+    blank = int(blank)
+    n = len(ids)
+    repeats = sum(1 for a, b in zip(ids, ids[1:]) if a == b)
+    if frames < n + repeats:
+        return None
+
+    index = torch.tensor([blank] + ids, dtype=torch.long, device=logp.device)
+    cols = logp[:frames].index_select(1, index).to(device="cpu", dtype=torch.float64).numpy()
+    if np.isnan(cols).any() or np.isposinf(cols).any():
+        raise ValueError("forced_align: logp holds NaN or +inf in the aligned columns")
+    blank_lp = cols[:, 0]
+    token_lp = cols[:, 1:]
+
+    if n == 0:
+        score = float(blank_lp.sum())
+        if score == -np.inf:
+            return None
+        return Alignment(starts=[], ends=[], logprobs=[], confidences=[], score=score)
+    best = _viterbi(blank_lp, token_lp, ids)
+    if best is None:
+        return None
+    path, score = best
+    return _token_runs(path, token_lp, n, score)
+
+
+def _check_align(logp, ids: Sequence[int], blank: int, length: Optional[int]) -> tuple[list[int], int]:
+    """forced_align's arguments, checked -> (ids as ints, the number of frames)."""
     if not isinstance(logp, torch.Tensor) or logp.dim() != 2:
         shape = tuple(logp.shape) if isinstance(logp, torch.Tensor) else type(logp).__name__
         raise ValueError(f"forced_align: logp must be a 2-D [T, V] tensor, got {shape}")
@@ -136,25 +164,13 @@ def forced_align(
             raise ValueError(f"forced_align: ids[{i}] = {k} is outside the vocabulary [0, {vocab})")
         if k == blank:
             raise ValueError(f"forced_align: ids[{i}] = {k} is the blank id; align tokens only")
-    n = len(ids)
-    frames = length
-    repeats = sum(1 for a, b in zip(ids, ids[1:]) if a == b)
-    if frames < n + repeats:
-        return None
+    return ids, length
 
-    index = torch.tensor([blank] + ids, dtype=torch.long, device=logp.device)
-    cols = logp[:frames].index_select(1, index).to(device="cpu", dtype=torch.float64).numpy()
-    if np.isnan(cols).any() or np.isposinf(cols).any():
-        raise ValueError("forced_align: logp holds NaN or +inf in the aligned columns")
-    blank_lp = cols[:, 0]
-    token_lp = cols[:, 1:]
 
-    if n == 0:
-        score = float(blank_lp.sum())
-        if score == -np.inf:
-            return None
-        return Alignment(starts=[], ends=[], logprobs=[], confidences=[], score=score)
-
+def _viterbi(blank_lp: np.ndarray, token_lp: np.ndarray, ids: list[int]) -> Optional[tuple[np.ndarray, float]]:
+    """The best path's state per frame over the extended sequence (blank, y1, blank, ..., yn,
+    blank) and its log-prob, or None when every path has -inf; ties as `forced_align` says."""
+    frames, n = len(blank_lp), len(ids)
     states = 2 * n + 1
     # Penalty for the skip into state s from s-2: 0 where allowed (a token state whose token
     # differs from the previous token), -inf elsewhere.
@@ -195,7 +211,12 @@ def forced_align(
     for t in range(frames - 1, -1, -1):
         path[t] = state
         state -= int(back[t, state])
+    return path, score
 
+
+def _token_runs(path: np.ndarray, token_lp: np.ndarray, n: int, score: float) -> Alignment:
+    """The alignment of a best path: each token's run of frames, its log-prob and confidence."""
+    frames = len(path)
     # The path's states never decrease, so each token's run is one searchsorted interval.
     token_states = 2 * np.arange(n) + 1
     starts = np.searchsorted(path, token_states, side="left")

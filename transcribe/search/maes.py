@@ -7,7 +7,7 @@ At each frame the hypotheses first pool probability mass from their prefixes (pr
 then are expanded for at most `num_steps` rounds: each round scores the hypotheses' candidates,
 keeps those within `expansion_gamma` of the hypothesis' best candidate (out of the top
 `beam_size + expansion_beta`), and expands again only the candidates that stay on the frame (RNN-T:
-every label; TDT: labels with duration 0). After the last round those still on the frame are
+every label; TDT: labels with duration 0); the knobs are a `MaesOptions`. After the last round those still on the frame are
 closed with a blank. The `beam_size` best hypotheses are kept, and at the end ranked by score,
 or by score / (tokens + 1) with `score_norm` (NeMo counts its leading blank sentinel).
 
@@ -24,12 +24,26 @@ from __future__ import annotations
 import itertools
 import math
 import weakref
+from dataclasses import dataclass
 from typing import Optional
 
 import torch
 
 from .decoded import Decoded
 from .steps import TransducerSteps, check_durations, logaddexp32
+
+
+@dataclass(frozen=True)
+class MaesOptions:
+    """The mAES knobs (NeMo's maes_num_steps, maes_prefix_alpha, maes_expansion_beta and
+    maes_expansion_gamma), NeMo's defaults: at most `num_steps` expansion rounds per frame; prefix
+    search over prefixes at most `prefix_alpha` tokens shorter; candidates out of the top
+    `beam_size + expansion_beta`, kept within `expansion_gamma` of the best."""
+
+    num_steps: int = 2
+    prefix_alpha: int = 1
+    expansion_beta: int = 2
+    expansion_gamma: float = 2.3
 
 
 class _Node:
@@ -108,17 +122,17 @@ def _logaddexp(a: float, b: float) -> float:
 class _Search:
     """One utterance's search state: the model steps, the node tree and the options."""
 
-    def __init__(self, enc, steps: TransducerSteps, beam_size, num_steps, prefix_alpha, beta, gamma, hotwords):
+    def __init__(self, enc, steps: TransducerSteps, beam_size: int, options: MaesOptions, hotwords):
         self.enc = enc
         self.steps = steps
         self.blank = steps.blank
         self.n_tok = steps.blank + 1
         self.durations = steps.durations
         self.beam = beam_size
-        self.num_steps = num_steps
-        self.alpha = prefix_alpha
-        self.max_candidates = beam_size + beta
-        self.gamma = gamma
+        self.num_steps = int(options.num_steps)
+        self.alpha = int(options.prefix_alpha)
+        self.max_candidates = beam_size + int(options.expansion_beta)
+        self.gamma = float(options.expansion_gamma)
         self.hotwords = hotwords
         self.uids = itertools.count(1)
         # (parent uid, token) -> child: a child keeps its parent alive, nothing keeps a child alive
@@ -398,15 +412,29 @@ def _rnnt(s: _Search, length: int) -> list[_Hyp]:
     return kept
 
 
+def _check_options(beam_size: int, opts: MaesOptions, vocab: int) -> None:
+    if int(beam_size) != beam_size or beam_size < 1:
+        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size}")
+    if int(opts.num_steps) != opts.num_steps or opts.num_steps < 1:
+        # NeMo's RNN-T refuses num_steps 1 (its TDT does not); one round is well defined for both.
+        raise ValueError(f"maes_num_steps must be an integer >= 1, got {opts.num_steps}")
+    if int(opts.prefix_alpha) != opts.prefix_alpha or opts.prefix_alpha < 0:
+        raise ValueError(f"maes_prefix_alpha must be an integer >= 0, got {opts.prefix_alpha}")
+    if int(opts.expansion_beta) != opts.expansion_beta or opts.expansion_beta < 0:
+        raise ValueError(f"maes_expansion_beta must be an integer >= 0, got {opts.expansion_beta}")
+    if not float(opts.expansion_gamma) >= 0.0:
+        raise ValueError(f"maes_expansion_gamma must be >= 0, got {opts.expansion_gamma}")
+    if beam_size + opts.expansion_beta > vocab:
+        raise ValueError(f"beam_size ({beam_size}) + maes_expansion_beta ({opts.expansion_beta}) must be at most "
+                         f"the vocabulary size ({vocab})")
+
+
 def maes(
     enc: torch.Tensor,
     length,
     steps: TransducerSteps,
     beam_size: int = 4,
-    num_steps: int = 2,
-    prefix_alpha: int = 1,
-    expansion_beta: int = 2,
-    expansion_gamma: float = 2.3,
+    options: MaesOptions = MaesOptions(),
     score_norm: bool = True,
     hotwords=None,
 ) -> list[Decoded]:
@@ -414,35 +442,20 @@ def maes(
 
     Returns at most `beam_size` hypotheses, best first (NeMo's N-best list, `return_best_hypothesis`
     off). Frames are the frame a label was emitted at; durations its TDT duration, 1 for RNN-T.
-    `hotwords` (a HotwordTrie) adds its bonus to a hypothesis at each label and its final score at
-    the end, before ranking.
+    `options` holds the mAES knobs (`MaesOptions`). `hotwords` (a HotwordTrie) adds its bonus to a
+    hypothesis at each label and its final score at the end, before ranking.
     """
     if enc.dim() != 2:
         raise ValueError(f"enc must be [T, H] for one utterance, got shape {tuple(enc.shape)}")
     length = int(length)
     if not 0 <= length <= enc.shape[0]:
         raise ValueError(f"length {length} outside the {enc.shape[0]} encoder frames")
-    if int(beam_size) != beam_size or beam_size < 1:
-        raise ValueError(f"beam_size must be an integer >= 1, got {beam_size}")
-    if int(num_steps) != num_steps or num_steps < 1:
-        # NeMo's RNN-T refuses num_steps 1 (its TDT does not); one round is well defined for both.
-        raise ValueError(f"maes_num_steps must be an integer >= 1, got {num_steps}")
-    if int(prefix_alpha) != prefix_alpha or prefix_alpha < 0:
-        raise ValueError(f"maes_prefix_alpha must be an integer >= 0, got {prefix_alpha}")
-    if int(expansion_beta) != expansion_beta or expansion_beta < 0:
-        raise ValueError(f"maes_expansion_beta must be an integer >= 0, got {expansion_beta}")
-    if not float(expansion_gamma) >= 0.0:
-        raise ValueError(f"maes_expansion_gamma must be >= 0, got {expansion_gamma}")
-    vocab = steps.blank  # NeMo's vocab_size: the labels, blank excluded
-    if beam_size + expansion_beta > vocab:
-        raise ValueError(f"beam_size ({beam_size}) + maes_expansion_beta ({expansion_beta}) must be at most "
-                         f"the vocabulary size ({vocab})")
+    _check_options(beam_size, options, steps.blank)  # NeMo's vocab_size: the labels, blank excluded
     durations = check_durations(steps.durations)
     if hotwords is not None and not (hasattr(hotwords, "step") and hasattr(hotwords, "final")):
         raise ValueError("hotwords must be a HotwordTrie (with step() and final)")
     with torch.inference_mode():
-        s = _Search(enc, steps, int(beam_size), int(num_steps), int(prefix_alpha), int(expansion_beta),
-                    float(expansion_gamma), hotwords)
+        s = _Search(enc, steps, int(beam_size), options, hotwords)
         if durations is not None:
             s.durations = durations
             kept = _tdt(s, length)

@@ -12,7 +12,7 @@ extends every hypothesis once, with the predictor and the joint called once for 
    pair whose token is not among them is matched, duration for duration, by `beam` pairs at
    least as good (float addition is monotone), so the `beam` best pairs are the same as over
    the whole grid up to exact ties, which torch.topk orders in no documented way either way.
-2. A hypothesis that has emitted `max_symbols` labels on its current frame may only take blank
+2. A hypothesis that has emitted `steps.max_symbols` labels on its current frame may only take blank
    (scored with the blank's log-prob plus the best duration log-prob; TDT keeps the duration of
    its best pair, at least 1). A hypothesis past its last frame is final: it proposes itself,
    unchanged, in its first candidate slot.
@@ -37,7 +37,7 @@ and packed fields (a few integers per hypothesis) and traced back once at the en
 
 TDT durations are taken from the table (`steps.durations`); NeMo's malsd uses the duration's index
 in the table as the duration, which is the same for the usual tables 0, 1, ..., D-1.
-`max_symbols=None` (no bound, as NeMo allows) can loop forever on an RNN-T model whose blank never
+`steps.max_symbols` None (no bound, as NeMo allows) can loop forever on an RNN-T model whose blank never
 reaches a beam's top candidates.
 
 Hotword boosting: with `hotwords` (an object with dense tensors `next_state [S, V']`, `bonus
@@ -57,7 +57,6 @@ import torch
 from .confidence import confidence as confidence_measure
 from .decoded import Decoded
 from .steps import TransducerSteps, check_durations
-from .transducer import DEFAULT_MAX_SYMBOLS
 
 # NeMo's 64-bit polynomial hash of token sequences (the hypothesis identity used for merging).
 HASH_MUL = 6364136223846793005
@@ -92,7 +91,6 @@ def malsd_batch(
     lengths: torch.Tensor,
     steps: TransducerSteps,
     beam_size: int = 4,
-    max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS,
     score_norm: bool = True,
     hotwords=None,
     confidence: Optional[str] = None,
@@ -102,9 +100,6 @@ def malsd_batch(
     (at most `beam_size` hypotheses, best first). See the module docstring for the semantics."""
     if isinstance(beam_size, bool) or int(beam_size) != beam_size or beam_size < 1:
         raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
-    if max_symbols is not None and (isinstance(max_symbols, bool) or int(max_symbols) != max_symbols
-                                    or max_symbols < 1):
-        raise ValueError(f"max_symbols must be None or an integer >= 1, got {max_symbols!r}")
     if enc.dim() != 3:
         raise ValueError(f"enc must be [B, T, H], got shape {tuple(enc.shape)}")
     table = check_durations(steps.durations)
@@ -118,7 +113,7 @@ def malsd_batch(
     if b == 0:
         return []
     with torch.inference_mode():
-        return _Search(enc, lengths, steps, k, max_symbols, table, hotwords, confidence, alpha).run(score_norm)
+        return _Search(enc, lengths, steps, k, table, hotwords, confidence, alpha).run(score_norm)
 
 
 # Per-hypothesis integers, packed in one [B, K, 6] tensor so that a beam reordering is one gather:
@@ -172,11 +167,11 @@ class _Codes:
 class _Search:
     """The loop's state and step; per-hypothesis tensors are [B, K] (K = beam size)."""
 
-    def __init__(self, enc, lengths, steps: TransducerSteps, k: int, max_symbols, table, hotwords,
+    def __init__(self, enc, lengths, steps: TransducerSteps, k: int, table, hotwords,
                  confidence: Optional[str] = None, alpha: float = 0.33):
         b, t_max, h = enc.shape
         dev, dtype = enc.device, enc.dtype
-        self.steps, self.k, self.b, self.max_symbols = steps, k, b, max_symbols
+        self.steps, self.k, self.b, self.max_symbols = steps, k, b, steps.max_symbols
         self.blank, self.n_tok = steps.blank, steps.n_tokens
         self.tdt = table is not None
         self.n_dur = len(table) if self.tdt else 0

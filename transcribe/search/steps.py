@@ -5,7 +5,12 @@ Every transducer search in this package (greedy, default beam, mAES, batched mAL
 tested on a hand-written probability table as well as on a real model, and one search serves every
 model with that head.
 
-States are opaque to the search: it only creates them, selects rows of them and concatenates them.
+States are opaque to the search: it only creates them, selects rows of them, concatenates them
+and (greedy over a batch) keeps the new rows of some and the old rows of the others.
+
+The steps also carry the model's decoding constants: the blank index, the TDT duration table and
+`max_symbols`, the per-frame label cap from the model's config. The recognizer reads the model's
+`max_symbols` once, when it builds its steps; no search takes it from anywhere else.
 """
 from __future__ import annotations
 
@@ -13,6 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional, Sequence
 
 import torch
+
+# Labels one hypothesis may emit on one frame before time moves on, where neither the caller nor the
+# model's config says (NeMo's greedy default; its published configs set 10 too).
+DEFAULT_MAX_SYMBOLS = 10
 
 
 @dataclass(frozen=True)
@@ -25,6 +34,10 @@ class TransducerSteps:
     select_state(state, idx [M] long) -> the state of rows idx (rows may repeat).
     cat_states(states) -> one state holding the rows of all, in order.
     durations: the TDT duration table (None for RNN-T).
+    max_symbols: labels one hypothesis may emit on one frame before time moves on (None: no bound,
+        as NeMo allows; the searches that need a bound refuse None).
+    merge_state(mask [N] bool, new, old) -> new rows where mask, old rows elsewhere; optional (the
+        default selects rows of cat_states([old, new])), a faster equivalent for a known state.
     """
 
     predict: Callable[[torch.Tensor, Any], tuple[torch.Tensor, Any]]
@@ -34,6 +47,21 @@ class TransducerSteps:
     cat_states: Callable[[Sequence[Any]], Any]
     blank: int
     durations: Optional[tuple[int, ...]] = None
+    max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS
+    merge_state: Optional[Callable[[torch.Tensor, Any, Any], Any]] = None
+
+    def __post_init__(self):
+        ms = self.max_symbols
+        if ms is not None and (isinstance(ms, bool) or int(ms) != ms or ms < 1):
+            raise ValueError(f"max_symbols must be None or an integer >= 1, got {ms!r}")
+
+    def merge(self, mask: torch.Tensor, new, old):
+        """The state whose row i is new's where mask[i], else old's."""
+        if self.merge_state is not None:
+            return self.merge_state(mask, new, old)
+        n = mask.shape[0]
+        rows = torch.arange(n, device=mask.device)
+        return self.select_state(self.cat_states([old, new]), torch.where(mask, rows + n, rows))
 
     @property
     def n_tokens(self) -> int:
@@ -69,7 +97,8 @@ def logaddexp32(a: float, b: float) -> float:
     return float(torch.logaddexp(torch.tensor(a, dtype=torch.float32), torch.tensor(b, dtype=torch.float32)))
 
 
-def lstm_steps(predict, joint, init_state, blank: int, durations=None) -> TransducerSteps:
+def lstm_steps(predict, joint, init_state, blank: int, durations=None,
+               max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS) -> TransducerSteps:
     """Steps for a predictor whose state is a tuple of tensors [layers, N, H] (NeMo's LSTM)."""
 
     def select(state, idx):
@@ -78,5 +107,9 @@ def lstm_steps(predict, joint, init_state, blank: int, durations=None) -> Transd
     def cat(states):
         return tuple(torch.cat(parts, dim=1) for parts in zip(*states))
 
+    def merge(mask, new, old):
+        return tuple(torch.where(mask[None, :, None], a, b) for a, b in zip(new, old))
+
     return TransducerSteps(predict, joint, init_state, select, cat, blank,
-                           tuple(int(d) for d in durations) if durations is not None else None)
+                           tuple(int(d) for d in durations) if durations is not None else None,
+                           max_symbols, merge)

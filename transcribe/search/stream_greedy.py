@@ -8,6 +8,9 @@ Each chunk is decoded once; what the next chunk needs of the past is carried, ne
   run has not ended yet: a token is handed out when its run ends, so its confidence is its run's
   minimum as offline.
 
+The transducer chunk is the one single-stream greedy search: offline decoding of one utterance
+(`transducer.greedy_one`) runs it once over all the frames.
+
 `reset_ids`: labels after which the predictor starts over (end-of-utterance tokens); decoding
 goes on from the next frame (or where a longer TDT duration leads) with the initial state, as at
 the start of a stream.
@@ -22,7 +25,6 @@ import torch
 from .confidence import confidence as confidence_measure
 from .ctc import collapse
 from .steps import TransducerSteps
-from .transducer import DEFAULT_MAX_SYMBOLS
 
 
 @dataclass
@@ -45,11 +47,34 @@ class TransducerCarry:
     time_jump: int = 0
 
 
-def initial_carry(steps: TransducerSteps) -> TransducerCarry:
-    labels = torch.full((1,), steps.blank, dtype=torch.long)
+def initial_carry(steps: TransducerSteps, device=None) -> TransducerCarry:
+    """The carry at the start of a stream: the predictor after the start of sequence (the blank)."""
+    labels = torch.full((1,), steps.blank, dtype=torch.long, device=device)
     state = steps.init_state(1)
     pred, state = steps.predict(labels, state)
     return TransducerCarry(steps.blank, pred, state, 0)
+
+
+def _decide(steps: TransducerSteps, frame: torch.Tensor, pred) -> tuple[torch.Tensor, int, int]:
+    """One joint call on one frame [1, H] -> (token logits [1, V+1], label, duration). The label is
+    `max(dim=-1)`'s index, as in `transducer.greedy_batch` (the same index on a tie); the duration
+    is the TDT table's predicted one, for RNN-T 1 after blank and 0 after a label."""
+    logits = steps.joint(frame, pred)
+    n_tok = steps.n_tokens
+    tok = logits[:, :n_tok]
+    lab = int(tok.max(dim=-1)[1])
+    if steps.durations is not None:
+        dur = int(steps.durations[int(logits[:, n_tok:].argmax(dim=-1))])
+    else:
+        dur = 1 if lab == steps.blank else 0
+    return tok, lab, dur
+
+
+def _emit(tok: torch.Tensor, lab: int, frame: int, duration: Optional[int], confidence: Optional[str],
+          alpha: float) -> Emitted:
+    logp = torch.log_softmax(tok.float(), dim=-1)
+    conf = float(confidence_measure(logp, confidence, alpha)[0]) if confidence else None
+    return Emitted(lab, frame, duration, conf, float(logp[0, lab]))
 
 
 @torch.inference_mode()
@@ -58,47 +83,39 @@ def transducer_chunk(
     steps: TransducerSteps,
     carry: TransducerCarry,
     *,
-    max_symbols: Optional[int] = DEFAULT_MAX_SYMBOLS,
     confidence: Optional[str] = "entropy",
     alpha: float = 0.33,
     reset_ids: frozenset = frozenset(),
 ) -> tuple[list[Emitted], TransducerCarry]:
     """enc [T, H] (projected for the joint) -> the chunk's tokens (frames local to the chunk) and
-    the carry for the next chunk. NeMo's label-looping greedy for one stream."""
+    the carry for the next chunk. NeMo's label-looping greedy for one stream: a blank moves time by
+    one frame (RNN-T) or its duration, at least one (TDT); a label by its duration (TDT) or not at
+    all (RNN-T); after `steps.max_symbols` labels on one frame, time moves on by one frame. Over a
+    whole utterance from `initial_carry` it is `transducer.greedy_one`, the offline search."""
     t_len = enc.shape[0]
-    blank = steps.blank
-    n_tok = blank + 1
-    durations = steps.durations
+    blank, tdt, max_symbols = steps.blank, steps.durations is not None, steps.max_symbols
     out: list[Emitted] = []
     pred, state = carry.pred, carry.state
     label = carry.label
     time = carry.time_jump
     run, run_frame = 0, -1
     while time < t_len:
-        logits = steps.joint(enc[time:time + 1], pred)[0]
-        tok = logits[:n_tok]
-        lab = int(tok.argmax())
-        if durations is not None:
-            dur = int(durations[int(logits[n_tok:].argmax())])
-        else:
-            dur = 0 if lab != blank else 1
+        tok, lab, dur = _decide(steps, enc[time:time + 1], pred)
         if lab == blank:
             time += max(dur, 1)
             continue
-        logp = torch.log_softmax(tok.float()[None], dim=-1)
-        conf = float(confidence_measure(logp, confidence, alpha)[0]) if confidence else None
-        out.append(Emitted(lab, time, dur if durations is not None else None, conf, float(logp[0, lab])))
+        out.append(_emit(tok, lab, time, dur if tdt else None, confidence, alpha))
         run = run + 1 if run_frame == time else 1
         run_frame = time
         if lab in reset_ids:
             # The utterance is over: the decoder starts over on the next frame (with the initial
             # state on the same frame it would often see the same end again).
-            fresh = initial_carry(steps)
+            fresh = initial_carry(steps, enc.device)
             pred, state, label = fresh.pred, fresh.state, blank
             time += max(dur, 1)
             run, run_frame = 0, -1
             continue
-        pred, state = steps.predict(torch.tensor([lab]), state)
+        pred, state = steps.predict(torch.full((1,), lab, dtype=torch.long, device=enc.device), state)
         label = lab
         time += dur
         if max_symbols is not None and dur == 0 and run >= max_symbols:

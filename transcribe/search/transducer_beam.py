@@ -15,7 +15,7 @@ frame ends when `beam` finished expansions score above every hypothesis still wa
 Where we differ from NeMo, on purpose:
 - when the duration beam holds only duration 0 (beam 1), blank takes the best-scoring positive
   duration; NeMo takes the smallest one (`blank_fallback="smallest"` reproduces NeMo);
-- a hypothesis emits at most `max_symbols` tokens on one frame (NeMo has no bound: a model whose
+- a hypothesis emits at most `steps.max_symbols` tokens on one frame (NeMo has no bound: a model whose
   duration-0 token probability saturates at 1 would loop forever), and a frame takes at most
   `MAX_POPS_PER_BEAM * beam` expansions, after which its best `beam` hypotheses go on. Neither
   bound is reached by a model that decodes normally; both keep long audio from looping.
@@ -33,7 +33,6 @@ import torch
 
 from .decoded import Decoded
 from .steps import TransducerSteps, check_durations, logaddexp32
-from .transducer import DEFAULT_MAX_SYMBOLS
 
 # A frame stops expanding after this many expansions per beam slot (see the module docstring).
 MAX_POPS_PER_BEAM = 64
@@ -118,6 +117,13 @@ def _merge(hyps: list[_Hyp]) -> list[_Hyp]:
     return list(kept.values())
 
 
+def _max_symbols(steps: TransducerSteps) -> int:
+    """The bound on tokens per frame, which the default beams need (see the module docstring)."""
+    if steps.max_symbols is None:
+        raise ValueError("the default beam needs a bound on tokens per frame: max_symbols must be at least 1, got None")
+    return steps.max_symbols
+
+
 @torch.inference_mode()
 def tdt_beam(
     enc: torch.Tensor,
@@ -125,15 +131,13 @@ def tdt_beam(
     steps: TransducerSteps,
     beam_size: int = 4,
     score_norm: bool = True,
-    max_symbols: int = DEFAULT_MAX_SYMBOLS,
     blank_fallback: str = "best",
     hotwords=None,
 ) -> list[Decoded]:
     """NeMo's default TDT beam search on one utterance (see the module docstring) -> N-best."""
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if max_symbols < 1:
-        raise ValueError(f"max_symbols must be at least 1, got {max_symbols}")
+    max_symbols = _max_symbols(steps)
     if blank_fallback not in ("best", "smallest"):
         raise ValueError(f"blank_fallback must be 'best' or 'smallest', got {blank_fallback!r}")
     if steps.durations is None:
@@ -211,22 +215,20 @@ def rnnt_beam(
     steps: TransducerSteps,
     beam_size: int = 4,
     score_norm: bool = True,
-    max_symbols: int = DEFAULT_MAX_SYMBOLS,
     hotwords=None,
 ) -> list[Decoded]:
     """NeMo's default RNN-T beam search on one utterance -> N-best.
 
     Frame by frame, the best waiting hypothesis is expanded with blank (it is done with this
     frame) and with the top `beam` tokens (they wait on this frame), until `beam` finished
-    hypotheses score above every waiting one. A hypothesis emits at most `max_symbols` tokens on
+    hypotheses score above every waiting one. A hypothesis emits at most `steps.max_symbols` tokens on
     one frame, and a frame takes at most `MAX_POPS_PER_BEAM * beam` expansions (NeMo has neither
     bound; a normal model never reaches them). At beam 1 NeMo runs its greedy search instead,
     whose score leaves out the blanks' log-probabilities; this is a beam of one, blanks scored.
     """
     if beam_size < 1:
         raise ValueError(f"beam_size must be at least 1, got {beam_size}")
-    if max_symbols < 1:
-        raise ValueError(f"max_symbols must be at least 1, got {max_symbols}")
+    max_symbols = _max_symbols(steps)
     if steps.durations is not None:
         raise ValueError("rnnt_beam takes an RNN-T model; use tdt_beam for TDT")
     vocab = steps.blank
