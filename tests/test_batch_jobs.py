@@ -344,21 +344,31 @@ def test_results_log_drops_a_line_cut_short(tmp_path):
 
 # ------------------------------------------------------------------------- same texts everywhere
 
+# Four short dev clips of four sources (2-3.6 s, different texts): two per worker or Ray actor, so
+# a text landing under another input's name, or a worker's one thread changing a text, shows.
+SAME_TEXT_CLIPS = ["cv_17767698", "ls_61-70968-0002", "librivox_sns_0930", "ds_new_home_in_the_stars"]
+
+
 def test_ray_and_local_workers_give_the_single_process_texts(tmp_path):
-    """The dev clips with the default model: one process transcribing one file at a time, a job
-    with two local worker processes (the command), and a job on a local Ray instance with 2 CPUs
-    give the same texts, exactly."""
+    """Four dev clips (a folder of them) with the default model: one process transcribing one file
+    at a time, a job with two local worker processes (the command), and a job on a local Ray
+    instance with 2 CPUs give the same texts, exactly."""
     ray = pytest.importorskip("ray", reason="needs Ray: pip install 'transcribe[ray]'")
-    clips = sorted(DEV.glob("*.wav"))
+    folder = tmp_path / "in"
+    folder.mkdir()
+    for stem in SAME_TEXT_CLIPS:
+        (folder / f"{stem}.wav").write_bytes((DEV / f"{stem}.wav").read_bytes())
+    clips = sorted(folder.glob("*.wav"))
     model = transcribe.load_model()
     single = {c.stem: model.transcribe(str(c)).text for c in clips}
     del model
-    r = _cli(DEV, "-o", tmp_path / "local", "--workers", "2", "--threads", "1")
+    assert len(set(single.values())) == len(clips)  # four different texts: a mix-up cannot hide
+    r = _cli(folder, "-o", tmp_path / "local", "--workers", "2", "--threads", "1")
     assert r.returncode == 0, r.stderr
     assert _texts(tmp_path / "local") == single
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        s = transcribe.batch([str(DEV)], str(tmp_path / "ray"), ray="local", threads=1)
+        s = transcribe.batch([str(folder)], str(tmp_path / "ray"), ray="local", threads=1)
         with pytest.raises(jin.JobError, match="needs a node with as many CPUs"):  # it would wait forever
             transcribe.batch([str(JFK)], str(tmp_path / "ray3"), ray="local", threads=3)
     finally:
