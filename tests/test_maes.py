@@ -334,16 +334,12 @@ def test_bad_shapes():
 
 
 # -- long input ------------------------------------------------------------------------------------
-def test_long_tdt_input_terminates():
-    """3000 frames (4 min at 80 ms) of a random table where, in every period of 101 frames, 20
+def test_thirty_minutes_tdt_terminates():
+    """22500 frames (30 min at 80 ms) of a random table where, in every period of 101 frames, 20
     frames make every context want labels of duration 0 (a model stuck on a frame): the rounds per
-    frame (num_steps) bound them, and the search ends. Elsewhere long durations are likely.
-    The bound acts per frame: the 600 stuck frames of 3000 meet it as the 4,460 of 30 minutes
-    (22500 frames) did, and the best hypothesis' token sequence (its node chain) is over 1,000
-    deep, past Python's recursion limit for a recursive walk. The count of stuck frames that took
-    num_steps labels is asked in the same share as before: more than 3000 per 22500 frames."""
+    frame (num_steps) bound them, and the search ends. Elsewhere long durations are likely."""
     g = torch.Generator().manual_seed(0)
-    V, P, T = 6, 101, 3000
+    V, P, T = 6, 101, 22500
     tab = torch.randn(P, V + 1, V + 1 + 5, generator=g) * 2
     tab[20:, :, V + 1 + 4] += 3.0
     tab[:20, :, V] -= 10.0
@@ -354,7 +350,7 @@ def test_long_tdt_input_terminates():
     for h in out:
         per_frame = Counter(h.frames)
         assert max(per_frame.values()) == 2
-        assert sum(1 for f, n in per_frame.items() if n == 2 and f % P < 20) > 3000 * T // 22500
+        assert sum(1 for f, n in per_frame.items() if n == 2 and f % P < 20) > 3000
         assert all(0 <= f < T for f in h.frames)
 
 
