@@ -11,7 +11,7 @@ import pytest
 import transcribe
 from transcribe.audio import load_audio
 from transcribe.granite import recognizer as rec
-from transcribe.pauses import split_at_pauses
+from transcribe.long_input import split_at_pauses
 
 from .conftest import AUDIO, SHARED
 

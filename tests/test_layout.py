@@ -66,9 +66,7 @@ def _family_of(mod: str, families: tuple[str, ...]):
 # issue 27: to be moved into the families. Known today, may only shrink: a new cycle fails.
 # transcribe/__init__.py's batch() imports jobs.runner, and jobs/work.py imports the root package
 # (both inside functions) for load_model.
-KNOWN_CYCLES = {
-    ("transcribe", "transcribe.jobs.runner", "transcribe.jobs.job", "transcribe.jobs.local", "transcribe.jobs.work"),
-}
+KNOWN_CYCLES: set = set()  # none left (issue 27)
 
 
 def _rotated(cycle: list[str]) -> tuple[str, ...]:
@@ -130,12 +128,7 @@ def test_families_do_not_import_each_other_and_layers_do_not_import_families():
 # issue 27: to be moved into the families. A family's name in code outside its folder and loading.py
 # (a comparison `family == "whisper"`, a table keyed or valued by family names): today's, per file and
 # name, may only shrink; a new one fails.
-KNOWN_FAMILY_NAMES = Counter({
-    ("transcribe/jobs/job.py", "whisper"): 1,  # TASK_INPUTS
-    ("transcribe/jobs/work.py", "whisper"): 3,  # DEFAULT_PIECE_S, its loop, Whisper's one-by-one list
-    ("transcribe/jobs/work.py", "parakeet"): 3,  # DEFAULT_PIECE_S, its loop, the frame length
-    ("transcribe/jobs/work.py", "granite"): 2,  # DEFAULT_PIECE_S, its loop
-})
+KNOWN_FAMILY_NAMES: Counter = Counter()  # none left (issue 27): the list may only stay empty
 
 
 def _family_names_outside_families() -> Counter:

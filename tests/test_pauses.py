@@ -19,7 +19,8 @@ import pytest
 
 from transcribe import pauses
 from transcribe.errors import ModelError, TranscribeError
-from transcribe.pauses import Activity, Piece, speech_activity, split_at_pauses
+from transcribe.long_input import Piece, split_at_pauses
+from transcribe.pauses import Activity, speech_activity
 
 SR = 16000
 AUDIO = Path(__file__).parents[2] / "shared" / "audio"
@@ -416,7 +417,7 @@ def test_silero_hysteresis_and_padding():
 
 def test_the_energy_path_does_not_import_torch():
     """A model family may split audio before loading anything: the energy path is numpy only."""
-    code = ("import sys, numpy as np; from transcribe.pauses import split_at_pauses; "
+    code = ("import sys, numpy as np; from transcribe.long_input import split_at_pauses; "
             "p = split_at_pauses(np.zeros(200 * 16000, np.float32), detector='energy'); "
             "assert len(p) == 3 and 'torch' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=Path(__file__).parents[1])

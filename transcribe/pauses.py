@@ -461,13 +461,3 @@ class Scan:
     def level(self, span_s: float) -> np.ndarray:
         """The mean square of each hop averaged over `span_s` seconds centred on it."""
         return _moving_mean(self.power, max(1, int(round(span_s * self.sample_rate / self.hop))))
-
-
-def __getattr__(name: str):
-    """`split_at_pauses` and `Piece` moved to `transcribe.long_input` (cut placement); the old
-    spelling still imports them."""
-    if name in ("split_at_pauses", "Piece"):
-        from . import long_input
-
-        return getattr(long_input, name)
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -76,10 +76,10 @@ class Worker:
     """One loaded model and what a job asks of it."""
 
     def __init__(self, options: Options):
-        import transcribe
+        from ..loading import load_model
 
         self.options = options
-        self.model = transcribe.load_model(options.model, device=options.device, dtype=options.dtype,
+        self.model = load_model(options.model, device=options.device, dtype=options.dtype,
                                            threads=options.threads)
         self.model.check_options(**options.decoding)  # every recognizer has it (the family contract)
         self.rate = int(self.model.sample_rate)
