@@ -142,7 +142,7 @@ def test_batched_greedy_with_different_prompts_and_prefix(asr):
     assert [len(f[0]) for f in forced] == [1, 10, 43]
     got = lockstep.batched_greedy(asr, [f[0] for f in forced], [f[1] for f in forced], cross)
     for j, (w, p, f) in enumerate(zip(windows, prompts, prefixes)):
-        want = asr.decode_window(w, True, "en", "transcribe", p, prefix=f)
+        want = asr.decode_window(w, language="en", prompt=p, prefix=f)
         assert got[j].tokens == want.tokens and len(want.tokens[0]) > 5
         assert got[j].sum_logprobs == pytest.approx(want.sum_logprobs, abs=TOL * len(want.tokens[0]))
         assert got[j].no_speech_probs == pytest.approx(want.no_speech_probs, abs=TOL)

@@ -59,9 +59,10 @@ def beam_window(asr, mel, beam_size, patience=None, length_penalty=None, timesta
         state["cache"] = state["cache"].reorder(rows)
 
     r = search.beam_search(
-        step, reorder, torch.tensor([initial]), t.eot, rules, m.dims.n_text_ctx // 2, beam_size,
-        patience=patience, length_penalty=length_penalty, no_speech=t.no_speech, sot_index=sot_index,
-        n_ctx=m.dims.n_text_ctx,
+        step, reorder, torch.tensor([initial]),
+        search.SearchSetup(t.eot, rules, m.dims.n_text_ctx // 2, no_speech=t.no_speech, sot_index=sot_index,
+                           n_ctx=m.dims.n_text_ctx),
+        beam_size, patience=patience, length_penalty=length_penalty,
     )
     return r, initial, calls["reorder"]
 

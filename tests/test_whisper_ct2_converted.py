@@ -158,7 +158,7 @@ def test_greedy_matches_ctranslate2(converted, jfk_mel):
     # ctranslate2 stopped by length (the random model never samples end of text): decode as many
     # tokens; had it ended with end of text, one more step must give it
     sample_len = len(expected) + (1 if g["ended_with_eot"] else 0)
-    r = search.greedy(step, torch.tensor([ref["prompt"]]), eot, [], sample_len)
+    r = search.greedy(step, torch.tensor([ref["prompt"]]), search.SearchSetup(eot, [], sample_len))
     # Exact tokens are safe: every step's choice leads the runner-up by at least 0.0176 (float16
     # dir, step 6; int8: 0.073), far above what moves our logits between CPUs (float32 against
     # float64: 5e-6) or separates them from CTranslate2's (its encoder output is up to 7e-4 off).

@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from transcribe.whisper.decoding import ApplyTimestampRules, SuppressBlank, SuppressTokens, greedy
+from transcribe.whisper.decoding import ApplyTimestampRules, SearchSetup, SuppressBlank, SuppressTokens, greedy
 
 V, EOT, NOTS, TB = 20, 10, 11, 12
 SB = 2  # sample_begin: a prompt of two tokens
@@ -80,7 +80,7 @@ def test_greedy_follows_the_table_and_sums_logprobs():
             lg[:, 0, 9] = 2.0  # the "no speech" token, read at the prompt's first position
         return lg
 
-    r = greedy(step, torch.tensor([[0, 1]]), EOT, [], sample_len=10, no_speech=9, sot_index=0)
+    r = greedy(step, torch.tensor([[0, 1]]), SearchSetup(EOT, [], sample_len=10, no_speech=9, sot_index=0))
     assert r.tokens == [[3, 4]]
     assert calls == [2, 1, 1]  # the prompt once, then one token a step
     lp = 5.0 - math.log(math.exp(5.0) + V - 1)
@@ -96,7 +96,7 @@ def test_greedy_rows_that_ended_stay_ended():
         lg[1, -1, 3] = 9.0  # row 1 never ends
         return lg
 
-    r = greedy(step, torch.tensor([[0, 1], [0, 1]]), EOT, [], sample_len=4)
+    r = greedy(step, torch.tensor([[0, 1], [0, 1]]), SearchSetup(EOT, [], sample_len=4))
     assert r.tokens == [[], [3, 3, 3, 3]]
 
 
@@ -147,15 +147,15 @@ FORK = {(): {3: 0.6, 4: 0.4}, (3,): {5: 0.34, 6: 0.33, 7: 0.33}, (4,): {5: 0.99}
 def test_beam_two_finds_what_greedy_misses():
     prompt = torch.tensor([[0, 1]])
     g = TableModel(FORK)
-    assert greedy(g.step, prompt, EOT, [], sample_len=10).tokens == [[3, 5]]
+    assert greedy(g.step, prompt, SearchSetup(EOT, [], sample_len=10)).tokens == [[3, 5]]
     m = TableModel(FORK)
-    r = beam_search(m.step, m.reorder, prompt, EOT, [], sample_len=10, beam_size=2)
+    r = beam_search(m.step, m.reorder, prompt, SearchSetup(EOT, [], sample_len=10), beam_size=2)
     assert r.tokens == [[4, 5]]
     assert r.sum_logprobs[0] == pytest.approx(math.log(0.4) + math.log(0.99), abs=1e-4)
     assert m.reorders > 0
     # beam 1 is greedy
     m1 = TableModel(FORK)
-    r1 = beam_search(m1.step, m1.reorder, prompt, EOT, [], sample_len=10, beam_size=1)
+    r1 = beam_search(m1.step, m1.reorder, prompt, SearchSetup(EOT, [], sample_len=10), beam_size=1)
     assert r1.tokens == [[3, 5]]
     assert r1.sum_logprobs[0] == pytest.approx(math.log(0.6) + math.log(0.34), abs=1e-4)
 
@@ -172,11 +172,11 @@ LONG = {
 def test_patience_keeps_searching():
     prompt = torch.tensor([[0, 1]])
     m = TableModel(LONG)
-    r = beam_search(m.step, m.reorder, prompt, EOT, [], sample_len=10, beam_size=2)
+    r = beam_search(m.step, m.reorder, prompt, SearchSetup(EOT, [], sample_len=10), beam_size=2)
     assert r.tokens == [[3]]  # two finished after the second token: the search stops there
     assert r.sum_logprobs[0] == pytest.approx(math.log(0.5 * 0.55), abs=1e-4)
     m = TableModel(LONG)
-    r = beam_search(m.step, m.reorder, prompt, EOT, [], sample_len=10, beam_size=2, patience=2.0)
+    r = beam_search(m.step, m.reorder, prompt, SearchSetup(EOT, [], sample_len=10), beam_size=2, patience=2.0)
     assert r.tokens == [[3, 6, 8]]  # four finished wanted: 4 7 and 3 6 8 also end
     assert r.sum_logprobs[0] == pytest.approx(math.log(0.5 * 0.45 * 0.99), abs=1e-4)
 
@@ -186,7 +186,8 @@ def test_length_penalty_changes_the_ranking():
     picks = {}
     for lp in (None, 0.0, 1.0):
         m = TableModel(LONG)
-        r = beam_search(m.step, m.reorder, prompt, EOT, [], sample_len=10, beam_size=2, patience=2.0, length_penalty=lp)
+        r = beam_search(m.step, m.reorder, prompt, SearchSetup(EOT, [], sample_len=10), beam_size=2, patience=2.0,
+                        length_penalty=lp)
         picks[lp] = r.tokens[0]
     # None: sum / length; 0: the raw sum (the short one wins); 1: sum / ((5 + length) / 6)
     assert picks == {None: [3, 6, 8], 0.0: [3], 1.0: [3, 6, 8]}
@@ -199,7 +200,7 @@ def test_length_penalty_changes_the_ranking():
 def test_beam_without_a_finished_sequence_takes_the_best_unfinished():
     table = {(): {3: 0.7, 4: 0.3}, (3,): {5: 0.9}, (4,): {6: 0.9}}
     m = TableModel(table)
-    r = beam_search(m.step, m.reorder, torch.tensor([[0, 1]]), EOT, [], sample_len=2, beam_size=2)
+    r = beam_search(m.step, m.reorder, torch.tensor([[0, 1]]), SearchSetup(EOT, [], sample_len=2), beam_size=2)
     assert r.tokens == [[3, 5]]
     assert r.sum_logprobs[0] == pytest.approx(math.log(0.7 * 0.9), abs=1e-4)
 
@@ -215,12 +216,12 @@ def test_beam_rows_are_grouped_per_audio_with_no_speech_and_rules():
             seen.append(tuple(tokens.shape))
 
     prompt = torch.tensor([[0, 2], [1, 2]])
-    r = beam_search(m.step, m.reorder, prompt, EOT, [Spy(), SuppressTokens([6])], sample_len=10, beam_size=2,
-                    no_speech=9, sot_index=0)
+    r = beam_search(m.step, m.reorder, prompt,
+                    SearchSetup(EOT, [Spy(), SuppressTokens([6])], sample_len=10, no_speech=9, sot_index=0), beam_size=2)
     assert r.tokens == [[4, 5], [7]]
     assert seen[0] == (4, 2)  # two audios, two beams each
     assert len(r.no_speech_probs) == 2
     p_ns = math.exp(TableModel(tables).dist([0, 2])[9].item())
     assert r.no_speech_probs[0] == pytest.approx(p_ns, rel=1e-4)
     with pytest.raises(ValueError):
-        beam_search(m.step, m.reorder, prompt, EOT, [], sample_len=10, beam_size=2, patience=0.1)
+        beam_search(m.step, m.reorder, prompt, SearchSetup(EOT, [], sample_len=10), beam_size=2, patience=0.1)

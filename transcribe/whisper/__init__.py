@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "TASK_INPUTS", "FASTEST_CPU_DTYPE", "detect", "load"]
+
 # The family contract (loading.Family): its name in messages and the keyword options transcribe() takes.
 KIND = "Whisper"
 from .options import WhisperOptions as Options, WhisperStreamOptions as StreamOptions  # noqa: E402

@@ -129,26 +129,37 @@ class WindowResult:
     no_speech_probs: list[float]
 
 
+@dataclass
+class SearchSetup:
+    """What a window's search needs besides the model's steps: the end-of-text token, the logit
+    rules, at most `sample_len` sampled tokens, the no-speech token (None: no probability read) and
+    the index of <|startoftranscript|> among the forced tokens (where it is read), and the decoder's
+    context `n_ctx` (None: unbounded; a long prompt leaves less room)."""
+
+    eot: int
+    rules: Sequence
+    sample_len: int
+    no_speech: Optional[int] = None
+    sot_index: int = 0
+    n_ctx: Optional[int] = None
+
+
 def greedy(
     step: Callable[[torch.Tensor], torch.Tensor],
     initial: torch.Tensor,
-    eot: int,
-    rules: Sequence,
-    sample_len: int,
-    no_speech: Optional[int] = None,
-    sot_index: int = 0,
+    setup: SearchSetup,
     temperature: float = 0.0,
     generator: Optional[torch.Generator] = None,
-    n_ctx: Optional[int] = None,
 ) -> WindowResult:
     """Greedy (temperature 0) or sampled (temperature > 0) decoding of every row of `initial`
-    [rows, L] until end-of-text, or until the rows hold more than `n_ctx` tokens (the decoder's
-    context: a long prompt leaves less room). Sampling draws from softmax(logits / temperature); the
-    log-probabilities summed are those of the unscaled, rule-filtered logits, as openai-whisper's.
+    [rows, L] until end-of-text, or until the rows hold more than `setup.n_ctx` tokens. Sampling
+    draws from softmax(logits / temperature); the log-probabilities summed are those of the
+    unscaled, rule-filtered logits, as openai-whisper's.
 
-    The first step's logits at `sot_index` give the no-speech probability; openai-whisper reads it
-    before any rule is applied, from the logits of the start-of-transcript position.
+    The first step's logits at `setup.sot_index` give the no-speech probability; openai-whisper
+    reads it before any rule is applied, from the logits of the start-of-transcript position.
     """
+    eot, n_ctx = setup.eot, setup.n_ctx
     tokens = initial
     rows = tokens.shape[0]
     device = tokens.device
@@ -157,8 +168,9 @@ def greedy(
     no_speech_probs = [float("nan")] * rows
     seqs = tokens.tolist()  # the rows on the host too: one transfer of the new tokens per step
     new = tokens
-    for i in range(sample_len):
-        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index, seqs)
+    for i in range(setup.sample_len):
+        logits, ns = _next_logits(step, new, tokens, setup.rules, setup.no_speech if i == 0 else None,
+                                  setup.sot_index, seqs)
         if ns is not None:
             no_speech_probs = ns
         if temperature > 0:
@@ -201,15 +213,10 @@ def beam_search(
     step: Callable[[torch.Tensor], torch.Tensor],
     reorder: Optional[Callable[[torch.Tensor], None]],
     initial: torch.Tensor,
-    eot: int,
-    rules: Sequence,
-    sample_len: int,
+    setup: SearchSetup,
     beam_size: int,
     patience: Optional[float] = None,
     length_penalty: Optional[float] = None,
-    no_speech: Optional[int] = None,
-    sot_index: int = 0,
-    n_ctx: Optional[int] = None,
 ) -> WindowResult:
     """Beam search over every audio row of `initial` [n_audio, L], as openai-whisper's
     BeamSearchDecoder with its MaximumLikelihoodRanker.
@@ -221,9 +228,9 @@ def beam_search(
     (it is not called when every row continues itself). Each step, every beam proposes its
     beam_size + 1 likeliest next tokens; the beam_size likeliest proposals that do not end the text
     go on, the ending ones are kept as finished (at most round(beam_size * patience) per audio).
-    The search stops once every audio has that many finished, after `sample_len` steps, or once a
-    row holds more than `n_ctx` tokens. An audio with fewer than beam_size finished has its
-    unfinished beams added, likeliest first. The result of each audio is its finished sequence
+    The search stops once every audio has that many finished, after `setup.sample_len` steps, or
+    once a row holds more than `setup.n_ctx` tokens. An audio with fewer than beam_size finished has
+    its unfinished beams added, likeliest first. The result of each audio is its finished sequence
     with the best length-normalised sum of log-probs (`rank_by_likelihood`).
     """
     patience = patience or 1.0
@@ -233,32 +240,55 @@ def beam_search(
     n_audio, start = initial.shape
     device = initial.device
     tokens = initial.repeat_interleave(beam_size, dim=0)
-    rows = tokens.shape[0]
-    prefixes = tokens.tolist()  # every row's tokens, kept on the host alongside `tokens`
-    sum_logprobs = [0.0] * rows
-    finished: list[dict[tuple, float]] = [{} for _ in range(n_audio)]
-    no_speech_probs = [float("nan")] * rows
+    beams = _Beams(tokens.tolist(), [0.0] * tokens.shape[0], [{} for _ in range(n_audio)])
+    no_speech_probs = [float("nan")] * tokens.shape[0]
     new = tokens
-    for i in range(sample_len):
-        logits, ns = _next_logits(step, new, tokens, rules, no_speech if i == 0 else None, sot_index, prefixes)
+    for i in range(setup.sample_len):
+        logits, ns = _next_logits(step, new, tokens, setup.rules, setup.no_speech if i == 0 else None,
+                                  setup.sot_index, beams.prefixes)
         if ns is not None:
             no_speech_probs = ns
         logprobs = F.log_softmax(logits, dim=-1)
         top_lp, top_id = logprobs.topk(beam_size + 1, dim=-1)
         # One transfer per step: float32 log-probs and token ids (< 2**53) are exact in float64.
         top = torch.stack([top_lp.double(), top_id.double()]).tolist()
-        top_lp, top_id = top[0], [[int(x) for x in row] for row in top[1]]
+        sources = beams.advance(top[0], [[int(x) for x in row] for row in top[1]], beam_size, max_finished,
+                                setup.eot)
+        tokens = torch.tensor(beams.prefixes, dtype=initial.dtype, device=device)
+        if reorder is not None and sources != list(range(len(sources))):
+            reorder(torch.tensor(sources, dtype=torch.long, device=device))
+        new = tokens[:, -1:]
+        if all(len(f) >= max_finished for f in beams.finished):
+            break
+        if setup.n_ctx is not None and tokens.shape[1] > setup.n_ctx:
+            break
+    out_tokens, out_sums = beams.results(beam_size, start, setup.eot, length_penalty)
+    return WindowResult(out_tokens, out_sums, no_speech_probs[::beam_size])
+
+
+@dataclass
+class _Beams:
+    """A beam search's state on the host: every row's tokens (`prefixes`), its summed log-prob,
+    and each audio's finished sequences (tokens -> summed log-prob)."""
+
+    prefixes: list[list[int]]
+    sum_logprobs: list[float]
+    finished: list[dict[tuple, float]]
+
+    def advance(self, top_lp: list, top_id: list, beam_size: int, max_finished: int, eot: int) -> list[int]:
+        """One step: each row's beam_size + 1 likeliest next tokens (log-probs, ids) -> the new
+        rows; returns the row each new row continues."""
         next_seqs: list[list[int]] = []
         sources: list[int] = []
         next_sums: list[float] = []
-        for a in range(n_audio):
+        for a in range(len(self.finished)):
             cand: dict[tuple, float] = {}
             src: dict[tuple, int] = {}
             for j in range(beam_size):
                 r = a * beam_size + j
-                base = np.float32(sum_logprobs[r])
+                base = np.float32(self.sum_logprobs[r])
                 for lp, tok in zip(top_lp[r], top_id[r]):
-                    seq = tuple(prefixes[r] + [tok])
+                    seq = tuple(self.prefixes[r] + [tok])
                     # openai adds in float32, then takes the Python float
                     cand[seq] = float(base + np.float32(lp))
                     src[seq] = r
@@ -275,35 +305,32 @@ def beam_search(
                     if kept == beam_size:
                         break
             for seq in sorted(ended, key=ended.get, reverse=True):
-                if len(finished[a]) >= max_finished:
+                if len(self.finished[a]) >= max_finished:
                     break
-                finished[a][seq] = ended[seq]
+                self.finished[a][seq] = ended[seq]
         # openai stores the sums back into a float32 tensor
-        sum_logprobs = [float(np.float32(v)) for v in next_sums]
-        prefixes = next_seqs
-        tokens = torch.tensor(next_seqs, dtype=initial.dtype, device=device)
-        if reorder is not None and sources != list(range(len(sources))):
-            reorder(torch.tensor(sources, dtype=torch.long, device=device))
-        new = tokens[:, -1:]
-        if all(len(f) >= max_finished for f in finished):
-            break
-        if n_ctx is not None and tokens.shape[1] > n_ctx:
-            break
-    out_tokens, out_sums = [], []
-    for a in range(n_audio):
-        seqs = finished[a]
-        if len(seqs) < beam_size:
-            group = np.array(sum_logprobs[a * beam_size : (a + 1) * beam_size], dtype=np.float32)
-            for j in list(np.argsort(group))[::-1]:
-                seqs[tuple(prefixes[a * beam_size + int(j)] + [eot])] = float(group[j])
-                if len(seqs) >= beam_size:
-                    break
-        cands = []
-        for seq in seqs:
-            body = list(seq[start:])
-            cands.append(body[: body.index(eot)] if eot in body else body)
-        sums = list(seqs.values())
-        k = rank_by_likelihood([len(c) for c in cands], sums, length_penalty)
-        out_tokens.append(cands[k])
-        out_sums.append(sums[k])
-    return WindowResult(out_tokens, out_sums, no_speech_probs[::beam_size])
+        self.sum_logprobs = [float(np.float32(v)) for v in next_sums]
+        self.prefixes = next_seqs
+        return sources
+
+    def results(self, beam_size: int, start: int, eot: int, length_penalty: Optional[float]):
+        """Each audio's best sequence (tokens after the first `start`, end-of-text excluded) and its
+        summed log-prob; an audio with fewer than beam_size finished takes its unfinished beams,
+        likeliest first."""
+        out_tokens, out_sums = [], []
+        for a, seqs in enumerate(self.finished):
+            if len(seqs) < beam_size:
+                group = np.array(self.sum_logprobs[a * beam_size : (a + 1) * beam_size], dtype=np.float32)
+                for j in list(np.argsort(group))[::-1]:
+                    seqs[tuple(self.prefixes[a * beam_size + int(j)] + [eot])] = float(group[j])
+                    if len(seqs) >= beam_size:
+                        break
+            cands = []
+            for seq in seqs:
+                body = list(seq[start:])
+                cands.append(body[: body.index(eot)] if eot in body else body)
+            sums = list(seqs.values())
+            k = rank_by_likelihood([len(c) for c in cands], sums, length_penalty)
+            out_tokens.append(cands[k])
+            out_sums.append(sums[k])
+        return out_tokens, out_sums

@@ -42,6 +42,7 @@ from torch import nn
 
 from ..cpu import features
 from ..quant import Int8Linear
+from .model import MultiHeadAttention, TextDecoder
 
 
 def _quantize_rows(w: torch.Tensor, block: int = 4096) -> tuple[torch.Tensor, torch.Tensor]:
@@ -156,6 +157,60 @@ def cpu_has_bf16() -> bool:
     return f["avx512_bf16"] or f["amx_bf16"]
 
 
+class Int8Attention(MultiHeadAttention):
+    """The int8 form of an attention module (a float one's class is switched to it, its weights
+    kept): `qkv`, when set, is self-attention's fused query-key-value projection (then `query`,
+    `key` and `value` are gone); `compute_dtype`, when set, is the dtype attention itself runs in
+    (bfloat16 where the CPU has it), keys and values from `kv` then stored in it."""
+
+    qkv: Optional[nn.Module]
+    compute_dtype: Optional[torch.dtype]
+
+    @classmethod
+    def adopt(cls, attn: MultiHeadAttention) -> "Int8Attention":
+        attn.__class__ = cls
+        attn.qkv = None
+        attn.compute_dtype = None
+        return attn
+
+    def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        if self.compute_dtype is not None:  # stored contiguous: read every step (cross-attention)
+            dt = self.compute_dtype
+            return (self.split(self.key(x)).to(dt).contiguous(), self.split(self.value(x)).to(dt).contiguous())
+        return super().kv(x)
+
+    def project(self, x: torch.Tensor) -> tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
+        if self.qkv is None:
+            return super().project(x)
+        b, t, c = x.shape
+        qkv = self.qkv(x).view(b, t, 3, self.n_head, c // self.n_head).permute(2, 0, 3, 1, 4)
+        if self.compute_dtype is not None:  # keys and values are kept (cached) in that dtype
+            qkv = qkv.to(self.compute_dtype)
+        return qkv[0], qkv[1], qkv[2]
+
+    def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_from: Optional[int],
+               mask: Optional[torch.Tensor] = None, q: Optional[torch.Tensor] = None) -> torch.Tensor:
+        if q is None:
+            q = self.split(self.query(x))
+        if self.compute_dtype is not None:
+            q, k, v = q.to(self.compute_dtype), k.to(self.compute_dtype), v.to(self.compute_dtype)
+        return super().attend(x, k, v, causal_from, mask, q=q)
+
+
+class Int8TextDecoder(TextDecoder):
+    """The int8 form of the decoder (a float one's class is switched to it): the logits come from
+    the `Int8Embedding`'s int8 projection, and with attention in bfloat16 the activations between
+    layers stay in the position table's dtype (float32)."""
+
+    def activation_dtype(self, cross: list) -> torch.dtype:
+        if self.blocks[0].cross_attn.compute_dtype is not None:
+            return self.positional_embedding.dtype
+        return super().activation_dtype(cross)
+
+    def logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.token_embedding.project(x).float()
+
+
 def _fused(attn, make) -> nn.Module:
     w = torch.cat([attn.query.weight, attn.key.weight, attn.value.weight]).detach().float()
     b = torch.cat([attn.query.bias, torch.zeros_like(attn.query.bias), attn.value.bias]).detach().float()
@@ -164,12 +219,19 @@ def _fused(attn, make) -> nn.Module:
 
 def quantize_whisper(model: nn.Module) -> dict:
     """Turn a float32 Whisper model into its int8 form, in place (on its device: fbgemm's kernel on
-    a CPU, `Int8Linear` elsewhere); returns what was done: {"linears": n, "fast": bool,
+    a CPU, `Int8Linear` elsewhere): its attention modules become `Int8Attention`, its decoder an
+    `Int8TextDecoder`, its linear layers int8 ones; returns what was done: {"linears": n, "fast": bool,
     "attention": dtype}."""
     cpu = model.decoder.positional_embedding.device.type == "cpu"
     fast = cpu and fbgemm_available()
     bf16 = cpu and cpu_has_bf16()
     row = RowInt8Linear if fast else Int8Linear
+    model.decoder.__class__ = Int8TextDecoder
+    for part in (model.encoder, model.decoder):
+        for blk in part.blocks:
+            for attn in (blk.attn, blk.cross_attn):
+                if attn is not None:
+                    Int8Attention.adopt(attn)
     # self-attention's queries, keys and values as one projection
     for part in (model.encoder, model.decoder):
         for blk in part.blocks:

@@ -1,6 +1,6 @@
 """Long-form Whisper over several inputs at once: their window loops run in lockstep.
 
-Each input keeps openai-whisper's own loop (transcribe/whisper/transcribe.py `window_loop`:
+Each input keeps openai-whisper's own loop (transcribe/whisper/sequential.py `window_loop`:
 seeking, prompt conditioning, temperature fallback, segments, word timestamps); what is shared is
 the work of the windows pending at the same time, one per input:
 
@@ -37,15 +37,15 @@ import torch.nn.functional as F
 from ..results import Transcript
 from .decoding import ApplyTimestampRules, SuppressBlank, SuppressTokens, WindowResult
 from .model import KVCache
-from .transcribe import WindowRequest, first_decoding, window_loop
+from .options import WhisperOptions
+from .sequential import WindowRequest, first_decoding, sampling_generator, window_loop
 
 
-def transcribe_batch(asr, inputs: Sequence, load: Callable, batch_size: int, language, task, condition,
-                     initial_prompt, no_speech_threshold, logprob_threshold, search_opts, fallback: Callable[[], dict],
-                     words_opts) -> list[Transcript]:
+def transcribe_batch(asr, inputs: Sequence, load: Callable, opts: WhisperOptions) -> list[Transcript]:
     """Transcripts of `inputs` (each turned into PCM by `load` when it joins the batch), at most
-    `batch_size` running at a time. The options are those of `window_loop`; fallback() makes each
-    input's fallback options (with its own sampling generator)."""
+    `opts.windows_at_once` (batch_size) running at a time. opts: as `window_loop`'s; each input
+    samples its fallbacks from its own generator seeded with `opts.seed`."""
+    batch_size = opts.windows_at_once
     results: list[Optional[Transcript]] = [None] * len(inputs)
     waiting = deque(range(len(inputs)))
     running: dict[int, tuple] = {}  # input -> (its loop, its pending WindowRequest)
@@ -60,8 +60,7 @@ def transcribe_batch(asr, inputs: Sequence, load: Callable, batch_size: int, lan
     while waiting or running:
         while waiting and len(running) < batch_size:
             i = waiting.popleft()
-            advance(i, window_loop(asr, load(inputs[i]), language, task, condition, initial_prompt,
-                                   no_speech_threshold, logprob_threshold, search_opts, fallback(), words_opts))
+            advance(i, window_loop(asr, load(inputs[i]), opts, sampling_generator(asr, opts.seed)))
         if not running:
             continue
         order = list(running)
@@ -93,7 +92,7 @@ def row(cross: list, j: int) -> list:
 
 def greedy_request(req: WindowRequest) -> bool:
     """Whether a window's first decoding is a plain greedy search (batched across inputs)."""
-    return req.temperature == 0 and req.search_opts.get("beam_size") is None and req.language is not None
+    return req.temperature == 0 and req.opts.beam_size is None and req.opts.language is not None
 
 
 def first_decodings(asr, requests: Sequence[WindowRequest], cross: list) -> list[tuple[list, WindowResult]]:
@@ -103,8 +102,8 @@ def first_decodings(asr, requests: Sequence[WindowRequest], cross: list) -> list
     firsts: list[Optional[WindowResult]] = [None] * len(requests)
     greedy_rows = [j for j, r in enumerate(requests) if greedy_request(r)]
     if len(greedy_rows) > 1:
-        forced = [asr.initial_tokens(requests[j].language, requests[j].task, requests[j].prompt, True,
-                                     requests[j].search_opts.get("prefix", ())) for j in greedy_rows]
+        forced = [asr.initial_tokens(requests[j].opts.language, requests[j].opts.task, requests[j].prompt, True,
+                                     requests[j].opts.prefix or ()) for j in greedy_rows]
         if greedy_rows != list(range(len(requests))):
             index = torch.tensor(greedy_rows, device=cross[0][0].device)
             sub = [(k.index_select(0, index), v.index_select(0, index)) for k, v in cross]

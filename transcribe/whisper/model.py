@@ -69,32 +69,19 @@ class MultiHeadAttention(nn.Module):
         self.key = nn.Linear(n_state, n_state, bias=False)
         self.value = nn.Linear(n_state, n_state)
         self.out = nn.Linear(n_state, n_state)
-        # Set only by the int8 form (transcribe/whisper/int8.py): a fused query-key-value
-        # projection for self-attention, and the dtype attention itself runs in (None: the
-        # activations'); keys and values from `kv` are then stored in that dtype.
-        self.qkv: Optional[nn.Module] = None
-        self.compute_dtype: Optional[torch.dtype] = None
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         b, t, c = x.shape
         return x.view(b, t, self.n_head, c // self.n_head).transpose(1, 2)
 
     def kv(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        if self.compute_dtype is not None:  # stored contiguous: read every step (cross-attention)
-            dt = self.compute_dtype
-            return (self.split(self.key(x)).to(dt).contiguous(), self.split(self.value(x)).to(dt).contiguous())
         return self.split(self.key(x)), self.split(self.value(x))
 
     def project(self, x: torch.Tensor) -> tuple[Optional[torch.Tensor], torch.Tensor, torch.Tensor]:
-        """Self-attention's (queries or None, keys, values) of x: one fused projection when the
-        model has one (int8), else the keys and values (the queries are made by `attend`)."""
-        if self.qkv is None:
-            return (None, *self.kv(x))
-        b, t, c = x.shape
-        qkv = self.qkv(x).view(b, t, 3, self.n_head, c // self.n_head).permute(2, 0, 3, 1, 4)
-        if self.compute_dtype is not None:  # keys and values are kept (cached) in that dtype
-            qkv = qkv.to(self.compute_dtype)
-        return qkv[0], qkv[1], qkv[2]
+        """Self-attention's (queries or None, keys, values) of x: here the keys and values (the
+        queries are made by `attend`; the int8 form, transcribe/whisper/int8.py, makes all three in
+        one fused projection)."""
+        return (None, *self.kv(x))
 
     def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal_from: Optional[int],
                mask: Optional[torch.Tensor] = None, q: Optional[torch.Tensor] = None) -> torch.Tensor:
@@ -103,8 +90,6 @@ class MultiHeadAttention(nn.Module):
         each query sees, [B, 1, n, T] (True: seen)."""
         if q is None:
             q = self.split(self.query(x))
-        if self.compute_dtype is not None:
-            q, k, v = q.to(self.compute_dtype), k.to(self.compute_dtype), v.to(self.compute_dtype)
         n = q.shape[2]
         if mask is None and causal_from is not None and n > 1:
             # Row i (position causal_from + i) sees keys 0 .. causal_from + i.
@@ -236,9 +221,9 @@ class TextDecoder(nn.Module):
         self.positional_embedding = nn.Parameter(torch.empty(n_ctx, n_state))
         self.blocks = nn.ModuleList(ResidualAttentionBlock(n_state, n_head, cross_attention=True) for _ in range(n_layer))
         self.ln = LayerNorm(n_state)
-        # Set by the int8 form (transcribe/whisper/int8.py): rows that start from the same forced
-        # tokens (beams, samples) compute them once and share their keys and values
-        # (`KVCache.prefix`) instead of holding, reordering and reading a copy each.
+        # Rows that start from the same forced tokens (beams, samples) compute them once and share
+        # their keys and values (`KVCache.prefix`) instead of holding, reordering and reading a copy
+        # each (`WhisperASR.decoder_steps`). Off here; the int8 form (transcribe/whisper/int8.py) turns it on.
         self.shared_prefix = False
 
     def cross_kv(self, audio: torch.Tensor) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -281,7 +266,7 @@ class TextDecoder(nn.Module):
             mask = (kslot[None, None, :] >= first[:, :, None]) & (kslot[None, None, :] <= slots[None, :, None])
             mask = mask[:, None]  # [R, 1, n, T]: the same for every head
         x = self.token_embedding(tokens).to(self.positional_embedding.dtype) + pos
-        x = x.to(self.positional_embedding.dtype if self.blocks[0].cross_attn.compute_dtype else cross[0][0].dtype)
+        x = x.to(self.activation_dtype(cross))
         idx = cache.audio_index
         audio_rows = cache.rows_on_host()
         same_rows = audio_rows == list(range(cross[0][0].shape[0]))
@@ -319,6 +304,10 @@ class TextDecoder(nn.Module):
             x = x[:, list(positions)]
         return self.logits(self.ln(x)), KVCache(keys, values, idx, audio_rows, pad, cache.prefix), weights
 
+    def activation_dtype(self, cross: list) -> torch.dtype:
+        """The dtype of the decoder's activations: the cross-attention keys' (the model's)."""
+        return cross[0][0].dtype
+
     def logits(self, x: torch.Tensor) -> torch.Tensor:
         """Final states [R, n, C] -> logits over the vocabulary [R, n, vocab] (float32), through the
         tied token embedding.
@@ -328,9 +317,6 @@ class TextDecoder(nn.Module):
         the float32 ones, but each step reads half the bytes (the projection is the largest
         read of a decoding step: 80 MB in float32 for 51864 x 384).
         """
-        project = getattr(self.token_embedding, "project", None)
-        if project is not None:  # int8 (transcribe/whisper/int8.py)
-            return project(x).float()
         w = self.token_embedding.weight
         if w.dtype == x.dtype or x.device.type != "cpu":
             return F.linear(x, w.to(x.dtype)).float()

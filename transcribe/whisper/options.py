@@ -44,7 +44,7 @@ def schedule(temps: Sequence[float], increment: float) -> tuple[float, ...]:
 
 @dataclass(frozen=True)
 class WhisperOptions:
-    """openai-whisper's `transcribe` options (see `WhisperASR.transcribe`), and:
+    """openai-whisper's `transcribe` options (see `WhisperASR._transcribe`), and:
 
     temperature: one temperature or the whole schedule (default openai-whisper's, 0 to 1 in steps of 0.2);
     temperature_increment: with one temperature T (or none, T = 0), the schedule runs from T up to 1.0 in

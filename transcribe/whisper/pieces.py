@@ -1,7 +1,7 @@
 """Batched long-form Whisper (`transcribe(audio, batched=True)`): the audio is cut at pauses into
 windows of at most 30 s, and the windows are decoded together, as one batch.
 
-openai-whisper's long-form loop (transcribe/whisper/transcribe.py) decodes one 30 s window after
+openai-whisper's long-form loop (transcribe/whisper/sequential.py) decodes one 30 s window after
 the other: where a window starts depends on the timestamps the previous one ended with, and each
 window is conditioned on the text before it, so nothing can run ahead. Here (as faster-whisper's
 BatchedInferencePipeline does) the windows are fixed first:
@@ -25,6 +25,8 @@ the previous text; benchmarks/whisper_batched_longform.py measures both (WER and
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import torch
 
@@ -32,7 +34,8 @@ from ..long_input import batches, cut_spans
 from ..results import Segment, Transcript
 from .lockstep import batched_greedy, encode_windows, row
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
-from .transcribe import add_words, decode_with_fallback, window_segments
+from .options import WhisperOptions
+from .sequential import WindowRequest, add_words, decode_with_fallback, window_segments
 
 MAX_WINDOW_S = 30.0
 MIN_WINDOW_S = 15.0  # a cut is looked for between 15 and 30 s into each window (long_input.py)
@@ -43,19 +46,21 @@ def windows_of(pcm: np.ndarray, sample_rate: int, detector: str = "auto") -> lis
     return cut_spans(pcm, sample_rate, MAX_WINDOW_S, detector, min_s=MIN_WINDOW_S)
 
 
-def transcribe_pieces(asr, pcm: np.ndarray, language, task, initial_prompt, no_speech_threshold, logprob_threshold,
-                      search_opts: dict, fallback: dict, words_opts, batch_size: int) -> Transcript:
+def transcribe_pieces(asr, pcm: np.ndarray, opts: WhisperOptions, generator) -> Transcript:
     """One input (mono float32 at the model's rate) -> its Transcript, its windows decoded
-    `batch_size` at a time. Options as WhisperASR.transcribe's (checked there)."""
+    `opts.windows_at_once` (batch_size) at a time. opts: WhisperASR's checked options, its language
+    the model's code (or None: detected); generator: what fallbacks sample from."""
+    language, task, batch_size = opts.language, opts.task, opts.windows_at_once
+    no_speech_threshold, logprob_threshold = opts.no_speech_threshold, opts.logprob_threshold
     t = asr.tokenizer
     sr = asr.sample_rate
     duration = len(pcm) / sr
     spans = windows_of(pcm, sr)
     if language is None:
         language = "en" if not asr.multilingual else asr.detect_language(window_mel(asr, pcm[: spans[0][1]]))[0]
-    prompt = t.encode(" " + initial_prompt.strip()) if initial_prompt else []
-    temperatures = fallback["temperatures"]
-    greedy = temperatures[0] == 0 and search_opts.get("beam_size") is None
+    opts = replace(opts, language=language)
+    prompt = t.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else []
+    greedy = opts.temperatures[0] == 0 and opts.beam_size is None
     segments: list[Segment] = []
     all_tokens: list[int] = []
     token_list: list = []
@@ -71,8 +76,8 @@ def transcribe_pieces(asr, pcm: np.ndarray, language, task, initial_prompt, no_s
             offset = a / sr
             size = min(WHISPER_CHUNK_FRAMES, -(-(b - a) // 160))  # frames of audio in the window
             rows = row(cross, j)
-            r, avg, ratio, temp = decode_with_fallback(asr, mels[j], rows, language, task, prompt, search_opts,
-                                                       **fallback, first=firsts[j])
+            r, avg, ratio, temp = decode_with_fallback(asr, WindowRequest(mels[j], opts, prompt, generator), rows,
+                                                       first=firsts[j])
             tokens = r.tokens[0]
             if no_speech_threshold is not None and r.no_speech_probs[0] > no_speech_threshold:
                 if logprob_threshold is None or avg <= logprob_threshold:
@@ -84,8 +89,8 @@ def transcribe_pieces(asr, pcm: np.ndarray, language, task, initial_prompt, no_s
             for seg, _ in current:  # timestamps past the window's audio are clipped to it
                 seg.start = float(min(max(seg.start, offset), end_s))
                 seg.end = float(min(max(seg.end, seg.start), end_s))
-            if words_opts is not None:
-                add_words(asr, current, rows, size, offset, language, task, last_speech, words_opts, token_list)
+            if opts.word_timestamps:
+                add_words(asr, current, rows, size, offset, opts, last_speech, token_list)
                 ends = [s.words[-1].end for s, _ in current if s.words]
                 if ends:
                     last_speech = ends[-1]

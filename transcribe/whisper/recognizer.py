@@ -1,42 +1,44 @@
-"""The Whisper recognizer: weights, tokenizer, and openai-whisper's decoding.
+"""The Whisper recognizer (`transcribe.recognizer.Recognizer`): weights, tokenizer, and openai-whisper's
+decoding.
 
 `decode_window` decodes one 30 s window (openai-whisper's `decode`: greedy, beam search or
-best-of sampling, with its logit rules, prompt and prefix); `transcribe` checks its options and
-runs audio of any length through it window by window (openai-whisper's `transcribe`: seeking by
-timestamps, conditioning on earlier text, temperature fallback, language detection and word
-timestamps), with the window loop in transcribe/whisper/transcribe.py.
+best-of sampling, with its logit rules, prompt and prefix); `transcribe` (the base class's) checks
+its options (`WhisperOptions`, transcribe/whisper/options.py; `check_for_model` the ones that need
+the model) and runs audio of any length through it window by window: openai-whisper's sequential
+loop (seeking by timestamps, conditioning on earlier text, temperature fallback, language detection
+and word timestamps) in transcribe/whisper/sequential.py, a list's loops in lockstep in
+transcribe/whisper/lockstep.py, and batched=True's windows cut at pauses in transcribe/whisper/pieces.py.
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Optional, Sequence
 
 import torch
 
 from ..audio import model_input
+from ..errors import ModelError, OptionValueError, TranscribeError
+from ..recognizer import Recognizer
+from ..results import Transcript
 from ..runtime import scoped
-from ..errors import ModelError, OptionsNotTaken, OptionValueError, TranscribeError
+from ..streaming import StreamingSession
 from ..text.languages import language_code
 from . import KIND
-from ..streaming import StreamingSession
-from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
-from .model import KVCache, Whisper, WhisperDims
 from . import decoding as search
-from .tokenizer import WhisperTokenizer
+from . import lockstep, pieces, sequential
+from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .language import detect_language
-from .timing import APPEND_PUNCTUATION, PREPEND_PUNCTUATION
-from . import transcribe as longform
-from . import lockstep
+from .model import KVCache, Whisper, WhisperDims
+from .options import WhisperOptions, WhisperStreamOptions
+from .tokenizer import WhisperTokenizer
 
 
-
-BATCHED_WINDOWS = 8  # windows decoded together by transcribe(batched=True) unless batch_size says
-
-
-
-class WhisperASR:
+class WhisperASR(Recognizer):
     family = "whisper"
     kind = KIND
+    Options = WhisperOptions
+    StreamOptions = WhisperStreamOptions
     sample_rate = 16000
 
     def __init__(self, model: Whisper, tokenizer: WhisperTokenizer, config: dict, name: str):
@@ -171,55 +173,62 @@ class WhisperASR:
 
     @scoped
     @torch.inference_mode()
-    def decode_window(
-        self,
-        mel: torch.Tensor,
-        timestamps: bool = True,
-        language: Optional[str] = None,
-        task: str = "transcribe",
-        prompt: Sequence[int] = (),
-        beam_size: Optional[int] = None,
-        patience: Optional[float] = None,
-        length_penalty: Optional[float] = None,
-        temperature: float = 0.0,
-        best_of: int = 5,
-        generator: Optional[torch.Generator] = None,
-        cross: Optional[list] = None,
-        prefix: Sequence[int] | str = (),
-    ) -> search.WindowResult:
+    def decode_window(self, mel: torch.Tensor, opts: Optional[WhisperOptions] = None, *, prompt: Sequence[int] = (),
+                      temperature: float = 0.0, generator: Optional[torch.Generator] = None,
+                      cross: Optional[list] = None, **given) -> search.WindowResult:
         """mel [n_mels, 3000] (one 30 s window, padded) -> tokens of that window: greedy, or beam
         search with `beam_size` (openai-whisper's patience and length penalty); at a temperature
         above 0, the likeliest of `best_of` samples (beam options are then ignored, as in
         openai-whisper).
 
+        opts: the options (`WhisperOptions`) whose timestamps, language (a code; None: detected),
+        task, beam_size, patience, length_penalty, best_of and prefix (text or tokens the window's
+        transcript is forced to begin with; the result holds the tokens after it) apply; given:
+        options by name, instead of or over `opts` (e.g. `decode_window(mel, beam_size=2)`).
         prompt: earlier text tokens, given after <|startofprev|> (at most n_text_ctx // 2 - 1).
-        generator: the sampling generator, on the model's device (`self.device`).
-        cross: the window's `encode(mel)`, when the caller has it already.
-        prefix: text (or tokens) the window's transcript is forced to begin with; the result holds
-        the tokens after it.
+        temperature: this decoding's (one of the schedule's). generator: the sampling generator, on
+        the model's device (`self.device`). cross: the window's `encode(mel)`, when the caller has it.
         """
+        if opts is None:
+            opts = WhisperOptions(**given)
+        elif given:
+            opts = replace(opts, **given)
         t = self.tokenizer
         m = self.model
         if cross is None:
             cross = self.encode(mel)
+        language = opts.language
         if language is None and self.multilingual:
             language = detect_language(m, t, cross=cross)[0]  # openai-whisper's decode does so too
-        initial, sot_index = self.initial_tokens(language, task, prompt, timestamps, prefix)
-        sample_begin = len(initial)
-        rules = self.logit_rules(sample_begin, timestamps)
+        initial, sot_index = self.initial_tokens(language, opts.task, prompt, opts.timestamps, opts.prefix or ())
+        setup = search.SearchSetup(t.eot, self.logit_rules(len(initial), opts.timestamps), m.dims.n_text_ctx // 2,
+                                   no_speech=t.no_speech, sot_index=sot_index, n_ctx=m.dims.n_text_ctx)
         device = cross[0][0].device  # every tensor of the search lives with the weights
-        sampled = temperature > 0
-        if sampled:
+        if temperature > 0:
             if generator is not None and torch.device(generator.device) != device:
                 raise TranscribeError(f"the generator is on {generator.device}, the model on {device}: "
                                       f"make it with torch.Generator(device={str(device)!r})")
-            beam_size = None
-            state = {"cache": KVCache([], [], torch.zeros(best_of, dtype=torch.long, device=device), [0] * best_of)}
-        elif beam_size is None:
-            state = {"cache": None}
-        else:
-            # Every beam of the window reads the one set of cross-attention keys and values.
-            state = {"cache": KVCache([], [], torch.zeros(beam_size, dtype=torch.long, device=device), [0] * beam_size)}
+            step, _ = self.decoder_steps(cross, opts.best_of)
+            r = search.greedy(step, torch.tensor([initial] * opts.best_of, device=device), setup,
+                              temperature=temperature, generator=generator)
+            k = search.rank_by_likelihood([len(x) for x in r.tokens], r.sum_logprobs, opts.length_penalty)
+            return search.WindowResult([r.tokens[k]], [r.sum_logprobs[k]], [r.no_speech_probs[0]])
+        step, reorder = self.decoder_steps(cross, opts.beam_size)
+        if opts.beam_size is None:
+            return search.greedy(step, torch.tensor([initial], device=device), setup)
+        return search.beam_search(step, reorder, torch.tensor([initial], device=device), setup, opts.beam_size,
+                                  patience=opts.patience, length_penalty=opts.length_penalty)
+
+    def decoder_steps(self, cross: list, rows: Optional[int]):
+        """(step, reorder) of one window's search (see `decoding.greedy`): the decoder over the
+        window's cross-attention keys and values `cross`, with its self-attention cache. rows: the
+        rows (beams, samples) that all read the window's one audio row (None: as many rows as
+        audio rows, each its own: greedy). reorder(rows) keeps those cache rows (a beam reorder)."""
+        m = self.model
+        device = cross[0][0].device
+        # Every beam (sample) of the window reads the one set of cross-attention keys and values.
+        state = {"cache": None if rows is None else
+                 KVCache([], [], torch.zeros(rows, dtype=torch.long, device=device), [0] * rows)}
 
         def step(new: torch.Tensor, positions: Sequence[int]) -> torch.Tensor:
             cache = state["cache"]
@@ -234,28 +243,10 @@ class WhisperASR:
             logits, state["cache"], _ = m.decoder(new, cross, cache, positions=positions)
             return logits
 
-        if sampled:
-            r = search.greedy(
-                step, torch.tensor([initial] * best_of, device=device), t.eot, rules, m.dims.n_text_ctx // 2,
-                no_speech=t.no_speech, sot_index=sot_index, temperature=temperature, generator=generator,
-                n_ctx=m.dims.n_text_ctx,
-            )
-            k = search.rank_by_likelihood([len(x) for x in r.tokens], r.sum_logprobs, length_penalty)
-            return search.WindowResult([r.tokens[k]], [r.sum_logprobs[k]], [r.no_speech_probs[0]])
-        if beam_size is None:
-            return search.greedy(
-                step, torch.tensor([initial], device=device), t.eot, rules, m.dims.n_text_ctx // 2,
-                no_speech=t.no_speech, sot_index=sot_index, n_ctx=m.dims.n_text_ctx,
-            )
-
         def reorder(rows: torch.Tensor) -> None:
             state["cache"] = state["cache"].reorder(rows)
 
-        return search.beam_search(
-            step, reorder, torch.tensor([initial], device=device), t.eot, rules, m.dims.n_text_ctx // 2, beam_size,
-            patience=patience, length_penalty=length_penalty, no_speech=t.no_speech, sot_index=sot_index,
-            n_ctx=m.dims.n_text_ctx,
-        )
+        return step, reorder
 
     @scoped
     def detect_language(self, mel: torch.Tensor) -> tuple[str, dict[str, float]]:
@@ -284,38 +275,11 @@ class WhisperASR:
         return mel[:, :WHISPER_CHUNK_FRAMES]
 
     # ------------------------------------------------------------------------------------------
-    @scoped
-    def transcribe(
-        self,
-        audio,
-        *,
-        batch_size: Optional[int] = None,
-        batched: bool = False,
-        timestamps: bool = True,
-        language: Optional[str] = None,
-        task: str = "transcribe",
-        condition_on_previous_text: bool = True,
-        initial_prompt: Optional[str] = None,
-        prefix: Optional[str] = None,
-        no_speech_threshold: Optional[float] = 0.6,
-        logprob_threshold: Optional[float] = -1.0,
-        beam_size: Optional[int] = None,
-        patience: Optional[float] = None,
-        length_penalty: Optional[float] = None,
-        temperature: float | Sequence[float] = (0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
-        best_of: int = 5,
-        compression_ratio_threshold: Optional[float] = 2.4,
-        seed: Optional[int] = 0,
-        word_timestamps: bool = False,
-        prepend_punctuations: str = PREPEND_PUNCTUATION,
-        append_punctuations: str = APPEND_PUNCTUATION,
-        sample_rate: Optional[int] = None,
-        **options,
-    ):
+    def _transcribe(self, items: list, opts: WhisperOptions) -> list[Transcript]:
         """Transcribe audio of any length in 30 s windows, seeking by the predicted timestamps
-        (openai-whisper's `transcribe`). A window whose text is too repetitive (compression ratio
-        above the threshold) or too unlikely (average log-prob below `logprob_threshold`, unless it
-        is silence) is decoded again at the next temperature. A list gives a list.
+        (openai-whisper's `transcribe`, transcribe/whisper/sequential.py). A window whose text is too
+        repetitive (compression ratio above the threshold) or too unlikely (average log-prob below
+        `logprob_threshold`, unless it is silence) is decoded again at the next temperature.
 
         batch_size: with a list, up to this many inputs run their window loops in lockstep
         (transcribe/whisper/lockstep.py): their pending windows go through the encoder together and
@@ -338,58 +302,29 @@ class WhisperASR:
         `batch_size` (default 1) batches across the inputs of a list.
 
         sample_rate: the rate of array inputs (default: the model's, 16 kHz); files carry their own."""
-        if options:
-            raise OptionsNotTaken(self.name, KIND, options)
-        language = self.language_code(language)
-        if task not in ("transcribe", "translate"):
-            raise TranscribeError(f"task must be transcribe or translate, got {task!r}")
-        if task == "translate" and not self.multilingual:
+        # The loops cut windows at their timestamps: every window is decoded with them.
+        opts = replace(opts, language=self.language_code(opts.language), timestamps=True)
+
+        def load(a):
+            return model_input(a, self.sample_rate, opts.sample_rate)
+
+        if not opts.batched and len(items) > 1 and opts.windows_at_once > 1:
+            # Each input samples from its own generator, as it would alone.
+            return lockstep.transcribe_batch(self, items, load, opts)
+        generator = sequential.sampling_generator(self, opts.seed)  # (one for the inputs, in turn)
+        if opts.batched:
+            return [pieces.transcribe_pieces(self, load(a), opts, generator) for a in items]
+        return [sequential.transcribe_one(self, load(a), opts, generator) for a in items]
+
+    def check_for_model(self, opts: WhisperOptions) -> None:
+        """The checks of `opts` that need the model: a language it knows, a translation only by a
+        multilingual model, alignment heads for word timestamps."""
+        self.language_code(opts.language)
+        if opts.task == "translate" and not self.multilingual:
             raise OptionValueError("task", f"{self.name} is an English-only Whisper model and cannot translate "
                                   "(a multilingual model can)")
-        if word_timestamps and not self.alignment_heads():
+        if opts.word_timestamps and not self.alignment_heads():
             raise TranscribeError(f"{self.name}: the model's config names no alignment heads, needed for word timestamps")
-        if batch_size is None:
-            batch_size = BATCHED_WINDOWS if batched is True else 1
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
-            raise TranscribeError(f"batch_size must be an integer of at least 1, got {batch_size!r}")
-        if not isinstance(batched, bool):
-            raise TranscribeError(f"batched must be True or False, got {batched!r}")
-        if batched and prefix:
-            raise TranscribeError("prefix forces the start of the first window of the sequential loop; "
-                                  "batched=True has no first window to force it on (use initial_prompt)")
-        single = not isinstance(audio, (list, tuple))
-        items = [audio] if single else list(audio)
-        temps = (temperature,) if isinstance(temperature, (int, float)) else tuple(temperature)
-        search_opts = dict(beam_size=beam_size, patience=patience, length_penalty=length_penalty, best_of=best_of,
-                           prefix=prefix or ())
-        fallback = dict(temperatures=temps, compression_ratio_threshold=compression_ratio_threshold,
-                        logprob_threshold=logprob_threshold, no_speech_threshold=no_speech_threshold,
-                        generator=torch.Generator(device=self.device).manual_seed(seed) if seed is not None else None)
-        words = (prepend_punctuations, append_punctuations) if word_timestamps else None
-        if batched:
-            from .pieces import transcribe_pieces
-
-            out = [transcribe_pieces(self, model_input(a, self.sample_rate, sample_rate), language, task,
-                                     initial_prompt, no_speech_threshold, logprob_threshold, search_opts,
-                                     fallback, words, batch_size)
-                   for a in items]
-            return out[0] if single else out
-        if not single and batch_size > 1 and len(items) > 1:
-            # Each input samples from its own generator, as it would alone.
-            return lockstep.transcribe_batch(
-                self, items, lambda a: model_input(a, self.sample_rate, sample_rate), batch_size, language, task,
-                condition_on_previous_text, initial_prompt, no_speech_threshold, logprob_threshold, search_opts,
-                lambda: {**fallback, "generator": None if seed is None else
-                         torch.Generator(device=self.device).manual_seed(seed)}, words)
-        out = [longform.transcribe_one(self, model_input(a, self.sample_rate, sample_rate), language, task,
-                                       condition_on_previous_text, initial_prompt, no_speech_threshold,
-                                       logprob_threshold, search_opts, fallback, words)
-               for a in items]
-        return out[0] if single else out
-
-    def check_options(self, **options) -> None:
-        """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing)."""
-        self.transcribe([], **options)
 
     def language_code(self, language: Optional[str]) -> Optional[str]:
         """A `language` option (a code or a name, any case) as the model's code; None stays None.
@@ -418,11 +353,21 @@ class WhisperASR:
         d = self.model.dims
         return [(layer, h) for layer in range(d.n_text_layer // 2, d.n_text_layer) for h in range(d.n_text_head)]
 
-    def stream(self, **options) -> StreamingSession:
+    def stream_options(self, **given) -> WhisperStreamOptions:
+        """The checked options of `stream(**given)`: chunk_s, left_s, right_s and transcribe's
+        decoding options (language, beam_size, temperature, ...); the options a stream sets itself
+        (word timestamps, ...) and a prefix are refused (transcribe/whisper/streaming.py)."""
+        from .streaming import refuse_fixed
+
+        refuse_fixed(given)
+        opts = super().stream_options(**given)
+        self.check_for_model(replace(opts, word_timestamps=True))
+        return opts
+
+    def _stream(self, opts: WhisperStreamOptions) -> StreamingSession:
         """A live session over windows of the stream (transcribe/whisper/streaming.py): `feed` audio
         as it arrives, committed and tentative text come out as windows are decoded; a context
-        manager (finalized on exit). options: chunk_s, left_s, right_s and transcribe's decoding
-        options (language, beam_size, temperature, ...)."""
+        manager (finalized on exit)."""
         from .streaming import buffered_session
 
-        return buffered_session(self, **options)
+        return buffered_session(self, opts)

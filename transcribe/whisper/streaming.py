@@ -1,5 +1,5 @@
 """Buffered streaming for Whisper: windows of the stream (left + chunk + right context, at most
-30 s, Whisper's own window) go through `WhisperASR.transcribe` with word timestamps, and
+30 s, Whisper's own window) go through the recognizer's sequential loop with word timestamps, and
 transcribe/buffered.py commits the words whose start falls in the chunk.
 
 Times: a word starts where openai-whisper's alignment puts it (cross-attention + DTW, with its
@@ -21,7 +21,7 @@ offline.
 """
 from __future__ import annotations
 
-from typing import Optional
+from dataclasses import fields, replace
 
 import numpy as np
 
@@ -29,7 +29,7 @@ from ..buffered import BufferedSession, WindowToken
 from ..errors import TranscribeError
 from ..runtime import model_call
 from ..streaming import SAMPLE_RATE
-from .timing import APPEND_PUNCTUATION
+from .options import APPEND_PUNCTUATION, WhisperOptions, WhisperStreamOptions
 
 CHUNK_S = 4.0
 LEFT_S = 6.0
@@ -43,29 +43,33 @@ FRAME_SAMPLES = 160  # 10 ms
 _FIXED = {"word_timestamps", "sample_rate", "batch_size", "timestamps", "condition_on_previous_text"}
 
 
-def buffered_session(asr, *, chunk_s: Optional[float] = None, left_s: Optional[float] = None,
-                     right_s: Optional[float] = None, **decode_options) -> BufferedSession:
-    """A live session for a WhisperASR over left/chunk/right windows (module docstring).
-
-    decode_options: WhisperASR.transcribe's decoding options for every window (language, task,
-    beam_size, temperature, initial_prompt, ...). Without a language, a multilingual model detects
-    it in the first window that has words and keeps it."""
-    fixed = sorted(set(decode_options) & _FIXED)
+def refuse_fixed(given: dict) -> None:
+    """Raises TranscribeError for stream options given by name that the session sets itself, and
+    for a prefix (every window would start with it)."""
+    fixed = sorted(set(given) & _FIXED)
     if fixed:
         raise TranscribeError(f"a Whisper stream sets {', '.join(fixed)} itself")
-    if decode_options.get("prefix"):
+    if given.get("prefix"):
         raise TranscribeError("prefix does not apply to a stream (every window would start with it)")
-    asr.transcribe([], word_timestamps=True, **decode_options)  # checks the options (transcribes nothing)
-    options = dict(decode_options)
-    if options.get("language") is not None and not asr.multilingual:
-        options["language"] = "en"  # (warned once by the check above, not at every window)
+
+
+def buffered_session(asr, opts: WhisperStreamOptions) -> BufferedSession:
+    """A live session for a WhisperASR over left/chunk/right windows (module docstring).
+
+    opts: the checked stream options (`WhisperASR.stream_options`): chunk_s, left_s, right_s and
+    transcribe's decoding options for every window (language, task, beam_size, temperature,
+    initial_prompt, ...). Without a language, a multilingual model detects it in the first window
+    that has words and keeps it."""
+    window_opts = {f.name: getattr(opts, f.name) for f in fields(WhisperOptions)}
+    window_opts.update(word_timestamps=True, condition_on_previous_text=False)
+    held = {"opts": WhisperOptions(**window_opts)}  # the language, once a window detects it
     tok = asr.tokenizer
 
     def transcribe(samples: np.ndarray):
         with model_call(asr.threads):
-            t = asr.transcribe(samples, word_timestamps=True, condition_on_previous_text=False, **options)
-        if options.get("language") is None and asr.multilingual and t.words:
-            options["language"] = t.language
+            t = asr._transcribe([samples], held["opts"])[0]
+        if held["opts"].language is None and asr.multilingual and t.words:
+            held["opts"] = replace(held["opts"], language=t.language)
         return t
 
     def decode_window(samples: np.ndarray) -> list[WindowToken]:
@@ -88,9 +92,9 @@ def buffered_session(asr, *, chunk_s: Optional[float] = None, left_s: Optional[f
         decode_window, decode=tok.decode, piece=lambda i: token_piece(tok, i),
         punctuation=set(APPEND_PUNCTUATION) - {'"', "'"},
         frame_samples=FRAME_SAMPLES,
-        chunk_s=CHUNK_S if chunk_s is None else chunk_s,
-        left_s=LEFT_S if left_s is None else left_s,
-        right_s=RIGHT_S if right_s is None else right_s,
+        chunk_s=CHUNK_S if opts.chunk_s is None else opts.chunk_s,
+        left_s=LEFT_S if opts.left_s is None else opts.left_s,
+        right_s=RIGHT_S if opts.right_s is None else opts.right_s,
         merge_tolerance_s=MERGE_TOLERANCE_S,
         max_window_s=MAX_WINDOW_S,
     )

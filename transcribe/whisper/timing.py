@@ -21,6 +21,8 @@ import torch.nn.functional as F
 FRAMES_PER_TOKEN_TIME = 50  # encoder positions per second (20 ms each)
 from .options import APPEND_PUNCTUATION, PREPEND_PUNCTUATION  # noqa: F401 - (as openai-whisper's defaults)
 SENTENCE_END = ".。!！?？"
+MEDIAN_WIDTH = 7  # openai-whisper's median filter over the alignment matrix
+QK_SCALE = 1.0  # and its scale of the attention scores before the softmax
 # Languages written without spaces between words: words are cut at whole characters instead.
 NO_SPACE_LANGUAGES = {"zh", "ja", "th", "lo", "my", "yue"}
 
@@ -153,21 +155,14 @@ def merge_punctuation(words: list[WordTiming], prepended: str, appended: str) ->
 
 
 @torch.inference_mode()
-def find_alignment(
-    decoder,
-    cross: list,
-    tokenizer,
-    sot_sequence: Sequence[int],
-    text_tokens: Sequence[int],
-    num_frames: int,
-    heads: Sequence[Sequence[int]],
-    language: Optional[str] = None,
-    median_width: int = 7,
-    qk_scale: float = 1.0,
-) -> list[WordTiming]:
+def find_alignment(asr, cross: list, text_tokens: Sequence[int], num_frames: int, opts) -> list[WordTiming]:
     """Words of `text_tokens` (one window's text, timestamps left out) with their times in
-    seconds from the window's start. cross: the window's cross-attention keys and values;
-    num_frames: mel frames of speech in the window; heads: (layer, head) pairs."""
+    seconds from the window's start. asr: the recognizer (its decoder, tokenizer and alignment
+    heads); cross: the window's cross-attention keys and values; num_frames: mel frames of speech
+    in the window; opts: the call's options (`WhisperOptions`: the resolved language and the task)."""
+    decoder, tokenizer, heads = asr.model.decoder, asr.tokenizer, asr.alignment_heads()
+    language = opts.language
+    sot_sequence = tokenizer.sot_sequence(language, opts.task, asr.multilingual)
     text_tokens = [int(t) for t in text_tokens]
     if not text_tokens:
         return []
@@ -182,9 +177,9 @@ def find_alignment(
     token_probs = probs[torch.arange(len(text_tokens), device=device), torch.tensor(text_tokens, device=device)].tolist()
 
     w = torch.stack([scores[int(layer)][0, int(head)] for layer, head in heads])  # [heads, tokens, frames]
-    w = (w[:, :, : num_frames // 2] * qk_scale).softmax(dim=-1)
+    w = (w[:, :, : num_frames // 2] * QK_SCALE).softmax(dim=-1)
     std, mean = torch.std_mean(w, dim=-2, keepdim=True, unbiased=False)
-    w = median_filter((w - mean) / std, median_width)
+    w = median_filter((w - mean) / std, MEDIAN_WIDTH)
     matrix = w.mean(dim=0)[first:-1]
     text_idx, time_idx = dtw(-matrix.double().cpu().numpy())
 

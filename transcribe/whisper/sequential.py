@@ -1,4 +1,5 @@
-"""Long-form Whisper transcription: openai-whisper's `transcribe` over audio of any length.
+"""openai-whisper's sequential window loop (its `transcribe`) over audio of any length: what
+`WhisperASR.transcribe` runs by default (batched=False).
 
 The audio is cut into 30 s windows, seeking by the predicted timestamps; each window is decoded
 conditioned on the earlier text, again at the next temperature when its text is too repetitive
@@ -12,13 +13,14 @@ answers each request at once, one window at a time; transcribe/whisper/lockstep.
 requests of several inputs together (one encoder pass, one batched greedy search).
 
 The functions take the recognizer (`WhisperASR`) as their first argument and use only its public
-surface (tokenizer, model, sample_rate, multilingual, encode, decode_window, detect_language,
-alignment_heads, name); this module does not import the recognizer's (which imports this one).
+surface (tokenizer, model, sample_rate, multilingual, device, encode, decode_window, detect_language,
+alignment_heads, name), and the call's checked options (`WhisperOptions`, its language resolved to the
+model's code); this module does not import the recognizer's (which imports this one).
 """
 from __future__ import annotations
 
 import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Generator, Optional
 
 import torch
@@ -26,6 +28,7 @@ import torch
 from ..results import Segment, Token, Transcript, Word
 from .frontend import WHISPER_CHUNK_FRAMES, WHISPER_CHUNK_SAMPLES, whisper_log_mel
 from .decoding import WindowResult
+from .options import WhisperOptions
 from .timing import add_word_timestamps, find_alignment
 
 TIME_PRECISION = 0.02  # seconds per timestamp token
@@ -39,58 +42,61 @@ def compression_ratio(text: str) -> float:
 
 @dataclass
 class WindowRequest:
-    """A window of one input waiting for its audio features and its first decoding: the arguments
-    of `first_decoding`."""
+    """A window of one input waiting for its audio features and its first decoding: what
+    `first_decoding` and `decode_with_fallback` decode."""
 
     window: torch.Tensor  # [n_mels, 3000] log-mel, padded
-    language: Optional[str]
-    task: str
+    opts: WhisperOptions  # the call's options, with the input's language and the window's prefix
     prompt: list[int]  # earlier text tokens (conditioning)
-    search_opts: dict  # decode_window's search options (beam_size, patience, ..., prefix)
-    temperature: float  # the first temperature of the fallback schedule
-    generator: Optional[torch.Generator]
+    generator: Optional[torch.Generator]  # the input's sampling generator
+
+    @property
+    def temperature(self) -> float:
+        """The first temperature of the fallback schedule."""
+        return self.opts.temperatures[0]
+
+
+def sampling_generator(asr, seed: Optional[int]) -> Optional[torch.Generator]:
+    """The generator fallbacks sample from, seeded with `seed` (None: torch's global one)."""
+    return None if seed is None else torch.Generator(device=asr.device).manual_seed(seed)
 
 
 def first_decoding(asr, req: WindowRequest, cross) -> WindowResult:
     """The first decoding of a requested window (the one the fallback starts from)."""
-    return asr.decode_window(req.window, True, req.language, req.task, req.prompt, temperature=req.temperature,
-                             generator=req.generator, cross=cross, **req.search_opts)
+    return asr.decode_window(req.window, req.opts, prompt=req.prompt, temperature=req.temperature,
+                             generator=req.generator, cross=cross)
 
 
-def decode_with_fallback(asr, window, cross, language, task, prompt, search_opts, temperatures,
-                         compression_ratio_threshold, logprob_threshold, no_speech_threshold, generator,
-                         first: Optional[WindowResult] = None):
-    """Decode at each temperature in turn until the result passes the checks; returns the
-    result, its average log-prob, its compression ratio and the temperature used. first: the
-    decoding at the first temperature, when the caller has it already."""
+def decode_with_fallback(asr, req: WindowRequest, cross, first: Optional[WindowResult] = None):
+    """Decode at each temperature of `req.opts.temperatures` in turn until the result passes the
+    checks; returns the result, its average log-prob, its compression ratio and the temperature
+    used. first: the decoding at the first temperature, when the caller has it already."""
     t = asr.tokenizer
-    for i, temp in enumerate(temperatures):
+    o = req.opts
+    for i, temp in enumerate(o.temperatures):
         if i == 0 and first is not None:
             r = first
         else:
-            r = asr.decode_window(window, True, language, task, prompt, temperature=temp, generator=generator,
-                                  cross=cross, **search_opts)
+            r = asr.decode_window(req.window, o, prompt=req.prompt, temperature=temp, generator=req.generator,
+                                  cross=cross)
         tokens = r.tokens[0]
         avg = r.sum_logprobs[0] / (len(tokens) + 1)
         ratio = compression_ratio(t.decode(tokens).strip())
-        retry = (compression_ratio_threshold is not None and ratio > compression_ratio_threshold) or (
-            logprob_threshold is not None and avg < logprob_threshold
+        retry = (o.compression_ratio_threshold is not None and ratio > o.compression_ratio_threshold) or (
+            o.logprob_threshold is not None and avg < o.logprob_threshold
         )
-        if (no_speech_threshold is not None and r.no_speech_probs[0] > no_speech_threshold
-                and logprob_threshold is not None and avg < logprob_threshold):
+        if (o.no_speech_threshold is not None and r.no_speech_probs[0] > o.no_speech_threshold
+                and o.logprob_threshold is not None and avg < o.logprob_threshold):
             retry = False  # silence: no point in sampling
         if not retry:
             break
     return r, avg, ratio, temp
 
 
-def transcribe_one(asr, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
-                   search_opts, fallback, words_opts) -> Transcript:
-    """One input (mono float32 at the model's rate) -> its Transcript. The options are
-    WhisperASR.transcribe's, checked there: search_opts go to decode_window, fallback to
-    `decode_with_fallback`, words_opts is (prepended, appended punctuation) or None (no words)."""
-    loop = window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
-                       search_opts, fallback, words_opts)
+def transcribe_one(asr, pcm, opts: WhisperOptions, generator: Optional[torch.Generator]) -> Transcript:
+    """One input (mono float32 at the model's rate) -> its Transcript. opts: WhisperASR's checked
+    options, its language the model's code (or None: detected); generator: what fallbacks sample from."""
+    loop = window_loop(asr, pcm, opts, generator)
     try:
         req = next(loop)
         while True:
@@ -100,8 +106,8 @@ def transcribe_one(asr, pcm, language, task, condition, initial_prompt, no_speec
         return done.value
 
 
-def window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_threshold, logprob_threshold,
-                search_opts, fallback, words_opts) -> Generator[WindowRequest, tuple, Transcript]:
+def window_loop(asr, pcm, opts: WhisperOptions,
+                generator: Optional[torch.Generator]) -> Generator[WindowRequest, tuple, Transcript]:
     """openai-whisper's window loop over one input, as a generator: it yields a `WindowRequest`
     per window and must be sent (cross-attention keys and values of the window, with one row;
     `first_decoding` of the request, or its equal); it returns the input's Transcript."""
@@ -109,18 +115,18 @@ def window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_t
     duration = len(pcm) / asr.sample_rate
     mel = whisper_log_mel(pcm, asr.model.dims.n_mels, padding=WHISPER_CHUNK_SAMPLES)
     content = mel.shape[-1] - WHISPER_CHUNK_FRAMES
-    if language is None:
+    if opts.language is None:
         # English-only models speak English; a multilingual one detects the language in the
         # first 30 s (the mel of the audio itself, not zero-padded) and keeps it throughout.
-        language = "en" if not asr.multilingual else asr.detect_language(mel[:, :WHISPER_CHUNK_FRAMES])[0]
-    prompt_tokens = t.encode(" " + initial_prompt.strip()) if initial_prompt else []
+        opts = replace(opts, language="en" if not asr.multilingual else
+                       asr.detect_language(mel[:, :WHISPER_CHUNK_FRAMES])[0])
+    prompt_tokens = t.encode(" " + opts.initial_prompt.strip()) if opts.initial_prompt else []
     all_tokens = list(prompt_tokens)
     reset_since = 0
     seek = 0
     last_speech = 0.0
     segments: list[Segment] = []
     token_list: list[Token] = []
-    temperatures = fallback["temperatures"]
     while seek < content:
         offset = seek * 160 / asr.sample_rate
         size = min(WHISPER_CHUNK_FRAMES, content - seek)
@@ -128,23 +134,22 @@ def window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_t
         window = mel[:, seek : seek + size]
         if window.shape[-1] < WHISPER_CHUNK_FRAMES:
             window = torch.nn.functional.pad(window, (0, WHISPER_CHUNK_FRAMES - window.shape[-1]))
-        prompt = all_tokens[reset_since:]
+        req = WindowRequest(window, opts, all_tokens[reset_since:], generator)
         cross = None  # the last window's features are not kept while the next ones are made
-        cross, first = yield WindowRequest(window, language, task, prompt, search_opts,
-                                           temperatures[0], fallback["generator"])
-        r, avg_logprob, ratio, temp = decode_with_fallback(
-            asr, window, cross, language, task, prompt, search_opts, **fallback, first=first)
-        search_opts = {**search_opts, "prefix": ()}  # the prefix starts the first window only
+        cross, first = yield req
+        r, avg_logprob, ratio, temp = decode_with_fallback(asr, req, cross, first=first)
+        if opts.prefix:
+            opts = replace(opts, prefix=None)  # the prefix starts the first window only
         tokens = r.tokens[0]
         no_speech = r.no_speech_probs[0]
-        if no_speech_threshold is not None and no_speech > no_speech_threshold:
-            if logprob_threshold is None or avg_logprob <= logprob_threshold:
+        if opts.no_speech_threshold is not None and no_speech > opts.no_speech_threshold:
+            if opts.logprob_threshold is None or avg_logprob <= opts.logprob_threshold:
                 seek += size
                 continue
         stats = dict(avg_logprob=avg_logprob, no_speech_prob=no_speech, compression_ratio=ratio, temperature=temp)
         current, next_seek, single_ending = window_segments(asr, tokens, offset, seek, size, stats)
-        if words_opts is not None:
-            add_words(asr, current, cross, size, offset, language, task, last_speech, words_opts, token_list)
+        if opts.word_timestamps:
+            add_words(asr, current, cross, size, offset, opts, last_speech, token_list)
             end = last_end(current)
             if not single_ending and end is not None and end > offset:
                 next_seek = round(end * 100)
@@ -156,23 +161,24 @@ def window_loop(asr, pcm, language, task, condition, initial_prompt, no_speech_t
                 seg.text, toks[:], seg.words = "", [], []
             segments.append(seg)
             all_tokens.extend(toks)
-        if not condition or temp > 0.5:
+        if not opts.condition_on_previous_text or temp > 0.5:
             reset_since = len(all_tokens)
     text = t.decode(all_tokens[len(prompt_tokens):])
     words = [w for s in segments for w in s.words]
     return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=token_list,
-                      model=asr.name, language=language)
+                      model=asr.name, language=opts.language)
 
 
-def add_words(asr, current, cross, size, offset, language, task, last_speech, opts, token_list) -> None:
-    """Word (and token) times for one window's segments, from the cross-attention alignment."""
+def add_words(asr, current, cross, size: int, offset: float, opts: WhisperOptions, last_speech: float,
+              token_list: list) -> None:
+    """Word (and token) times for one window's segments (`size` mel frames of audio from `offset`
+    seconds), from the cross-attention alignment; opts: the language (resolved), task and
+    punctuation rules."""
     t = asr.tokenizer
     text_tokens = [[x for x in toks if x < t.eot] for _, toks in current]
-    sot = t.sot_sequence(language, task, asr.multilingual)
-    aligned = find_alignment(asr.model.decoder, cross, t, sot, [x for tt in text_tokens for x in tt], size,
-                             asr.alignment_heads(), language=language)
+    aligned = find_alignment(asr, cross, [x for tt in text_tokens for x in tt], size, opts)
     views = [dict(start=seg.start, end=seg.end, text_tokens=tt) for (seg, _), tt in zip(current, text_tokens)]
-    add_word_timestamps(aligned, views, offset, last_speech, *opts)
+    add_word_timestamps(aligned, views, offset, last_speech, opts.prepend_punctuations, opts.append_punctuations)
     for (seg, _), v in zip(current, views):
         seg.start, seg.end = float(v["start"]), float(v["end"])
         seg.words = [Word(w["word"].strip(), float(w["start"]), float(w["end"]), float(w["probability"]))
