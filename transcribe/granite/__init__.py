@@ -9,6 +9,8 @@ from typing import Optional
 
 from .config import MODEL_TYPES
 
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load", "export_gguf"]
+
 # The family contract (loading.Family): its name in messages and the keyword options transcribe() takes.
 KIND = "Granite Speech NAR"
 from .options import GraniteOptions as Options  # noqa: E402

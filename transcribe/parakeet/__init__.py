@@ -7,6 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "FASTEST_CPU_DTYPE", "detect", "load", "export_gguf"]
+
 # The family contract (loading.Family): how the family is named in messages, and the keyword options its
 # recognizer's transcribe() takes (every surface refuses any other with errors.OptionsNotTaken; the
 # command checks a local model's options with this before PyTorch is imported).
