@@ -69,6 +69,7 @@ def fake(monkeypatch):
         return model
 
     monkeypatch.setattr(transcribe, "load_model", load_model, raising=False)
+    monkeypatch.setattr(transcribe.loading, "load_model", load_model)  # what a batch worker calls
     return model
 
 
