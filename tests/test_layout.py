@@ -131,16 +131,23 @@ def test_families_do_not_import_each_other_and_layers_do_not_import_families():
 KNOWN_FAMILY_NAMES: Counter = Counter()  # none left (issue 27): the list may only stay empty
 
 
-def _family_names_outside_families() -> Counter:
-    names = {f.name for f in FAMILIES}
+def _shared_layer_nodes():
+    """(path relative to the repository, AST node) of every node of every module outside the family
+    folders and loading.py."""
     folders = [PKG / f.module.split(".", 1)[1].replace(".", "/") for f in FAMILIES]
-    found: Counter = Counter()
     for p in sorted(PKG.rglob("*.py")):
         if p == PKG / "loading.py" or any(d in p.parents for d in folders):
             continue
         for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
-                found[(p.relative_to(PKG.parent).as_posix(), node.value)] += 1
+            yield p.relative_to(PKG.parent).as_posix(), node
+
+
+def _family_names_outside_families() -> Counter:
+    names = {f.name for f in FAMILIES}
+    found: Counter = Counter()
+    for where, node in _shared_layer_nodes():
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in names:
+            found[(where, node.value)] += 1
     return found
 
 
@@ -204,15 +211,11 @@ def _option_names_in(node, partial: frozenset) -> list[str]:
 
 
 def _option_tables_outside_families(partial: frozenset) -> Counter:
-    folders = [PKG / f.module.split(".", 1)[1].replace(".", "/") for f in FAMILIES]
     found: Counter = Counter()
-    for p in sorted(PKG.rglob("*.py")):
-        if p == PKG / "loading.py" or any(d in p.parents for d in folders):
-            continue
-        for node in ast.walk(ast.parse(p.read_text(encoding="utf-8"))):
-            names = _option_names_in(node, partial)
-            if names:
-                found[(p.relative_to(PKG.parent).as_posix(), ", ".join(sorted(set(names))))] += 1
+    for where, node in _shared_layer_nodes():
+        names = _option_names_in(node, partial)
+        if names:
+            found[(where, ", ".join(sorted(set(names))))] += 1
     return found
 
 
