@@ -12,7 +12,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Optional
 
 from .errors import OptionsNotTaken, OptionValueError
 
@@ -80,15 +80,6 @@ def positive_int(name: str, value, allow_none: bool = True) -> None:
         return
     if isinstance(value, bool) or not isinstance(value, int) or value < 1:
         raise OptionValueError(name, f"{name} must be a positive integer, got {value!r}")
-
-
-def one_of(name: str, value, choices: Iterable, allow_none: bool = True) -> None:
-    """Raises OptionValueError unless `value` is one of `choices` (or None when allowed)."""
-    choices = tuple(choices)
-    if value is None and allow_none:
-        return
-    if value not in choices:
-        raise OptionValueError(name, f"{name} must be one of {', '.join(map(str, choices))}, got {value!r}")
 
 
 def boolean(name: str, value) -> None:

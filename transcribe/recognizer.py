@@ -10,6 +10,7 @@ running every call under the model's own thread count (`threads`).
 """
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from typing import Any, Optional
 
 from . import options as _options
@@ -17,7 +18,7 @@ from .errors import TranscribeError
 from .runtime import scoped
 
 
-class Recognizer:
+class Recognizer(ABC):
     """A loaded model: `transcribe(audio, **options)` takes a path, bytes, a file object or an array (at
     `sample_rate`, or at the `sample_rate=` option's rate), or a list of them, and gives a `Transcript`
     (a list for a list)."""
@@ -73,8 +74,10 @@ class Recognizer:
         family's stream options (`self.StreamOptions`)."""
         return self._stream(self.stream_options(**given))
 
+    @abstractmethod
     def _transcribe(self, items: list, opts) -> list:
-        raise NotImplementedError
+        """A non-empty list of inputs and the checked options -> one `Transcript` per input, in order
+        (every family implements it: a recognizer without it cannot be made)."""
 
     def _stream(self, opts):
         raise TranscribeError(self.cannot_stream())

@@ -15,19 +15,11 @@ from argparse import ArgumentTypeError
 from typing import Any, Optional
 
 from .. import surfaces
+from ..options import parse_bool
 from ..text.languages import LANGUAGE_NAMES
 
 FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
 GRANULARITIES = ("word", "segment")
-
-
-def _bool(s: str) -> bool:
-    v = s.strip().lower()
-    if v in ("1", "true", "yes", "on"):
-        return True
-    if v in ("0", "false", "no", "off", ""):
-        return False
-    raise ValueError(f"not a boolean: {s!r}")
 
 
 # OpenAI's `temperature` (0..1): 0, its default, asks for the model's own decoding; t > 0 falls back from t
@@ -88,7 +80,7 @@ def request_options(fields: dict[str, list[str]], task: str) -> tuple[dict, str,
         grains = {"segment"}
     stream_value = one("stream")
     try:
-        stream = _bool(stream_value) if stream_value is not None else False
+        stream = parse_bool(stream_value) if stream_value is not None and stream_value.strip() else False
     except ValueError:
         raise ApiError(400, f"stream must be true or false; got {stream_value!r}", "stream", "invalid_value") from None
 
