@@ -35,8 +35,13 @@ the +1 standing for the start-of-sequence token), by the raw score otherwise; em
 duration is the predicted one (TDT) or 1 (RNN-T). The token trail is kept as each step's picks
 and packed fields (a few integers per hypothesis) and traced back once at the end.
 
-TDT durations are taken from the table (`steps.durations`); NeMo's malsd uses the duration's index
-in the table as the duration, which is the same for the usual tables 0, 1, ..., D-1.
+TDT durations, as NeMo's malsd reads them: a duration is its index in the table
+(`steps.durations`), not the table's value. The table is checked (search.steps.check_durations) and
+its length gives the number of duration outputs; a (label, duration i) pair moves a hypothesis i
+frames, reports duration i, and the "duration 0" that a blank may not take is index 0, whatever
+the table holds there. For the published tables 0, 1, ..., D-1 index and value are the same; on
+another table (0, 1, 2, 4, 8; 0, 2, 4; ...) this is NeMo's `malsd_batch` (NeMo 3.0.0), which then
+searches a different lattice from its greedy and default beam (those move by the value).
 `steps.max_symbols` None (no bound, as NeMo allows) can loop forever on an RNN-T model whose blank never
 reaches a beam's top candidates.
 
@@ -102,7 +107,7 @@ def malsd_batch(
         raise ValueError(f"beam_size must be an integer >= 1, got {beam_size!r}")
     if enc.dim() != 3:
         raise ValueError(f"enc must be [B, T, H], got shape {tuple(enc.shape)}")
-    table = check_durations(steps.durations)
+    table = malsd_durations(steps.durations)
     k = int(beam_size)
     b, t_max, _ = enc.shape
     lengths = torch.as_tensor(lengths).to(device=enc.device, dtype=torch.long).reshape(-1)
@@ -114,6 +119,13 @@ def malsd_batch(
         return []
     with torch.inference_mode():
         return _Search(enc, lengths, steps, k, table, hotwords, confidence, alpha).run(score_norm)
+
+
+def malsd_durations(durations) -> Optional[tuple[int, ...]]:
+    """The frames each duration output moves a hypothesis in NeMo's malsd: its index in the
+    (checked) table, 0, 1, ..., D-1 (see the module docstring); None for RNN-T."""
+    table = check_durations(durations)
+    return None if table is None else tuple(range(len(table)))
 
 
 # Per-hypothesis integers, packed in one [B, K, 6] tensor so that a beam reordering is one gather:
@@ -130,7 +142,7 @@ class _Codes:
     new fields = old fields * mul[code] + add[code] (int64 arithmetic wraps, as the hash needs)."""
 
     def __init__(self, blank: int, table, device):
-        w = max(table) + 1 if table is not None else 1
+        w = max(max(table), 1) + 1 if table is not None else 1  # a blank moves at least 1
         code = torch.arange((blank + 2) * w, device=device)
         label, dur = torch.div(code, w, rounding_mode="floor") - 1, code % w
         is_blank = label == blank
