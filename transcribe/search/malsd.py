@@ -138,7 +138,7 @@ N_FIELDS = 6
 
 class _Codes:
     """A step's choice as one integer, code = (label + 1) * W + duration (label -1: nothing, a final
-    hypothesis; W = 1 for RNN-T, max duration + 1 for TDT), with tables of what each code does:
+    hypothesis; W = 1 for RNN-T, for TDT the largest move + 1, at least 2), with tables of what each code does:
     new fields = old fields * mul[code] + add[code] (int64 arithmetic wraps, as the hash needs)."""
 
     def __init__(self, blank: int, table, device):
