@@ -29,6 +29,7 @@ from transcribe.search import transducer_beam as tb
 from transcribe.search.malsd import malsd_batch, malsd_durations
 
 from . import beam_refs as br
+from .test_malsd import decode_tables, tdt_row
 from .conftest import AUDIO
 
 STEMS = ["built-tdt-random-d01248", "built-tdt-80mel-lstm2-sub4", "built-tdt-random-d024", "built-tdt-fit-d013"]
@@ -191,3 +192,22 @@ def test_transcribe_from_audio_with_malsd_and_greedy(stem):
     greedy = next(r for r in br.runs(stem, "tdt", "greedy_batch") if r["clip"] == "jfk")
     assert [tok.id for tok in model.transcribe(str(AUDIO / "jfk.wav")).tokens] == greedy["hypotheses"][0]["tokens"]
     assert math.isfinite(got[0].score)
+
+
+def test_hand_written_table_moves_by_the_index():
+    """a = 0, blank = 1, durations (0, 2, 4), six frames, beam 1. a on frame 0 with the third
+    duration (index 2, value 4) moves to frame 2, where a with index 1 moves to frame 3; blank with
+    index 2 to frame 5, blank with index 1 past the end. Moving by the values would reach frame 4
+    after the first a and never see the second."""
+    blank_next = tdt_row(dict(a=.1, blank=.9), dict(d0=.05, d1=.9, d2=.05))
+    table = torch.tensor([
+        [tdt_row(dict(a=.9, blank=.1), dict(d0=.05, d1=.05, d2=.9))] * 2,   # frame 0 (context a, start)
+        [blank_next] * 2,
+        [tdt_row(dict(a=.9, blank=.1), dict(d0=.05, d1=.9, d2=.05))] * 2,   # frame 2
+        [tdt_row(dict(a=.1, blank=.9), dict(d0=.05, d1=.05, d2=.9))] * 2,   # frame 3
+        [blank_next] * 2,
+        [blank_next] * 2,
+    ])
+    got = decode_tables([table], 1, (0, 2, 4), beam_size=1)[0]
+    assert [(h.ids, h.frames, h.durations) for h in got] == [([0, 0], [0, 2], [2, 1])]
+    assert got[0].score == pytest.approx(4 * math.log(.81), abs=1e-6)
