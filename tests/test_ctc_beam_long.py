@@ -3,8 +3,8 @@ our whole path (features, encoder, CTC head, search.ctc_beam) against NeMo's bea
 (tests/references/nemo_ctc_long.json, made by tools/nemo_ctc_long_reference.py).
 
 Issue 28 reported our CTC beam scores drifting from NeMo's by one offset on every hypothesis, growing
-with length (0.055 over 24.6 s, 0.125 over 120 s). What the measurements say (the commands are in
-the tool's docstring and this file):
+with length (0.055 over 24.6 s, 0.125 over 120 s). What the measurements say (tools/ctc_long_drift.py
+prints them, its docstring has the commands):
 
 - The search is exact: search.ctc_beam on NeMo's own log-probs of these inputs gives NeMo's scores
   bit for bit (and tests/test_ctc_beam.py checks that on the short clips).
