@@ -8,10 +8,13 @@ prints them, its docstring has the commands):
 
 - The search is exact: search.ctc_beam on NeMo's own log-probs of these inputs gives NeMo's scores
   bit for bit (and tests/test_ctc_beam.py checks that on the short clips).
-- The encoder's float32 numerics do not accumulate: our log-probs differ from NeMo's by at most
-  2.1e-5 on any frame and label, and our N-best scores from audio by at most 4.6e-5, at every length
-  here (2.8e-5 at 24.64 s, 4.6e-5 at 2 min): a path's frames are mostly peaked (log-prob near 0,
-  where the error is ~1e-7) and the errors of the others have both signs.
+- The float32 numerics do not accumulate. With the reference run's kernels (AVX-512), our log-probs
+  differ from NeMo's by at most 2.1e-5 on any frame and label, and our N-best scores from audio by
+  at most 4.6e-5 at every length here (2.8e-5 at 24.64 s, 4.6e-5 at 2 min): a path's frames are
+  mostly peaked (log-prob near 0, where the error is ~1e-7) and the others' errors have both signs.
+  With other kernels (AVX2: 2.3e-4 per frame, 1.1e-4 per score at 2 min) the differences come from
+  the front end: a few low-energy frames (about 1.5 %) whose log-mel values the FFT's rounding moves
+  by up to 3e-4; the encoder on NeMo's features stays within 8e-6 of NeMo's.
 - The offset is a frame NeMo's pipeline scores that is not the utterance's: when the audio's feature
   count is a multiple of the subsampling factor, the encoder yields one frame past the encoded
   length (T' = L + 1), and NeMo's transcribe() hands beam_batch the CTC head's whole output, whose
@@ -41,20 +44,29 @@ from .conftest import REPO
 REF = json.loads((REPO / "tests" / "references" / "nemo_ctc_long.json").read_text())
 MODELS = {m["stem"]: m for m in REF["models"]}
 
-# Score tolerance, per minute of audio with a floor of one minute: 5e-4 per minute.
-# Measured (this machine, AVX-512): our scores from audio minus NeMo's, at most 2.8e-5 at 24.64 s
-# (6.7e-5 per minute), 3.3e-5 at 60 s, 4.6e-5 at 120 s (2.3e-5 per minute): they do not grow with
-# length (see the module docstring). On another x86 CPU (AVX2, AVX-512, AMX) the float32 kernels
-# sum in another order, which moves the encoder's output by the same kind of last-bit differences
-# as between NeMo's implementation and ours here (both float32, different orders; no kernel runs
-# float32 matmuls in a lower precision unless asked). Even if such differences added up linearly
-# with the number of frames rather than not at all, 5e-4 per minute leaves 7x the worst per-minute
-# rate measured and 10x every measured score difference.
-TOL_PER_MINUTE = 5e-4
+# Score tolerance, per minute of audio with a floor of one minute: 1e-3 per minute.
+# Measured, our N-best scores from audio minus NeMo's (the reference was made on an AVX-512/AMX
+# machine), largest per minute over these inputs, by the kernels our side ran (set with
+# ATEN_CPU_CAPABILITY, ONEDNN_MAX_CPU_ISA and MKL_ENABLE_INSTRUCTIONS, see tools/ctc_long_drift.py):
+#   AVX-512, as the reference:  6.7e-5 per minute (2.8e-5 at 24.64 s; 4.6e-5 at 2 min)
+#   AVX2:                       7.5e-5 per minute (3.1e-5 at 24.64 s; 1.1e-4 at 2 min)
+#   no vector kernels (SSE4.1): 3.5e-4 per minute (6.9e-4 at 2 min)
+# Another CPU runs the same float32 arithmetic with its kernels' summation orders and FFT code, so it
+# lands among these; the differences come from a few low-energy frames whose log-mel values the FFT's
+# rounding moves by up to 3e-4 (more frames, so more of them, in a longer input), with both signs.
+# 1e-3 per minute is 13x the worst AVX2/AVX-512 rate and 3x the no-vector one.
+TOL_PER_MINUTE = 1e-3
+# Per frame, the log-prob of NeMo's best label: measured at most 7e-6 (AVX-512), 3.4e-5 (AVX2),
+# 9.6e-5 (no vector kernels); over every label 2.5e-4 at worst. 5e-4 is twice that.
+TOL_FRAME = 5e-4
+# Two labels closer than this on a frame are a near tie that the differences above can reorder
+# (twice the per-frame bound, for the two labels); one frame of these inputs has a gap of 6.3e-4.
+NEAR_TIE = 2 * TOL_FRAME
 
 # The exact ranking asserted below holds while the drift *between* hypotheses (they share most of
 # their path, so most of the drift is common) stays under the gap between NeMo's neighbouring
-# scores: measured at most 3.1e-5, against a smallest gap of 4.0e-4 (hybrid, 60 s, beam 8).
+# scores: measured at most 3.1e-5 (AVX-512), 7.1e-5 (AVX2), 1.5e-4 (no vector kernels), against a
+# smallest gap of 4.0e-4 (hybrid, 60 s, beam 8).
 
 
 def tolerance(seconds: float) -> float:
@@ -143,16 +155,21 @@ def test_long_input_nbest_is_nemos(stem, seconds, i):
 
 @pytest.mark.parametrize("stem,seconds", _clips())
 def test_frame_logprobs_track_nemos(stem, seconds):
-    """Per frame, our best label is NeMo's and its log-prob within 1e-4 of NeMo's (measured at most
-    7e-6); summed over the whole input (the greedy path's score) the differences stay within the
-    score tolerance (measured at most 2.8e-5, at 2 min with the 4x model): they do not accumulate."""
+    """Per frame, our best label is NeMo's (but on near ties, where NeMo's is one of our two best) and
+    our log-prob of NeMo's best label is within TOL_FRAME of NeMo's; summed over the whole input (the
+    greedy path's score) the differences stay within the score tolerance at every prefix: they do not
+    accumulate (measured at most 2.8e-5 with AVX-512 kernels, 5.4e-4 with none, at 2 min)."""
     clip = _clip(stem, seconds)
     logp, length = our_logp(stem, seconds)
-    best = logp[:length].max(dim=-1)
-    assert best.indices.tolist() == clip["greedy"]["labels"]
-    diff = best.values.double().numpy() - np.asarray(clip["greedy"]["logp"], dtype=np.float64)
-    assert np.abs(diff).max() <= 1e-4
-    assert abs(diff.sum()) <= tolerance(seconds)
+    labels = torch.tensor(clip["greedy"]["labels"])
+    top2 = logp[:length].topk(2, dim=-1)
+    tie = (top2.values[:, 0] - top2.values[:, 1]) < NEAR_TIE
+    assert int(tie.sum()) <= 2  # measured: 1 frame (hybrid, 2 min), none elsewhere
+    assert torch.equal(top2.indices[~tie, 0], labels[~tie])
+    assert bool((top2.indices[tie] == labels[tie][:, None]).any(dim=-1).all())
+    ours = logp[:length].gather(1, labels[:, None])[:, 0].double().numpy()
+    diff = ours - np.asarray(clip["greedy"]["logp"], dtype=np.float64)
+    assert np.abs(diff).max() <= TOL_FRAME
     assert np.abs(np.cumsum(diff)).max() <= tolerance(seconds)
 
 
@@ -185,7 +202,7 @@ def test_nemo_pipeline_adds_the_frame_past_the_length(stem, seconds):
             beam_size=run["beam_size"], beam_beta=run["beam_beta"], beam_threshold=run["beam_threshold"]))
         assert all(h.frames[-1] + h.durations[-1] == length for h in ours[: len(whole)])  # paths end on it
         move = float(logp[t, label])
-        assert move == pytest.approx(pad[0]["logp"], abs=1e-4)
-        # 1e-5: NeMo's own scores are float32 sums around 10-40 (spacing up to 4e-6); the rest is
-        # our frame's log-prob against NeMo's (measured within 1e-6).
-        assert [w["score"] - c["score"] for w, c in zip(whole, cut)] == pytest.approx([move] * len(whole), abs=1e-5)
+        assert move == pytest.approx(pad[0]["logp"], abs=TOL_FRAME)
+        # NeMo's move is its own log-prob of that frame (1e-5: its scores are float32 sums around
+        # 10-40, spacing up to 4e-6), which ours matches within TOL_FRAME (above).
+        assert [w["score"] - c["score"] for w, c in zip(whole, cut)] == pytest.approx([pad[0]["logp"]] * len(whole), abs=1e-5)

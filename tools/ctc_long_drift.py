@@ -6,6 +6,13 @@ Run from the repository root with the project's Python, after the NeMo side has 
     .venv-nemo/bin/python tools/nemo_ctc_long_reference.py --dump /tmp/ctc_long
     OMP_NUM_THREADS=1 PYTHONPATH=. python3 tools/ctc_long_drift.py /tmp/ctc_long
 
+Our side's kernels can be narrowed to imitate another CPU, e.g. AVX2 only:
+
+    ATEN_CPU_CAPABILITY=avx2 ONEDNN_MAX_CPU_ISA=AVX2 MKL_ENABLE_INSTRUCTIONS=AVX2 OMP_NUM_THREADS=1 \
+        PYTHONPATH=. python3 tools/ctc_long_drift.py /tmp/ctc_long
+
+(avx512 / AVX512_CORE_AMX / AVX512 for AVX-512, default / SSE41 / SSE4_2 for no vector kernels).
+
 Per model, input and beam run of tests/references/nemo_ctc_long.json it prints: `on_nemo`, the
 largest |score difference| of our search run on NeMo's own log-probs (0: the search is exact);
 `audio`, the same for our whole path from audio (encoder numerics); `spread`, how much that
