@@ -42,6 +42,15 @@ Batching: `beam_search_batch` runs B utterances at once; each utterance's search
 length (its state is frozen after it, unlike NeMo's, whose scores keep moving on padded frames), so a
 result never depends on the batch it ran in.
 
+Scores against NeMo's transcribe(): NeMo hands beam_batch the CTC head's whole output, and when an
+input's feature count is a multiple of the subsampling factor its encoder yields one frame past the
+encoded length (T' = L + 1); NeMo's scores then include that frame's best candidate (one offset on
+every hypothesis, e.g. -0.098 at 24.64 s and 0 at 60.04 s with tiny-ctc-fit; a hypothesis can drop
+out of its list), on top of the padding frames of a batch. This search scores the L frames only,
+which is what NeMo's search gives on log-probs cut to the length (bit for bit on the same
+log-probs); from audio our encoder's float32 numerics move the scores by < 1e-4 up to 2 minutes
+(tests/test_ctc_beam_long.py).
+
 Merging compares a 64-bit polynomial hash of the token sequence (plus the token count and the last
 label), as NeMo does; two different live sequences colliding is a ~2^-64 event.
 """
