@@ -180,7 +180,8 @@ def make_gguf(with_f32: bool) -> int:
                 out.parent.mkdir(parents=True, exist_ok=True)
                 if out.exists():
                     out.unlink()
-                export(source_path(model), out, schema, qtype)
+                # general.name (parakeet.cpp's schema): the model's file name, as `transcribe convert` stores it
+                export(source_path(model), out, schema, qtype, name=source_path(model).name)
                 print(out.relative_to(REPO), out.stat().st_size, hashlib.sha256(out.read_bytes()).hexdigest())
     return 0
 
