@@ -2,12 +2,13 @@
 Run in the venv holding the `transcribe-cpp` Python package (0.4.1, with `transcribe-cpp-native`), from the
 repo root:
 
-    OMP_NUM_THREADS=1 /work/venv-tcpp/bin/python tools/granite_tcpp_reference.py
+    OMP_NUM_THREADS=1 <venv>/bin/python tools/granite_tcpp_reference.py
 
-(any venv with that package: `pip install transcribe-cpp==0.4.1 soundfile`). For each file in FILES it
+(<venv>: a venv with `pip install transcribe-cpp==0.4.1 soundfile`). For each file in FILES it
 loads the model with `transcribe_cpp.Model(path, backend="cpu")`, opens a session with n_threads 1 and
-runs every clip of CLIPS (`session.run(pcm, timestamps="none")`: the code path of the shared references'
-C helper, transcribe_open -> transcribe_run), and writes `tests/models/gguf/<file stem>.ref.json` in the
+runs every clip of CLIPS (`session.run(pcm, timestamps="none")`: the library's transcribe_run, as the shared
+references' C helper called it; that helper asked for token timestamps, which 0.4.1 refuses for this family
+with "unsupported timestamp granularity", and 0.2.1 answered without tokens), and writes `tests/models/gguf/<file stem>.ref.json` in the
 layout of ../shared/models/gguf/transcribe-cpp/*.ref.json (runtime, gguf, gguf_sha256, runs with audio,
 audio_sha256, rc, result.text / n_samples). Audio is read with soundfile as float32 (16-bit PCM / 32768,
 32-bit float WAV as stored), 16 kHz mono as the clips are.
