@@ -98,7 +98,8 @@ def test_maes_matches_nemo(stem, index):
         got = _via_recognizer(stem, run, "maes")  # NeMo's default knobs: the recognizer's own path
     else:
         enc = br.projected(stem, run["clip"])
-        knobs = MaesOptions(o["maes_num_steps"], o["maes_prefix_alpha"], o["maes_expansion_beta"], o["maes_expansion_gamma"])
+        knobs = MaesOptions(o["maes_num_steps"], o["maes_prefix_alpha"], o["maes_expansion_beta"],
+                            o["maes_expansion_gamma"])
         got = maes(enc, enc.shape[0], br.steps(stem), beam_size=run["beam_size"], options=knobs,
                    score_norm=run["score_norm"])
     _assert_same(got, run["hypotheses"])
@@ -147,7 +148,8 @@ def test_the_guard_raises_on_a_frame_that_never_ends(tdt, beam, monkeypatch):
     monkeypatch.setattr(tb, "MAX_POPS_PER_BEAM", 40)
     enc, steps = _saturated(tdt)
     fn = tb.tdt_beam if tdt else tb.rnnt_beam
-    with pytest.raises(ValueError, match=rf"took {40 * beam} expansions .* on encoder frame 0 without the frame ending"):
+    msg = rf"took {40 * beam} expansions .* on encoder frame 0 without the frame ending"
+    with pytest.raises(ValueError, match=msg):
         fn(enc, 3, steps, beam_size=beam)
     assert calls == {0: 40 * beam}
 
