@@ -21,7 +21,7 @@ The work guard, instead of a cap: NeMo's loop over a frame ends only when `beam`
 score above every waiting one, and its lists are not pruned until then, so a model whose token (TDT:
 token with duration 0) probability saturates at 1 never ends the frame, and a merely flat one makes
 the frame take thousands of expansions (NeMo's list on the random tiny TDT model, beam 4, grows to
-2,159 hypotheses through 1,336 expansions on one frame: 19.5 s of NeMo's time for that frame, 7 s of
+2,159 hypotheses through 1,336 expansions on one frame: 14-20 s of NeMo's time for that frame, 7 s of
 ours). A frame may take `MAX_POPS_PER_BEAM * beam` expansions (2,048 per beam slot: 8,192 at beam 4);
 at that count a frame that has not ended raises a ValueError naming the frame: never a truncated list,
 so a result is NeMo's or an error. Each expansion scans NeMo's growing lists, so NeMo's time on a frame
