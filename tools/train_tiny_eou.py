@@ -11,6 +11,7 @@ Run from the repository root with the Python of the NeMo virtual environment (to
 
     .venv-nemo/bin/python tools/train_tiny_eou.py            # train, check, save model + fixture
     .venv-nemo/bin/python tools/train_tiny_eou.py --fixture-only
+    .venv-nemo/bin/python tools/train_tiny_eou.py --variant many-symbols   # the variant below
 
 Writes (paths relative to the repository root; shared data is read from ../shared):
     tests/models/tiny-eou-streaming.nemo       the model (NeMo 3.0.0 `save_to()`, 1.4 MB)
@@ -81,6 +82,15 @@ Training
     cache-aware streaming decoding (CacheAwareStreamingAudioBuffer + conformer_stream_step, greedy_batch,
     as tools/nemo_streaming_reference.py runs it) is checked too, and training stops once both have been
     right at every check for MARGIN (100) steps.  Seeds fixed (torch, numpy, random), one CPU thread.
+
+Variant `--variant many-symbols` (tests/models/tiny-eou-many-symbols.nemo, for the beam parity tests of
+tests/test_beam_many_symbols.py): the same network, tokenizer and targets, fitted to three single-utterance
+rows only (MANY_SYMBOLS_CLIPS) WITHOUT the emission windows, at the default lookahead [70,13] only, seed
+MANY_SYMBOLS_SEED, for MANY_SYMBOLS_STEPS steps (no streaming check).  Unconstrained, the model learns to
+emit a transcript in a burst of tokens on one or two frames, which NeMo's greedy decoding (10 symbols a
+frame) truncates, so its check cannot pass: the run length is fixed instead.  On dev clips it was not
+trained on, NeMo's default beam search then puts more than 10 tokens on one frame (the case this variant
+exists for; NeMo's beam has no per-frame bound).
 """
 from __future__ import annotations
 
@@ -136,6 +146,15 @@ SINGLE_CLIPS = [
     ("cv_18820498.wav", False),
 ]
 TWO_UTTERANCES = ("ls_61-70968-0002.wav", "librivox_sns_0930.wav")
+# The many-symbols variant (module docstring): three rows, no emission windows, one lookahead.
+MANY_SYMBOLS_CLIPS = [
+    ("cv_17767698.wav", True),
+    ("ls_61-70968-0002.wav", False),
+    ("librivox_sns_0930.wav", False),
+]
+MANY_SYMBOLS_SEED = 2027
+MANY_SYMBOLS_STEPS = 400  # a fixed length: NeMo's greedy check cannot pass (it stops at 10 symbols a frame)
+MANY_SYMBOLS_MODEL_REL = "tests/models/tiny-eou-many-symbols.nemo"
 GAP_S, TAIL_S = 1.0, 0.3
 FRAME_SAMPLES = 160 * 8  # one encoder frame: 8 mel frames of 10 ms
 EOU_SLACK = 6  # frames after the speech end within which <EOU>/<EOB> may be emitted in training
@@ -186,17 +205,19 @@ def speech_span(pcm: np.ndarray) -> tuple[float, float]:
     return round(on[0] * hop / SR, 2), round((on[-1] * hop + win) / SR, 2)
 
 
-def training_manifest() -> list[dict]:
+def training_manifest(single=SINGLE_CLIPS, two_utterances: bool = True) -> list[dict]:
     """NeMo EOU-dataset rows, multi-utterance form (audio paths relative to the repository root).
 
     sou_time / eou_time: speech start / end of each utterance from speech_span()."""
     texts = manifest_texts()
     rows = []
-    for clip, bc in SINGLE_CLIPS:
+    for clip, bc in single:
         pcm = read_int16(f"{DEV_REL}/{clip}")
         s, e = speech_span(pcm)
         rows.append(dict(audio_filepath=f"{DEV_REL}/{clip}", offset=0.0, duration=len(pcm) / SR,
                          sou_time=[s], eou_time=[e], utterances=[texts[clip]], is_backchannel=[bc]))
+    if not two_utterances:
+        return rows
     a, b = (read_int16(f"{DEV_REL}/{c}") for c in TWO_UTTERANCES)
     (s1, e1), (s2, e2) = speech_span(a), speech_span(b)
     off = len(a) / SR + GAP_S
@@ -396,7 +417,11 @@ def streaming_ids(model, audio: np.ndarray, att) -> list[int]:
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--fixture-only", action="store_true", help="only write the two-utterance fixture")
+    ap.add_argument("--variant", choices=("streaming", "many-symbols"), default="streaming",
+                    help="streaming: tiny-eou-streaming.nemo (default); many-symbols: tiny-eou-many-symbols.nemo")
     args = ap.parse_args()
+    many = args.variant == "many-symbols"
+    seed = MANY_SYMBOLS_SEED if many else SEED
     fixture = write_fixture()
     print("wrote", os.path.relpath(fixture, REPO))
     if args.fixture_only:
@@ -411,10 +436,10 @@ def main() -> int:
     from nemo.collections.asr.models import EncDecRNNTBPEModel
     from omegaconf import OmegaConf
 
-    random.seed(SEED)
-    np.random.seed(SEED)
-    torch.manual_seed(SEED)
-    rows = training_manifest()
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    rows = training_manifest(MANY_SYMBOLS_CLIPS, two_utterances=False) if many else training_manifest()
     with tempfile.TemporaryDirectory() as tmp:
         pieces = build_tokenizer(Path(tmp) / "tokenizer")
         cfg = OmegaConf.create(model_config(Path(tmp) / "tokenizer", len(pieces)))
@@ -441,6 +466,8 @@ def main() -> int:
         with torch.no_grad():
             mel, mel_len = model.preprocessor(input_signal=x, length=n)
         atts = [list(a) for a in model.encoder.att_context_size_all]
+        if many:
+            atts = atts[:1]  # the default lookahead, which the offline encoder uses
         with torch.no_grad():
             _, enc_len = model.encoder(audio_signal=mel, length=mel_len)
         allow = torch.zeros(len(ids), int(enc_len.max()), int(ylen.max()), dtype=torch.bool)
@@ -464,18 +491,20 @@ def main() -> int:
                 model.encoder.set_default_att_context_size(att)
                 enc, enc_len = model.encoder(audio_signal=mel, length=mel_len)
                 logits = model.joint(encoder_outputs=enc, decoder_outputs=dec)
-                nll = rnnt_nll(logits.log_softmax(-1), y, enc_len, ylen, allow)
+                nll = rnnt_nll(logits.log_softmax(-1), y, enc_len, ylen, None if many else allow)
                 total = total + (nll / ylen).mean()
             total.backward()
             torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
             opt.step()
             loss = float(total) / len(atts)
+            if many and step >= MANY_SYMBOLS_STEPS:
+                break
             if step % CHECK_EVERY:
                 continue
             bad = [(att[1], b, model.tokenizer.ids_to_text(got)) for att in atts
                    for b, got in enumerate(offline_ids(model, mel, mel_len, att)) if got != ids[b]]
             msg = f"step {step} loss {loss:.4f} lr {lr:.2g} {time.time() - t0:.0f}s offline wrong {len(bad)} {bad[:4]}"
-            if not bad:
+            if not bad and not many:
                 bad = [(att[1], b) for att in atts for b in range(len(ids))
                        if streaming_ids(model, audios[b], att) != ids[b]]
                 msg += f", streaming wrong {len(bad)} {bad[:4]}"
@@ -491,12 +520,12 @@ def main() -> int:
         seconds = time.time() - t0
         print(f"fitted: {step} steps, {seconds:.0f} s, final loss {loss:.4f}")
         model.encoder.set_default_att_context_size(atts[0])
-        out = repo_path(MODEL_REL)
+        out = repo_path(MANY_SYMBOLS_MODEL_REL if many else MODEL_REL)
         out.parent.mkdir(parents=True, exist_ok=True)
         model.cfg.tokenizer.dir = "tokenizer"  # the temporary build directory is not part of the model
         model.save_to(str(out))
-    print("wrote", MODEL_REL, out.stat().st_size, "bytes")
-    print(json.dumps(dict(seed=SEED, steps=step, seconds=round(seconds, 1), final_loss=loss, eou_id=eou_id,
+    print("wrote", os.path.relpath(out, REPO), out.stat().st_size, "bytes")
+    print(json.dumps(dict(seed=seed, steps=step, seconds=round(seconds, 1), final_loss=loss, eou_id=eou_id,
                           eob_id=eob_id, manifest=rows, targets=texts)))
     return 0
 

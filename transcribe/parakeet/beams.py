@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Optional, Sequence
 
 import torch
@@ -149,15 +149,19 @@ def search_transducer(recognizer, enc_proj: torch.Tensor, lengths: torch.Tensor,
             hot = opts.hotwords.to(enc_proj.device) if opts.hotwords is not None else None
             lists = malsd.malsd_batch(enc_proj, lengths, steps, beam_size=opts.beam_size,
                                       score_norm=opts.score_norm, hotwords=hot, confidence=confidence)
-        elif opts.beam == "maes":
-            lists = [maes_search.maes(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size,
-                                      score_norm=opts.score_norm, hotwords=opts.hotwords)
-                     for i in range(enc_proj.shape[0])]
         else:
-            fn = transducer_beam.tdt_beam if steps.durations is not None else transducer_beam.rnnt_beam
-            lists = [fn(enc_proj[i], int(lengths[i]), steps, beam_size=opts.beam_size, score_norm=opts.score_norm,
-                        hotwords=opts.hotwords)
-                     for i in range(enc_proj.shape[0])]
+            # NeMo's default beam and mAES put no bound on the tokens a hypothesis emits on one frame:
+            # the steps' max_symbols (the greedy search's cap, from the model's config) is cleared.
+            nemo_steps = replace(steps, max_symbols=None)
+            if opts.beam == "maes":
+                lists = [maes_search.maes(enc_proj[i], int(lengths[i]), nemo_steps, beam_size=opts.beam_size,
+                                          score_norm=opts.score_norm, hotwords=opts.hotwords)
+                         for i in range(enc_proj.shape[0])]
+            else:
+                fn = transducer_beam.tdt_beam if steps.durations is not None else transducer_beam.rnnt_beam
+                lists = [fn(enc_proj[i], int(lengths[i]), nemo_steps, beam_size=opts.beam_size,
+                            score_norm=opts.score_norm, hotwords=opts.hotwords)
+                         for i in range(enc_proj.shape[0])]
     except ValueError as e:
         raise TranscribeError(f"{recognizer.name}: {e}") from None
     if opts.beam != "malsd":  # malsd records them as it goes

@@ -13,6 +13,12 @@ or by score / (tokens + 1) with `score_norm` (NeMo counts its leading blank sent
 
 NeMo's behaviour is kept where it matters to the result; each point is marked "NeMo:" below.
 
+Tokens per frame: as in NeMo's mAES, nothing bounds the labels a hypothesis emits on one frame but
+the `num_steps` rounds (one label a round); `steps.max_symbols`, greedy's cap, is not used. No work
+guard is needed either: a round expands each hypothesis into at most `beam_size + expansion_beta`
+candidates, so a frame's work is bounded by the rounds, whatever the model's probabilities (even a
+model that never lets the default beam leave a frame; tests/test_beam_many_symbols.py).
+
 Predictor outputs live in a tree of token-sequence nodes, one per distinct sequence that a live
 hypothesis reaches, made when a hypothesis first needs it and computed batched over a step's new
 sequences: the predictor runs once per sequence, as with NeMo's decoder cache, while memory stays

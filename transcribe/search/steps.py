@@ -10,7 +10,8 @@ and (greedy over a batch) keeps the new rows of some and the old rows of the oth
 
 The steps also carry the model's decoding constants: the blank index, the TDT duration table and
 `max_symbols`, the per-frame label cap from the model's config. The recognizer reads the model's
-`max_symbols` once, when it builds its steps; no search takes it from anywhere else.
+`max_symbols` once, when it builds its steps; no search takes it from anywhere else (the default
+beam and mAES run without it, as NeMo's do: parakeet/beams.py clears it for them).
 """
 from __future__ import annotations
 
@@ -35,7 +36,8 @@ class TransducerSteps:
     cat_states(states) -> one state holding the rows of all, in order.
     durations: the TDT duration table (None for RNN-T).
     max_symbols: labels one hypothesis may emit on one frame before time moves on (None: no bound,
-        as NeMo allows; the searches that need a bound refuse None).
+        as NeMo's default beam and mAES have: the recognizer runs those with None, the model's cap
+        being greedy's).
     merge_state(mask [N] bool, new, old) -> new rows where mask, old rows elsewhere; optional (the
         default selects rows of cat_states([old, new])), a faster equivalent for a known state.
     """
