@@ -72,6 +72,8 @@ VARIANTS = {
 
 def adjust(variant: str, model) -> None:
     """The variants that change the Q8_0 default after the load (measurement only, not options)."""
+    if variant not in ("q8_0-f32c", "q8_0-bf16c", "q8_0-pwq8"):
+        return
     import torch
 
     from transcribe.gguf import quants

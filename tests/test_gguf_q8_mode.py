@@ -303,6 +303,16 @@ def test_q8linear_computes_the_float_product_of_the_exact_weight(compute):
                                                            nb.dequantized(nb.compute_dtype())).float())
 
 
+def test_q8linear_dequantizes_to_bfloat16_in_chunks_exactly(monkeypatch):
+    """The bfloat16 weight is made chunk by chunk of rows: the same as the float32 weight rounded once."""
+    import transcribe.quant as quant
+
+    layer, w, _ = _q8_layer(n=50, k=64)
+    for chunk in (64, 64 * 7, 1 << 18):  # one row, 7 rows (a short last chunk), all at once
+        monkeypatch.setattr(quant, "_DEQUANT_CHUNK", chunk)
+        assert torch.equal(layer.dequantized(torch.bfloat16), w.to(torch.bfloat16))
+
+
 def test_q8linear_refuses_what_is_not_q8_0_blocks():
     q = torch.zeros(4, 64, dtype=torch.int8)
     with pytest.raises(ValueError, match="multiple of 32"):

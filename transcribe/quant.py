@@ -168,6 +168,7 @@ class Int8Linear(QuantLinear):
 
 
 Q8_BLOCK = 32  # values per ggml Q8_0 block (one scale each)
+_DEQUANT_CHUNK = 1 << 18  # float32 values dequantized at a time for a bfloat16 weight (1 MB)
 
 
 def cpu_multiplies_bf16() -> bool:
@@ -255,10 +256,20 @@ class Q8Linear(FloatComputeLinear):
     def dequantized(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight [N, K]: q * scale in float32 (exact: an int8 times an fp16 scale), then `dtype`."""
         n, k = self.weight_q.shape
-        w = torch.empty(n, k // Q8_BLOCK, Q8_BLOCK, dtype=torch.float32, device=self.weight_q.device)
-        w.copy_(self.weight_q.view(n, -1, Q8_BLOCK)).mul_(self.weight_scale[:, :, None])
-        w = w.view(n, k)
-        return w if dtype == torch.float32 else w.to(dtype)
+        q = self.weight_q.view(n, -1, Q8_BLOCK)
+        if dtype == torch.float32:
+            w = torch.empty(n, k // Q8_BLOCK, Q8_BLOCK, dtype=torch.float32, device=q.device)
+            return w.copy_(q).mul_(self.weight_scale[:, :, None]).view(n, k)
+        # In chunks of rows whose float32 values stay in a core's cache (1 MB): 1.5x faster on a CPU than
+        # the whole float32 weight made first, then rounded.
+        out = torch.empty(n, k, dtype=dtype, device=q.device)
+        rows = max(1, _DEQUANT_CHUNK // k)
+        tmp = torch.empty(min(rows, n), k // Q8_BLOCK, Q8_BLOCK, dtype=torch.float32, device=q.device)
+        for r in range(0, n, rows):
+            t = tmp[: min(rows, n - r)]
+            t.copy_(q[r:r + rows]).mul_(self.weight_scale[r:r + rows, :, None])
+            out[r:r + rows].view(-1, k // Q8_BLOCK, Q8_BLOCK).copy_(t)
+        return out
 
 
 class HalfLinear(FloatComputeLinear):
