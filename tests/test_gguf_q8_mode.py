@@ -43,11 +43,11 @@ Q8_FILES = sorted(CPP.glob("*-q8_0.gguf")) + sorted(TCPP.glob("*-Q8_0.gguf"))
 # (0.02) is a last-bit difference between CPUs / BLAS builds moving one decision, not a worse mode.
 FIDELITY_MARGIN = 0.02
 
-# Our encoder's relative error may exceed the ggml emulation's by this factor at most. Measured (AMX):
-# bfloat16 products 0.54-1.00x ggml's (tiny-ctc-fit the closest), float32 products below 0.1x. bfloat16
-# kernels differ between CPUs (AMX, AVX512-BF16, oneDNN's emulation elsewhere: accumulation order), which
-# moves such an error norm by well under 1 %; 5 % covers that and still fails a mode 1.3x ggml's or worse.
-COMPUTE_ERROR_SLACK = 1.05
+# Our encoder's relative error may exceed the ggml emulation's by this factor at most. Measured: bfloat16
+# products 0.58-0.98x ggml's on AMX (tiny-ctc-fit the closest), 1.00x there under oneDNN's AVX2 kernels
+# (ONEDNN_MAX_CPU_ISA=AVX2: both errors move by ~2 % with the kernels' accumulation order); float32
+# products below 0.1x. 10 % covers the kernels and still fails the per-row int8 mode (1.9-4.6x).
+COMPUTE_ERROR_SLACK = 1.10
 
 pytestmark = pytest.mark.skipif(not GGUF.is_dir(), reason="needs ../shared/models/gguf")
 
