@@ -15,7 +15,17 @@ Run from the repository root with the project's Python:
                                nemo-bf16   the .nemo, dtype="bfloat16" (the encoder in bfloat16)
                                nemo-int8   the .nemo, dtype="int8" (float32 weights quantized at load)
                                q8_0        the Q8_0 GGUF, load_model(dtype=None): a Q8_0 file keeps its
-                                           weights compressed (int8 linear layers, transcribe/quant.py)
+                                           encoder compressed (Q8Linear: the file's Q8_0 blocks,
+                                           dequantized at each call and multiplied in bfloat16 where
+                                           the CPU has it, else float32; transcribe/quant.py)
+                               q8_0-f32c   the same layers all computing in float32
+                               q8_0-bf16c  the same layers all computing in bfloat16 (the pointwise
+                                           convolutions, float16 weights, too)
+                               q8_0-pwq8   the same, with the encoder's pointwise convolutions
+                                           (stored F32, kept in float16 by default) quantized to
+                                           Q8_0 blocks at load too (ggml's rule)
+                               q8_0-int8   the Q8_0 GGUF, dtype="int8" (int8 rows, activations
+                                           quantized per row: Int8Linear)
                                q8_0-fp32   the Q8_0 GGUF dequantized to float32 at load
                                q4_0        the Q4_0 GGUF, dequantized to float32 at load (its default)
                                q4_0-int8   the Q4_0 GGUF, dtype="int8"
@@ -54,9 +64,32 @@ DEFAULT_MODEL = "local-models/parakeet-tdt-0.6b-v2-random.nemo"
 VARIANTS = {
     # name: (file kind, dtype)
     "nemo-fp32": ("nemo", None), "nemo-bf16": ("nemo", "bfloat16"), "nemo-int8": ("nemo", "int8"),
-    "q8_0": ("q8_0", None), "q8_0-fp32": ("q8_0", "float32"), "q4_0": ("q4_0", None),
+    "q8_0": ("q8_0", None), "q8_0-f32c": ("q8_0", None), "q8_0-bf16c": ("q8_0", None), "q8_0-pwq8": ("q8_0", None),
+    "q8_0-int8": ("q8_0", "int8"), "q8_0-fp32": ("q8_0", "float32"), "q4_0": ("q4_0", None),
     "q4_0-int8": ("q4_0", "int8"), "f32": ("f32", None),
 }
+
+
+def adjust(variant: str, model) -> None:
+    """The variants that change the Q8_0 default after the load (measurement only, not options)."""
+    if variant not in ("q8_0-f32c", "q8_0-bf16c", "q8_0-pwq8"):
+        return
+    import torch
+
+    from transcribe.gguf import quants
+    from transcribe.quant import FloatComputeLinear, HalfLinear, Q8Linear
+
+    if variant in ("q8_0-f32c", "q8_0-bf16c"):
+        for m in model.model.modules():
+            if isinstance(m, FloatComputeLinear):
+                m.compute = torch.float32 if variant == "q8_0-f32c" else torch.bfloat16
+    elif variant == "q8_0-pwq8":
+        for name, m in list(model.model.named_modules()):
+            if isinstance(m, HalfLinear):
+                w = m.dequantized()
+                q, scale = quants.q8_0_blocks(quants.quantize(w, quants.Q8_0), quants.Q8_0, tuple(w.shape))
+                parent, _, attr = name.rpartition(".")
+                setattr(model.model.get_submodule(parent), attr, Q8Linear(q, scale, m.bias))
 
 
 def gguf_path(model: Path, kind: str) -> Path:
@@ -82,6 +115,7 @@ def child_main(args) -> int:
     rss_import = _rss_mb()
     t0 = time.perf_counter()
     model = transcribe.load_model(str(path), threads=args.threads, dtype=dtype)
+    adjust(args.child, model)
     load_s = time.perf_counter() - t0
     rss_loaded = _rss_mb()
 

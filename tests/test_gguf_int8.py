@@ -1,6 +1,7 @@
-"""Parakeet GGUF weights kept compressed (transcribe/parakeet/gguf_int8.py): int8 layers made straight from
-the file's bytes. A Q8_0 file keeps its Q8_0 weights int8 by default; dtype int8 quantizes every layer a
-.nemo's int8 does. Both are compared exactly with the float path they stand for."""
+"""Parakeet GGUF weights kept compressed (transcribe/parakeet/gguf_int8.py): quantized layers made straight
+from the file's bytes. A Q8_0 file keeps its encoder as Q8_0 blocks by default (Q8Linear, and HalfLinear for
+the matrix products it stores in float; tests/test_gguf_q8_mode.py has their fidelity); dtype int8 quantizes
+every layer a .nemo's int8 does (Int8Linear). Both are compared exactly with the float path they stand for."""
 from __future__ import annotations
 
 import pytest
@@ -11,7 +12,7 @@ from transcribe.gguf import quants
 from transcribe.gguf.file import GGUFFile
 from transcribe.parakeet.gguf_int8 import INT8_WEIGHTS
 from transcribe.parakeet.gguf_names import to_nemo
-from transcribe.quant import Int8Linear
+from transcribe.quant import HalfLinear, FloatComputeLinear, Int8Linear, Q8Linear
 
 from .conftest import AUDIO, SHARED, TINY
 
@@ -27,13 +28,17 @@ def _int8_layers(asr) -> dict[str, Int8Linear]:
     return {n: m for n, m in asr.model.named_modules() if isinstance(m, Int8Linear)}
 
 
-def _q8_0_weights(path, schema_to_nemo) -> set[str]:
-    """Module paths of the int8-able weights a Q8_0 file keeps int8 by default: those it stores as Q8_0,
-    and every one of the encoder."""
+def _compressed_layers(asr) -> dict[str, FloatComputeLinear]:
+    return {n: m for n, m in asr.model.named_modules() if isinstance(m, FloatComputeLinear)}
+
+
+def _encoder_weights(path, schema_to_nemo) -> dict[str, int]:
+    """Module path -> stored type of the int8-able encoder weights of a file (those a Q8_0 file keeps
+    compressed by default)."""
     with GGUFFile(path) as f:
-        names = {schema_to_nemo(n) for n, i in f.tensors.items()
-                 if i.qtype == quants.Q8_0 or (schema_to_nemo(n) or "").startswith("encoder.")}
-    return {n[: -len(".weight")] for n in names if n and INT8_WEIGHTS.match(n)}
+        names = {schema_to_nemo(n): i.qtype for n, i in f.tensors.items()}
+    return {n[: -len(".weight")]: t for n, t in names.items()
+            if n and n.startswith("encoder.") and INT8_WEIGHTS.match(n)}
 
 
 @pytest.mark.parametrize("stem", ["tiny-tdt-fit", "tiny-ctc-fit", "tiny-hybrid-tdt-ctc-fit"])
@@ -54,34 +59,35 @@ def test_int8_from_an_f32_file_is_the_nemo_int8_model(stem):
 @pytest.mark.parametrize("rel,joint_index", [("parakeet-cpp/tiny-tdt-fit-q8_0.gguf", 1),
                                              ("transcribe-cpp/tiny-tdt-fit-Q8_0.gguf", 1),
                                              ("parakeet-cpp/tiny-ctc-fit-q8_0.gguf", 1)])
-def test_a_q8_0_file_keeps_its_q8_0_weights_int8(rel, joint_index):
-    """By default: an int8 layer for each Q8_0 weight of the file and each matrix product of the encoder
-    (pointwise convolutions stored in F32 / F16 too), none for what the file stores in float outside the
-    encoder (parakeet.cpp: the joint's output layer, the LSTM); each layer's int8 weights are those
-    Int8Linear makes from the exactly dequantized weight, so the model computes what the dequantized float
-    model with those layers quantized computes."""
+def test_a_q8_0_file_keeps_its_encoder_as_q8_0_blocks(rel, joint_index):
+    """By default: a Q8Linear for each Q8_0 weight of the encoder, a HalfLinear for each other matrix
+    product of the encoder (the pointwise convolutions stored in F32 / F16), nothing compressed and no
+    int8 product outside the encoder (the joint and the LSTM dequantized to float32, even where the file
+    stores them as Q8_0); the model computes what the exactly dequantized float model with those layers
+    swapped in computes."""
     path = GGUF / rel
     schema = (lambda n: n) if rel.startswith("parakeet-cpp") else (lambda n: to_nemo(n, joint_index))
     auto = transcribe.load_model(str(path))
-    layers = _int8_layers(auto)
-    assert set(layers) == _q8_0_weights(path, schema) and layers
+    layers = _compressed_layers(auto)
+    stored = _encoder_weights(path, schema)
+    assert set(layers) == set(stored) and layers
+    assert {n for n, m in layers.items() if isinstance(m, Q8Linear)} == {n for n, t in stored.items() if t == quants.Q8_0}
+    assert {n for n, m in layers.items() if isinstance(m, HalfLinear)} == {n for n, t in stored.items() if t != quants.Q8_0}
+    assert not _int8_layers(auto)
     if auto.model.decoder is not None:
-        assert not auto.model.decoder.int8  # the LSTM is stored F32: it stays float
+        assert not auto.model.decoder.int8
+    assert {p.dtype for p in auto.model.parameters()} == {torch.float32}
     flt = transcribe.load_model(str(path), dtype="float32")
-    assert not _int8_layers(flt)
+    assert not _compressed_layers(flt)
     for name, layer in layers.items():
         ref = flt.model.get_submodule(name)
         w = ref.weight.detach().reshape(ref.weight.shape[0], -1)
-        want = Int8Linear(w, ref.bias)
-        assert torch.equal(layer.weight_t, want.weight_t), name
-        assert torch.equal(layer.weight_scale, want.weight_scale), name
-        assert (layer.bias is None and want.bias is None) or torch.equal(layer.bias, want.bias), name
-    # the float model with the same layers swapped in gives the same ids as the int8-loaded one
-    for name in layers:
+        assert torch.equal(layer.dequantized(), w if isinstance(layer, Q8Linear) else w.to(torch.float16).float()), name
+        assert (layer.bias is None and ref.bias is None) or torch.equal(layer.bias, ref.bias), name
+    # the float model with the same layers swapped in gives the same ids as the loaded one
+    for name, layer in layers.items():
         parent, _, attr = name.rpartition(".")
-        ref = flt.model.get_submodule(name)
-        setattr(flt.model.get_submodule(parent), attr, Int8Linear(ref.weight.detach().reshape(ref.weight.shape[0], -1),
-                                                                  ref.bias))
+        setattr(flt.model.get_submodule(parent), attr, layer)
     for head in auto.heads:
         assert _ids(auto, head=head) == _ids(flt, head=head)
 
@@ -101,12 +107,19 @@ def test_dtype_int8_quantizes_every_layer_of_a_q4_0_file_and_float_dequantizes_a
     assert next(bf16.model.encoder.parameters()).dtype == torch.bfloat16
 
 
-def test_int8_layers_hold_no_float_copy_of_their_weights():
-    """The int8 layers' weights exist only as int8 (no float32 weight kept beside them)."""
-    asr = transcribe.load_model(str(GGUF / "transcribe-cpp" / "tiny-rnnt-fit-Q8_0.gguf"))
-    layers = _int8_layers(asr)
-    assert layers
-    for name, layer in layers.items():
-        assert layer.weight_t.dtype == torch.int8
-        assert [n for n, _ in layer.named_parameters()] == []
-    assert not [n for n, p in asr.model.named_parameters() if 0 in p.stride() and p.numel() > 1]
+def test_compressed_layers_hold_no_float_copy_of_their_weights():
+    """The compressed layers' weights exist only as int8 (and fp16 scales) or float16, for a Q8_0 file's
+    default and dtype int8 alike (no float32 weight kept beside them, no stand-in left)."""
+    path = str(GGUF / "transcribe-cpp" / "tiny-rnnt-fit-Q8_0.gguf")
+    for asr in (transcribe.load_model(path), transcribe.load_model(path, dtype="int8")):
+        layers = {**_int8_layers(asr), **_compressed_layers(asr)}
+        assert layers
+        for name, layer in layers.items():
+            assert [n for n, _ in layer.named_parameters()] == []
+            if isinstance(layer, Q8Linear):
+                assert layer.weight_q.dtype == torch.int8 and layer.weight_scale.dtype == torch.float16
+            elif isinstance(layer, HalfLinear):
+                assert layer.weight_f16.dtype == torch.float16
+            else:
+                assert layer.weight_t.dtype == torch.int8
+        assert not [n for n, p in asr.model.named_parameters() if 0 in p.stride() and p.numel() > 1]

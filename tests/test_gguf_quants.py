@@ -317,3 +317,41 @@ def test_int8_rows_other_type_and_zero_row():
     assert torch.equal(q[1], torch.zeros(256, dtype=torch.int8)) and scale[1] > 0
     assert torch.equal(scale[[0, 2]], w[[0, 2]].abs().amax(dim=1) / 127.0)
     assert torch.equal(q[[0, 2]], torch.round(w[[0, 2]] / scale[[0, 2], None]).clamp(-127, 127).to(torch.int8))
+
+
+# --- 7. Q8_0 blocks ---------------------------------------------------------------------------
+
+@needs_files
+def test_q8_0_blocks_are_the_file_s_bytes():
+    """A Q8_0 tensor's blocks split as stored: q * scale is `dequantize`'s result bit for bit, the scales
+    are the fp16 values of the file, the int8 values its bytes (checked against gguf-py's own reading)."""
+    t = next(t for t in _tensors(PARAKEET / "tiny-tdt-fit-q8_0.gguf").values()
+             if t.tensor_type.name == "Q8_0" and len(t.shape) == 2)
+    shape = _torch_shape(t)
+    old = Q._CHUNK_ELEMS
+    try:
+        Q._CHUNK_ELEMS = 3 * shape[-1]  # several chunks
+        q, scale = Q.q8_0_blocks(t.data, Q.Q8_0, shape)
+    finally:
+        Q._CHUNK_ELEMS = old
+    n, k = shape
+    assert q.dtype == torch.int8 and tuple(q.shape) == shape
+    assert scale.dtype == torch.float32 and tuple(scale.shape) == (n, k // 32)
+    assert torch.equal(scale.half().float(), scale)
+    blocks = torch.from_numpy(np.asarray(t.data).reshape(n, k // 32, 34).copy())
+    assert torch.equal(q.view(n, k // 32, 32), blocks[:, :, 2:].contiguous().view(torch.int8))
+    want = torch.from_numpy(gguf_dequantize(t.data, t.tensor_type)).reshape(shape)
+    assert torch.equal((q.view(n, k // 32, 32).float() * scale[:, :, None]).view(n, k), want)
+
+
+def test_q8_0_blocks_of_another_type_are_ggml_s_q8_0():
+    """A tensor of another type: dequantized, then quantized by ggml's reference Q8_0 rule (`quantize`)."""
+    rng = np.random.default_rng(5)
+    w = torch.from_numpy(rng.standard_normal((5, 64)).astype(np.float32))
+    for qtype, raw in ((Q.F32, w.numpy()), (Q.F16, w.half().numpy())):
+        q, scale = Q.q8_0_blocks(raw, qtype, (5, 64))
+        ref = Q.quantize(Q.dequantize(raw, qtype, (5, 64)), Q.Q8_0)
+        want_q, want_s = Q.q8_0_blocks(ref, Q.Q8_0, (5, 64))
+        assert torch.equal(q, want_q) and torch.equal(scale, want_s)
+    with pytest.raises(ValueError, match="Q8_0 blocks"):
+        Q.q8_0_blocks(torch.zeros(2, 48), Q.F32, (2, 48))

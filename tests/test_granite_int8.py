@@ -1,8 +1,8 @@
 """Granite Speech NAR in int8 (`GraniteNAR.quantize_int8`, transcribe/granite/gguf.py's int8 reading):
 the linear layers of the encoder, projector and editor as Int8Linear, from a checkpoint directory's float32
-weights or straight from a GGUF file's bytes; a Q8_0 file keeps its weights int8 by default. Each int8
-layer is compared exactly with the Int8Linear built from the float weight it stands for; the texts on
-wave_A/B/C with the upstream runtime's and float32's."""
+weights or straight from a GGUF file's bytes (dtype int8; a Q8_0 file's default keeps Q8_0 blocks instead:
+tests/test_gguf_q8_mode.py). Each int8 layer is compared exactly with the Int8Linear built from the float
+weight it stands for; the texts on wave_A/B/C with the upstream runtime's and float32's."""
 from __future__ import annotations
 
 import json
@@ -99,7 +99,7 @@ def test_directory_int8_layers_are_the_checkpoint_weights_quantized(float_dir, i
 
 
 def test_int8_layers_hold_no_float_weight(int8_dir):
-    for asr in (int8_dir, transcribe.load_model(str(FILES["Q8_0"]))):
+    for asr in (int8_dir, transcribe.load_model(str(FILES["Q8_0"]), dtype="int8")):
         layers = int8_layers(asr)
         assert len(layers) == N_INT8
         for name, layer in layers.items():
@@ -173,15 +173,17 @@ def test_gguf_int8_from_bf16_equals_the_directory_int8_model_of_the_bf16_weights
     assert gguf_ids == float_ids
 
 
-def test_a_q8_0_file_is_int8_by_default_and_gives_the_upstream_text(float_ids):
-    """By default a Q8_0 file keeps its weights int8: every layer quantize_int8 names, each equal to the
-    Int8Linear of the exactly dequantized weight (Q8_0 blocks, or F16 for the pointwise convolutions, made
-    again into rows with one scale); its texts are transcribe.cpp's own on wave_A/B/C (the reason it is the
-    default: gguf.Q8_0_DEFAULT)."""
+def test_a_q8_0_file_in_int8_gives_the_upstream_text(float_ids):
+    """dtype int8 from a Q8_0 file: every layer quantize_int8 names, each equal to the Int8Linear of the
+    exactly dequantized weight (Q8_0 blocks, or F16 for the pointwise convolutions, made again into rows
+    with one scale); its texts are transcribe.cpp's own on wave_A/B/C (and float32's). By default the file
+    keeps its Q8_0 blocks instead (Q8Linear, not int8 rows)."""
     auto = transcribe.load_model(str(FILES["Q8_0"]))
+    assert not int8_layers(auto)
+    int8 = transcribe.load_model(str(FILES["Q8_0"]), dtype="int8")
     flt = transcribe.load_model(str(FILES["Q8_0"]), dtype="float32")
     assert not int8_layers(flt)
-    layers = int8_layers(auto)
+    layers = int8_layers(int8)
     assert len(layers) == N_INT8
     with GGUFFile(FILES["Q8_0"]) as f:
         stored = {ibm: f.tensors[g].qtype for ibm, g in tensor_names(4, 2, 4, 2)}
@@ -191,13 +193,10 @@ def test_a_q8_0_file_is_int8_by_default_and_gives_the_upstream_text(float_ids):
     for name, layer in layers.items():
         ref = flt.model.get_submodule(name)
         assert_same_int8(layer, Int8Linear(as_matrix(ref), ref.bias), name)
-    explicit = transcribe.load_model(str(FILES["Q8_0"]), dtype="int8")
-    a, b = auto.model.state_dict(), explicit.model.state_dict()
-    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
-    got, want_float = ids_of(auto), ids_of(flt)
+    got, want_float = ids_of(int8), ids_of(flt)
     for c, wav in WAVES.items():
-        text = auto.tokenizer.decode(got[c])
-        print(f"Q8_0 wave_{c}: int8 {text!r} float32 {auto.tokenizer.decode(want_float[c])!r} "
+        text = int8.tokenizer.decode(got[c])
+        print(f"Q8_0 wave_{c}: int8 {text!r} float32 {int8.tokenizer.decode(want_float[c])!r} "
               f"upstream {upstream_text('Q8_0', wav)!r}")
         assert text == upstream_text("Q8_0", wav), c
     assert got == want_float == float_ids

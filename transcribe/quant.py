@@ -1,4 +1,5 @@
-"""int8 linear layers: weights quantized once per output channel, activations per row at run time.
+"""Linear layers whose weights stay quantized: `Int8Linear` (int8 x int8 products) and `Q8Linear` (ggml
+Q8_0 blocks, dequantized at each call).
 
 `Int8Linear` holds a weight as int8 [N, K] with one float32 scale per output channel (symmetric,
 absmax / 127). A call quantizes each input row with its own absmax scale, multiplies int8 x int8
@@ -14,6 +15,17 @@ pairs of u8 x s8 into an int16 that saturates (vpmaddubsw), and `torch._int_mm` 
 `quantize_linears(module)` swaps a module's `nn.Linear` children for `Int8Linear` in place (the
 float weight is freed). The accuracy cost is reported by the benchmarks, never assumed; int8 is
 an option (`load_model(..., dtype="int8")`), never a default.
+
+`Q8Linear` holds a weight as a GGUF file's Q8_0 blocks hold it: int8 [N, K] and one scale per 32
+values of a row [N, K / 32] (ggml's fp16 scales, kept exactly as float32), so no rounding is added to
+the file's weights. Each call dequantizes the weight exactly (q * scale, float32) and multiplies in
+the compute dtype (`q8_compute_dtype`): bfloat16 where the CPU multiplies bfloat16 natively (AMX,
+AVX512-BF16) and on a GPU, float32 elsewhere; the activations are never quantized. It is the default
+compute of a GGUF file's Q8_0 weights (Parakeet, Granite): ggml quantizes activations to Q8_0 blocks
+too, so its error is the weights' blocks times the activations' blocks; here it is the weights' blocks
+alone (float32) or with bfloat16's rounding of both operands (8 significant bits, finer than a block of
+32 int8 values); benchmarks/README.md ("Q8_0 compute") has the measured choice. Memory at rest is the
+int8 values plus 1/8 of them in scales; a call holds one layer's dequantized weight beside it.
 """
 from __future__ import annotations
 
@@ -21,7 +33,10 @@ import functools
 from typing import Callable, Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
+
+from . import cpu
 
 # torch._int_mm on a CPU takes any M; on CUDA it wants M > 16 and K, N multiples of 8: rows are
 # padded up to this many there.
@@ -57,7 +72,19 @@ def int_mm(a: torch.Tensor, b: torch.Tensor, b_split: Optional[tuple[torch.Tenso
     return torch._int_mm(a, hi).mul_(2).add_(torch._int_mm(a, lo))
 
 
-class Int8Linear(nn.Module):
+class QuantLinear(nn.Module):
+    """A linear layer whose weight is kept quantized (Int8Linear, Q8Linear): model code runs a pointwise
+    convolution or a projection through it when it is one (`forward`, `forward_transposed`)."""
+
+    in_features: int
+    out_features: int
+
+    def forward_transposed(self, x: torch.Tensor) -> torch.Tensor:
+        """(x W^T + b)^T for x [M, K]: [N, M]."""
+        return self.forward(x).t()
+
+
+class Int8Linear(QuantLinear):
     """y = x W^T + b with W int8 per output channel and x quantized per row (dynamic)."""
 
     def __init__(self, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor],
@@ -138,6 +165,136 @@ class Int8Linear(nn.Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+Q8_BLOCK = 32  # values per ggml Q8_0 block (one scale each)
+_DEQUANT_CHUNK = 1 << 18  # float32 values dequantized at a time for a bfloat16 weight (1 MB)
+
+
+def cpu_multiplies_bf16() -> bool:
+    """Whether this process's CPU multiplies bfloat16 natively (AMX or AVX512-BF16, `cpu.features`:
+    elsewhere oneDNN has no bfloat16 product, or emulates it, slower than float32)."""
+    f = cpu.features()
+    return f["amx_bf16"] or f["avx512_bf16"]
+
+
+def q8_compute_dtype(device: torch.device) -> torch.dtype:
+    """The dtype a Q8Linear multiplies in by default: bfloat16 on a GPU and on a CPU that multiplies it
+    natively, float32 elsewhere."""
+    if device.type == "cuda" or (device.type == "cpu" and cpu_multiplies_bf16()):
+        return torch.bfloat16
+    return torch.float32
+
+
+class FloatComputeLinear(QuantLinear):
+    """A layer whose compressed weight is made float at each call (`dequantized`) and multiplied with
+    float activations in `compute` (None: `default_compute`, for a Q8Linear `q8_compute_dtype`); float32
+    in and out, bias in float32."""
+
+    compute: Optional[torch.dtype]
+    bias: Optional[torch.Tensor]
+
+    def _set_compute(self, compute: Optional[torch.dtype]) -> None:
+        if compute not in (None, torch.float32, torch.bfloat16):
+            raise ValueError(f"a {type(self).__name__} computes in float32 or bfloat16, not {compute}")
+        self.compute = compute
+
+    def dequantized(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        raise NotImplementedError
+
+    @property
+    def weight(self) -> torch.Tensor:
+        """The weight as float32 [N, K] (made on each access)."""
+        return self.dequantized()
+
+    def default_compute(self) -> torch.dtype:
+        return q8_compute_dtype(next(self.buffers()).device)
+
+    def compute_dtype(self) -> torch.dtype:
+        return self.compute if self.compute is not None else self.default_compute()
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        dt = self.compute_dtype()
+        y = F.linear(x.to(dt), self.dequantized(dt)).to(torch.float32)
+        if self.bias is not None:
+            y.add_(self.bias)
+        return y.to(x.dtype)
+
+    def forward_transposed(self, x: torch.Tensor) -> torch.Tensor:
+        """(x W^T + b)^T for x [M, K]: [N, M], computed in that layout (W x^T)."""
+        dt = self.compute_dtype()
+        y = torch.matmul(self.dequantized(dt), x.to(dt).t()).to(torch.float32)
+        if self.bias is not None:
+            y.add_(self.bias[:, None])
+        return y.to(x.dtype)
+
+    def extra_repr(self) -> str:
+        return (f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}, "
+                f"compute={self.compute}")
+
+
+class Q8Linear(FloatComputeLinear):
+    """y = x W^T + b with W held as Q8_0 blocks (int8 [N, K], one scale per 32 values [N, K / 32], the
+    file's fp16 scales), dequantized exactly at each call and multiplied in `compute`."""
+
+    def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor],
+                 compute: Optional[torch.dtype] = None):
+        super().__init__()
+        if q.dtype != torch.int8 or q.dim() != 2 or q.shape[1] % Q8_BLOCK:
+            raise ValueError(f"int8 weights [N, K] with K a multiple of {Q8_BLOCK} expected, got {q.dtype} {tuple(q.shape)}")
+        if tuple(scale.shape) != (q.shape[0], q.shape[1] // Q8_BLOCK) or not scale.is_floating_point():
+            raise ValueError(f"scales [{q.shape[0]}, {q.shape[1] // Q8_BLOCK}] expected for int8 weights "
+                             f"{tuple(q.shape)}, got {scale.dtype} {tuple(scale.shape)}")
+        self._set_compute(compute)
+        self.out_features, self.in_features = q.shape
+        self.register_buffer("weight_q", q.contiguous())
+        self.register_buffer("weight_scale", scale.to(torch.float16).contiguous())
+        if not torch.equal(self.weight_scale.to(scale.dtype), scale):
+            raise ValueError("Q8_0 scales are fp16 values (ggml's); these are not")
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+
+    def dequantized(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        """The weight [N, K]: q * scale in float32 (exact: an int8 times an fp16 scale), then `dtype`."""
+        n, k = self.weight_q.shape
+        q = self.weight_q.view(n, -1, Q8_BLOCK)
+        if dtype == torch.float32:
+            w = torch.empty(n, k // Q8_BLOCK, Q8_BLOCK, dtype=torch.float32, device=q.device)
+            return w.copy_(q).mul_(self.weight_scale[:, :, None]).view(n, k)
+        # In chunks of rows whose float32 values stay in a core's cache (1 MB): 1.5x faster on a CPU than
+        # the whole float32 weight made first, then rounded.
+        out = torch.empty(n, k, dtype=dtype, device=q.device)
+        rows = max(1, _DEQUANT_CHUNK // k)
+        tmp = torch.empty(min(rows, n), k // Q8_BLOCK, Q8_BLOCK, dtype=torch.float32, device=q.device)
+        for r in range(0, n, rows):
+            t = tmp[: min(rows, n - r)]
+            t.copy_(q[r:r + rows]).mul_(self.weight_scale[r:r + rows, :, None])
+            out[r:r + rows].view(-1, k // Q8_BLOCK, Q8_BLOCK).copy_(t)
+        return out
+
+
+class HalfLinear(FloatComputeLinear):
+    """y = x W^T + b with W held in float16 (2 bytes a weight: a GGUF file's F16 weight as it is, an F32
+    one rounded to 11 significant bits), computed in float32 by default (`compute`): for the matrix
+    products a Q8_0 file stores in float beside its Q8_0 weights (bfloat16 would round both operands
+    and the product to 8 bits, more than the upstream runtimes' own error there: float32 / F16)."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor], compute: Optional[torch.dtype] = None):
+        super().__init__()
+        if weight.dim() != 2 or not weight.is_floating_point():
+            raise ValueError(f"a float weight [N, K] expected, got {weight.dtype} {tuple(weight.shape)}")
+        half = weight.detach().to(torch.float16)
+        if not bool(torch.isfinite(half).all()):
+            raise ValueError("a weight beyond float16's range (|w| > 65504)")
+        self._set_compute(compute)
+        self.out_features, self.in_features = weight.shape
+        self.register_buffer("weight_f16", half.contiguous())
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+
+    def default_compute(self) -> torch.dtype:
+        return torch.float32
+
+    def dequantized(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+        return self.weight_f16.to(dtype)
 
 
 def quantize_linears(module: nn.Module, keep: Optional[Callable[[str, nn.Linear], bool]] = None) -> int:

@@ -20,7 +20,8 @@ mapped) tensor needs only its float32 output plus one chunk of temporaries.
 from zero, the scale stored as fp16 rounded to nearest even; `ggml_compute_fp32_to_bf16` for BF16).
 
 `int8_rows` turns any stored tensor into per-output-row symmetric int8 (the layout of
-`transcribe.quant.Int8Linear`).
+`transcribe.quant.Int8Linear`); `q8_0_blocks` into Q8_0 blocks as int8 values and their scales (the
+layout of `transcribe.quant.Q8Linear`): a Q8_0 tensor's own bytes, split without arithmetic.
 """
 from __future__ import annotations
 
@@ -376,4 +377,29 @@ def int8_rows(raw: Raw, qtype: int, shape: tuple[int, ...]) -> tuple[torch.Tenso
         s = torch.maximum(lo.neg_(), hi).clamp_min_(1e-12).div_(127.0)
         q[r0:r1].copy_(w.div_(s[:, None]).round_().clamp_(-127, 127))
         scale[r0:r1] = s
+    return q, scale
+
+
+# ---------------------------------------------------------------------------------------------
+# Q8_0 blocks for Q8Linear
+
+def q8_0_blocks(raw: Raw, qtype: int, shape: tuple[int, ...]) -> tuple[torch.Tensor, torch.Tensor]:
+    """A stored tensor -> its Q8_0 blocks: (q int8 [N, K], scale float32 [N, K / 32]), w = q * scale.
+
+    N = prod(shape[:-1]), K = shape[-1]. A Q8_0 tensor's bytes are split as they are (each block's fp16
+    scale, exact in float32, and its 32 int8 values): the weights are the file's, bit for bit. Any other
+    type is dequantized (as `dequantize`) and quantized with ggml's reference Q8_0 quantizer (as
+    `quantize`), a rounding the file does not have. Works on chunks of rows."""
+    flat, rows, k, rb = _check(raw, qtype, shape)
+    if k % 32:
+        raise ValueError(f"a row of {k} values is not a whole number of Q8_0 blocks (32)")
+    q = torch.empty(rows, k, dtype=torch.int8)
+    scale = torch.empty(rows, k // 32, dtype=torch.float32)
+    for r0, r1 in _row_chunks(rows, k):
+        b = _chunk_bytes(flat, r0 * rb, r1 * rb)
+        if qtype != Q8_0:
+            b = _q_q8_0(_decode(b, qtype).reshape(-1, 32))
+        b = b.reshape(r1 - r0, k // 32, 34)
+        scale[r0:r1] = _f16(b[:, :, 0:2].reshape(-1, 2)).reshape(r1 - r0, k // 32)
+        q[r0:r1].view(r1 - r0, k // 32, 32).copy_(b[:, :, 2:34].contiguous().view(torch.int8))
     return q, scale

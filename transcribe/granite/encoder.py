@@ -28,22 +28,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..quant import Int8Linear
+from ..quant import QuantLinear
 from .config import EncoderConfig
 
 
 def compute_dtype(layer: nn.Module) -> torch.dtype:
-    """The dtype a linear layer computes in: its weight's, or float32 for an Int8Linear (int8 weights,
-    float32 scales and bias: the rest of an int8 model is float32)."""
-    if isinstance(layer, Int8Linear):
+    """The dtype a linear layer computes in: its weight's, or float32 for a quantized one (Int8Linear,
+    Q8Linear: float32 in and out, the rest of such a model is float32)."""
+    if isinstance(layer, QuantLinear):
         return torch.float32
     return layer.weight.dtype
 
 
 def pointwise(conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
-    """A pointwise convolution (nn.Conv1d [N, K, 1], or its Int8Linear) as a matrix product over the
-    last dimension of x [..., K]."""
-    if isinstance(conv, Int8Linear):
+    """A pointwise convolution (nn.Conv1d [N, K, 1], or its quantized layer) as a matrix product over
+    the last dimension of x [..., K]."""
+    if isinstance(conv, QuantLinear):
         return conv(x)
     return F.linear(x, conv.weight[:, :, 0], conv.bias)
 

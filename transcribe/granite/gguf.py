@@ -16,9 +16,11 @@ The schema (transcribe.cpp 0.2.1, `scripts/convert-granite_nar.py`; see shared/m
   match the head: the upstream converter writes its 348-entry default table whenever the config has no
   `ctc_tokenizer_config` (it does so for the 12-class tiny test model).
 
-Weights kept compressed: dtype int8, and by default a Q8_0 file (Q8_0_DEFAULT), run the linear layers
-`GraniteNAR.quantize_int8` names as Int8Linear made straight from the file's bytes (`gguf/int8.py`: int8
-rows per weight, no float32 copy of it; a stand-in of no memory until the model adopts its layers).
+Weights kept compressed: by default a Q8_0 file (Q8_0_DEFAULT) runs the linear layers
+`GraniteNAR.quantize_int8` names as Q8Linear (the file's Q8_0 blocks as they are, dequantized exactly at
+each call, float activations), dtype int8 as Int8Linear (int8 rows, activations quantized per row);
+both made straight from the file's bytes (`gguf/int8.py`: no float32 copy of the weight; a stand-in of
+no memory until the model adopts its layers).
 
 Loading reads every metadata key (or accepts it by name as not changing the computation: the
 `general.*` identity block, `stt.capability.*`); an unknown key, a missing tensor, a tensor this code
@@ -47,14 +49,14 @@ P = "stt.granite_nar."
 FRONTEND_TOLERANCE = 1e-6
 
 # A Q8_0 file (any of the weights `GraniteNAR.quantize_int8` quantizes stored as Q8_0) loaded with dtype
-# None keeps its weights compressed: the int8 model (dtype int8's layers: the file's Q8_0 linear weights
-# and the pointwise convolutions the quantizer leaves F16, each row dequantized exactly and quantized per
-# row; the rest float32), made straight from the file's bytes. Measured on the upstream tiny Q8_0 file
-# against transcribe.cpp's own transcripts (`.ref.json`): wave_A ' were their so theirx not  they was not',
-# wave_B ' from  not they  not', wave_C ' how ', jfk " not their '  their  their '  their  their  their
-# their  their ' ' ": all four exactly the upstream text (and the dequantized float32 model's ids). Not
-# chosen: int8 for the Q8_0-stored weights only (pointwise convolutions float32): wave_A/B/C the same, but
-# jfk lost one ' their' against upstream. dtype float32 / bfloat16 still dequantize everything.
+# None keeps those weights compressed (Q8Linear: the file's Q8_0 blocks bit for bit; HalfLinear, float32
+# products: those it stores otherwise, e.g. the pointwise convolutions the quantizer leaves F16, in float16;
+# the rest float32), made straight from the file's bytes.
+# Each call dequantizes a weight exactly and multiplies it with float activations (bfloat16 where the CPU
+# multiplies it natively, else float32): no second rounding of the weights, no quantized activations
+# (the per-row int8 model, dtype int8's, agreed less with the float result on Parakeet files; see
+# transcribe/parakeet/gguf_int8.py and benchmarks/README.md, "Q8_0 compute"). dtype float32 / bfloat16
+# still dequantize everything.
 Q8_0_DEFAULT = True
 
 # Token types (llama.cpp's tokenizer.ggml.token_type values) as the converter writes them.
@@ -315,8 +317,9 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
     """(GraniteConfig, state dict under IBM's names as `dtype`, GraniteTokenizer, extras) of a
     `granite_speech_nar` GGUF file; extras holds `ctc_chars` and the `general.*` identity.
 
-    int8 "auto": "all" (the rest float32, whatever `dtype`) when the file stores any of those weights as
-    Q8_0 (see Q8_0_DEFAULT), else None.
+    int8 "auto": "blocks" (the rest float32, whatever `dtype`) when the file stores any of those weights
+    as Q8_0 (see Q8_0_DEFAULT), else None; "blocks": each of those weights is read as its Q8_0 blocks
+    (`gguf.quants.q8_0_blocks`) for a Q8Linear, or, stored in another type, as float16 for a HalfLinear.
     int8 "all": every weight `GraniteNAR.quantize_int8` quantizes (model.INT8_WEIGHTS) is read straight
     from the file's bytes as int8 rows (`gguf.quants.int8_rows`: no float32 copy of it is made) and a
     stand-in holding no memory takes its place in the state dict; "q8_0": only those the file stores as
@@ -328,9 +331,9 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
     from .config import parse_config
     from .model import INT8_WEIGHTS, GraniteNAR
 
-    if int8 not in (None, "auto", "all", "q8_0"):
-        raise ValueError(f"int8 is None, 'auto', 'all' or 'q8_0', not {int8!r}")
-    if int8 in ("all", "q8_0") and dtype != torch.float32:
+    if int8 not in (None, "auto", "all", "q8_0", "blocks"):
+        raise ValueError(f"int8 is None, 'auto', 'all', 'q8_0' or 'blocks', not {int8!r}")
+    if int8 in ("all", "q8_0", "blocks") and dtype != torch.float32:
         raise ValueError("an int8 model's other weights are float32")
 
     where = str(path)
@@ -357,7 +360,7 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
                              f"{', '.join(unknown[:6])}")
         if int8 == "auto":
             stored = {f.tensors[g].qtype for ibm, g in names if g in f.tensors and INT8_WEIGHTS.match(ibm)}
-            int8 = "all" if quants.Q8_0 in stored else None
+            int8 = "blocks" if quants.Q8_0 in stored else None
             if int8 is not None:
                 dtype = torch.float32  # an int8 model's other weights
         rows = Int8Rows() if int8 is not None else None
@@ -366,8 +369,8 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
             if g not in f.tensors:
                 raise ModelError(f"{where}: tensor {g} is missing (IBM's {ibm})")
             if rows is not None and ibm in shapes and INT8_WEIGHTS.match(ibm) and \
-                    (int8 == "all" or f.tensors[g].qtype == quants.Q8_0):
-                state[ibm] = rows.take(f, g, ibm, shapes[ibm])
+                    (int8 in ("all", "blocks") or f.tensors[g].qtype == quants.Q8_0):
+                state[ibm] = rows.take(f, g, ibm, shapes[ibm], blocks=int8 == "blocks")
                 continue
             t = f.tensor(g)
             if ibm not in shapes:
@@ -386,8 +389,9 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
 
 def load_gguf(path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None):
     """A `granite_speech_nar` GGUF file -> a GraniteASR on `device` (dtype None: float32 on a CPU,
-    bfloat16 on a GPU, as for a checkpoint directory, except a Q8_0 file: see Q8_0_DEFAULT). dtype int8:
-    the layers `GraniteNAR.quantize_int8` quantizes become Int8Linear straight from the file's bytes (each row dequantized exactly, then quantized per row: from a BF16 file, the
+    bfloat16 on a GPU, as for a checkpoint directory, except a Q8_0 file: Q8Linear, see Q8_0_DEFAULT). dtype
+    int8: the layers `GraniteNAR.quantize_int8` quantizes become Int8Linear straight from the file's bytes
+    (each row dequantized exactly, then quantized per row: from a BF16 file, the
     int8 weights the checkpoint directory's int8 model has), the rest float32."""
     from .model import build
     from .recognizer import GraniteASR, check_dtype

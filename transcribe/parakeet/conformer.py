@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..quant import Int8Linear, quantize_linears
+from ..quant import Int8Linear, QuantLinear, quantize_linears
 from .config import EncoderConfig
 from .subsampling import ConvSubsampling
 
@@ -127,7 +127,7 @@ class RelPositionMultiHeadAttention(nn.Module):
         v = self.linear_v(x).view(b, t, self.h, self.d_k).transpose(1, 2).contiguous()
         # Position projections as [h, d_k, 2T-1] (columns: relative positions T-1 ... -(T-1)),
         # computed transposed so that no copy is needed: W_pos @ pos_emb^T.
-        if isinstance(self.linear_pos, Int8Linear):
+        if isinstance(self.linear_pos, QuantLinear):
             pt = self.linear_pos.forward_transposed(pos_emb).view(self.h, self.d_k, -1)
         else:
             pt = torch.matmul(self.linear_pos.weight, pos_emb.t()).view(self.h, self.d_k, -1)
@@ -291,7 +291,7 @@ class ConvModule(nn.Module):
 
     def pointwise(self, conv: nn.Module, x: torch.Tensor) -> torch.Tensor:
         """A pointwise convolution as a matrix product over the last dimension of x [..., D]."""
-        if isinstance(conv, Int8Linear):
+        if isinstance(conv, QuantLinear):
             return conv(x)
         w = conv.weight
         return F.linear(x, w.view(w.shape[0], w.shape[1]), conv.bias)

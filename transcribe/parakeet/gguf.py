@@ -437,7 +437,8 @@ def tokenizer_of(f: GGUFFile, k: Keys, schema: str, vocab: int) -> PiecesTokeniz
 def read(path, hook: Optional[TensorHook] = None, int8: Optional[bool] = False):
     """A Parakeet GGUF file -> (ParakeetModel with its weights, float32 on the CPU, batch norm not yet
     folded; the tokenizer; the schema). int8: the weights `quantize_int8` quantizes become int8 layers
-    straight from the file's bytes (`gguf_int8`); None: those the file stores as Q8_0 (if any)."""
+    straight from the file's bytes (`gguf_int8`); None: a file storing them as Q8_0 keeps its encoder's
+    as Q8_0 blocks (`gguf_int8`)."""
     from .gguf_int8 import Int8Reader, keeps_q8_0
     from .model import ParakeetModel
 
@@ -461,7 +462,7 @@ def read(path, hook: Optional[TensorHook] = None, int8: Optional[bool] = False):
         if int8:
             if hook is not None:
                 raise ValueError("int8 reading takes no other tensor hook")
-            hook = Int8Reader(stored_q8_0_only=auto)
+            hook = Int8Reader(q8_0_default=auto)
         sd = read_state_dict(f, schema, joint_index, hook)
         _check_frontend(f, sd, model)
         own = model.state_dict()
@@ -492,7 +493,7 @@ def read(path, hook: Optional[TensorHook] = None, int8: Optional[bool] = False):
 
 def load(path: Path, name: str, device, dtype):
     """`load_model` for a Parakeet GGUF file: a ParakeetASR, as from the .nemo it was made from. By
-    default a file's Q8_0 weights stay compressed (int8 layers) and the rest is float32 (`gguf_int8`);
+    default a file's Q8_0 weights stay compressed (the encoder's as Q8_0 blocks) and the rest is float32 (`gguf_int8`);
     dtype int8 quantizes every layer a .nemo's int8 does; float32 / bfloat16 / float16 dequantize all."""
     from .recognizer import ParakeetASR
 

@@ -1,28 +1,30 @@
-"""A Parakeet GGUF file's weights kept compressed: int8 linear layers made straight from the file.
+"""A Parakeet GGUF file's weights kept compressed: quantized linear layers made straight from the file.
 
-Two modes, both running `Int8Linear`s (int8 weights with one scale per output row, activations quantized
-per row at run time, int8 x int8 products: transcribe/quant.py):
-- by default, a file whose linear weights are stored as Q8_0 keeps them compressed: each Q8_0 weight
-  becomes an int8 layer, and so does every other matrix product of the encoder (the pointwise
+Two modes (the layers: transcribe/quant.py; reading them: transcribe/gguf/int8.py):
+- by default, a file whose linear weights are stored as Q8_0 keeps the encoder's matrix products
+  compressed as `Q8Linear`s: the file's Q8_0 blocks as they are (int8 values, one scale per 32),
+  dequantized exactly at each call and multiplied with float activations (bfloat16 where the CPU
+  multiplies it natively, else float32). The encoder's other matrix products (the pointwise
   convolutions, which parakeet.cpp stores in F32 and transcribe.cpp in F16 because ggml convolves in
-  float: here they are matrix products like the rest, quantized per row at load); what the file stores in
-  float outside the encoder (parakeet.cpp: the joint's output layer and the LSTM) stays float32. The
-  joint's output layer decides every token: quantizing it too moved a random-weight streaming TDT's tokens
-  (agreement with F32 0.878, against 0.98 with it in float, the upstream runtime's figure);
+  float) are kept in float16 (`HalfLinear`: 2 bytes a weight, transcribe.cpp's F16 as it is) and
+  computed in float32: quantizing them to Q8_0 blocks too (1.06 bytes), or computing them in bfloat16,
+  was measured to add more error than the upstream runtimes' own quantized activations
+  (benchmarks/README.md, "Q8_0 compute"). Outside the encoder
+  (the joint, the LSTM, the embedding: a few MB even in a 0.6B model) the weights are dequantized
+  exactly to float32 once, at load;
 - `dtype="int8"` (any file) quantizes every layer `ParakeetModel.quantize_int8` quantizes (the encoder's
-  linear layers and pointwise convolutions, the joint's linear layers, the LSTM), as for a .nemo.
-The weights go from the file's bytes to int8 one tensor at a time (`gguf.quants.int8_rows`, in chunks of
-rows): no float32 copy of those layers is ever made.
+  linear layers and pointwise convolutions, the joint's linear layers, the LSTM) as `Int8Linear`s (int8
+  weights per output row, activations quantized per row at run time), as for a .nemo.
 
-Why not weight-only int8 (float activations): PyTorch's CPU kernel for it (`_weight_int8pack_mm`) is
-slower than float32's matrix product on an encoder's shapes (benchmarks/README.md, "GGUF files"), so it
-could not run a Q8_0 file at float32's speed or better.
+Why this default: the upstream runtimes compute a Q8_0 weight against activations quantized to Q8_0
+blocks (ggml), so their Q8_0 results stay close to their F32 ones; `Int8Linear` quantized the weights a
+second time (per row) and the activations per row, and agreed less with our F32 result than the
+upstream runtimes with theirs. `Q8Linear` adds no rounding to the weights and none (float32) or
+bfloat16's to the activations. Measured (agreement, speed, memory): benchmarks/README.md, "Q8_0 compute".
 
 While the file is read, each such weight is a stand-in of its shape that holds no memory (one zero,
-expanded); once the model is built, every stand-in's layer is replaced by its Int8Linear, and no stand-in
-may be left. Q8_0 blocks (32 values, one scale each) become rows with one scale: each row is the Q8_0
-values dequantized exactly, then quantized again per row, which is what `quantize_int8` does with the
-dequantized float32 model (the tests compare the two).
+expanded); once the model is built, every stand-in's layer is replaced by its quantized layer, and no
+stand-in may be left. No float32 copy of a compressed weight is ever made.
 """
 from __future__ import annotations
 
@@ -49,18 +51,20 @@ def keeps_q8_0(f: GGUFFile, schema_names) -> bool:
 
 
 class Int8Reader(Int8Rows):
-    """The read_state_dict hook: an int8-able weight is read as int8 rows, a stand-in takes its place
-    (`gguf.int8.Int8Rows`; `adopt(model)` then makes the layers)."""
+    """The read_state_dict hook: a weight kept compressed is read as Q8_0 blocks or int8 rows, a
+    stand-in takes its place (`gguf.int8.Int8Rows`; `adopt(model)` then makes the layers)."""
 
-    def __init__(self, stored_q8_0_only: bool = False):
-        """stored_q8_0_only: the default mode for a Q8_0 file (see the module), else every int8-able weight."""
+    def __init__(self, q8_0_default: bool = False):
+        """q8_0_default: the default mode for a Q8_0 file (the encoder as Q8_0 blocks, see the module),
+        else dtype int8's (every int8-able weight as int8 rows)."""
         super().__init__()
-        self.stored_q8_0_only = stored_q8_0_only
+        self.q8_0_default = q8_0_default
 
     def __call__(self, f: GGUFFile, gguf_name: str, nemo_name: str) -> Optional[torch.Tensor]:
         if not INT8_WEIGHTS.match(nemo_name):
             return None
-        info = f.info(gguf_name)
-        if self.stored_q8_0_only and info.qtype != quants.Q8_0 and not nemo_name.startswith("encoder."):
-            return None
-        return self.take(f, gguf_name, nemo_name)
+        if not self.q8_0_default:
+            return self.take(f, gguf_name, nemo_name)
+        if not nemo_name.startswith("encoder."):
+            return None  # read as float32 (exactly dequantized)
+        return self.take(f, gguf_name, nemo_name, blocks=True)
