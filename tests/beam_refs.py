@@ -51,3 +51,13 @@ def steps(stem: str):
 def ctc_logp(stem: str, clip: str) -> torch.Tensor:
     """Our CTC head on NeMo's encoder frames: log-probs [T, V+1]."""
     return recognizer(stem).model.ctc_decoder(encoder(stem, clip))[0]
+
+
+def distinct(hyps: list[dict]) -> list[dict]:
+    """A reference N-best list with each token sequence once, at its first (best) place."""
+    seen, out = set(), []
+    for h in hyps:
+        if tuple(h["tokens"]) not in seen:
+            seen.add(tuple(h["tokens"]))
+            out.append(h)
+    return out

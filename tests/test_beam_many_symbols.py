@@ -132,11 +132,8 @@ def _saturated(tdt: bool, vocab: int = 4, frames: int = 3):
     return enc, replace(steps, max_symbols=None)
 
 
-@pytest.mark.parametrize("tdt", [False, True], ids=["rnnt", "tdt"])
-@pytest.mark.parametrize("beam", [1, 3])
-def test_the_guard_raises_on_a_frame_that_never_ends(tdt, beam, monkeypatch):
-    """The saturated model makes NeMo's loop run forever; ours raises a clear error once the frame has
-    taken MAX_POPS_PER_BEAM * beam expansions (lowered here to keep the test short), not a list."""
+def _count_expansions(monkeypatch) -> Counter:
+    """Counts the predictor calls of the default beam by frame (one per expansion)."""
     calls = Counter()
     logits = tb._Predictor.logits
 
@@ -145,6 +142,15 @@ def test_the_guard_raises_on_a_frame_that_never_ends(tdt, beam, monkeypatch):
         return logits(self, h, frame, t)
 
     monkeypatch.setattr(tb._Predictor, "logits", counting)
+    return calls
+
+
+@pytest.mark.parametrize("tdt", [False, True], ids=["rnnt", "tdt"])
+@pytest.mark.parametrize("beam", [1, 3])
+def test_the_guard_raises_on_a_frame_that_never_ends(tdt, beam, monkeypatch):
+    """The saturated model makes NeMo's loop run forever; ours raises a clear error once the frame has
+    taken MAX_POPS_PER_BEAM * beam expansions (lowered here to keep the test short), not a list."""
+    calls = _count_expansions(monkeypatch)
     monkeypatch.setattr(tb, "MAX_POPS_PER_BEAM", 40)
     enc, steps = _saturated(tdt)
     fn = tb.tdt_beam if tdt else tb.rnnt_beam
@@ -177,14 +183,7 @@ def test_an_explicit_cap_still_ends_a_saturated_frame():
 def test_the_guard_is_far_from_the_parity_models(stem, monkeypatch):
     """The expansions a frame takes on the parity models, at their largest beam: at most a few per beam
     slot, a hundredth of the guard or less."""
-    calls = Counter()
-    logits = tb._Predictor.logits
-
-    def counting(self, h, frame, t):
-        calls[t] += 1
-        return logits(self, h, frame, t)
-
-    monkeypatch.setattr(tb._Predictor, "logits", counting)
+    calls = _count_expansions(monkeypatch)
     worst = 0
     for r in br.runs(stem, "rnnt", "beam"):
         if r["beam_size"] != 8 or not r["score_norm"]:

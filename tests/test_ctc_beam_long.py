@@ -40,6 +40,7 @@ import transcribe
 from transcribe.search.ctc_beam import CtcBeamOptions, beam_search
 
 from .conftest import REPO
+from .beam_refs import distinct as _distinct
 
 REF = json.loads((REPO / "tests" / "references" / "nemo_ctc_long.json").read_text())
 MODELS = {m["stem"]: m for m in REF["models"]}
@@ -118,15 +119,6 @@ def _runs():
 
 def _clip(stem: str, seconds: float) -> dict:
     return next(c for c in MODELS[stem]["clips"] if c["seconds"] == seconds)
-
-
-def _distinct(hyps: list[dict]) -> list[dict]:
-    seen, out = set(), []
-    for h in hyps:
-        if tuple(h["tokens"]) not in seen:
-            seen.add(tuple(h["tokens"]))
-            out.append(h)
-    return out
 
 
 @pytest.mark.parametrize("stem,seconds,i", _runs())

@@ -33,6 +33,7 @@ from .conftest import AUDIO, MODELS, REPO, SHARED, TINY
 from transcribe import load_model
 from transcribe.audio import load_audio
 from transcribe.errors import ModelError
+from .token_agreement import agreement_one as _agreement
 
 GGUF = SHARED / "models" / "gguf"
 CPP = GGUF / "parakeet-cpp"
@@ -76,19 +77,6 @@ def _ids(t):
 
 def _times(t):
     return [(x.id, x.start, x.end) for x in t.tokens]
-
-
-def _edit(a, b) -> int:
-    d = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, d[0] = d[0], i
-        for j, y in enumerate(b, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (x != y))
-    return d[len(b)]
-
-
-def _agreement(got, want) -> float:
-    return 1.0 - _edit(got, want) / max(1, len(want))
 
 
 def _ref_runs(path: Path) -> list[dict]:

@@ -34,6 +34,7 @@ from transcribe.gguf.file import GGUFFile
 from transcribe.quant import FloatComputeLinear, HalfLinear, Int8Linear, Q8Linear, QuantLinear, q8_compute_dtype
 
 from .conftest import SHARED
+from .token_agreement import agreement_one as agreement
 
 GGUF = SHARED / "models" / "gguf"
 CPP, TCPP = GGUF / "parakeet-cpp", GGUF / "transcribe-cpp"
@@ -76,19 +77,6 @@ def _stored_types(path: Path) -> dict:
             ji = joint_index_of(f, schema)
             pairs = [(nemo_name(schema, n, ji), n) for n in types]
     return {ours[: -len(".weight")]: types[g] for ours, g in pairs if ours and ours.endswith(".weight") and g in types}
-
-
-def _edit(a, b) -> int:
-    d = list(range(len(b) + 1))
-    for i, x in enumerate(a, 1):
-        prev, d[0] = d[0], i
-        for j, y in enumerate(b, 1):
-            prev, d[j] = d[j], min(d[j] + 1, d[j - 1] + 1, prev + (x != y))
-    return d[len(b)]
-
-
-def agreement(got, want) -> float:
-    return 1.0 - _edit(got, want) / max(1, len(want))
 
 
 def ref_runs(path: Path) -> dict:

@@ -16,19 +16,11 @@ from transcribe.results import Transcript
 
 from . import beam_refs
 from .conftest import AUDIO, REPO, TINY
+from .beam_refs import distinct as _distinct
 
 JFK = str(AUDIO / "jfk.wav")
 TDT = str(TINY / "tiny-tdt-fit.nemo")
 LM = str(REPO / "tests" / "fixtures" / "lm" / "tiny3.arpa")
-
-
-def _distinct(hyps: list[dict]) -> list[dict]:
-    seen, out = set(), []
-    for h in hyps:
-        if tuple(h["tokens"]) not in seen:
-            seen.add(tuple(h["tokens"]))
-            out.append(h)
-    return out
 
 
 # From audio, our encoder's frames differ from NeMo's by ~1e-5 (tests/test_nemo_parity.py); over the
