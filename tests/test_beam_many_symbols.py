@@ -1,5 +1,6 @@
-"""The default RNN-T beam and mAES where a hypothesis emits many tokens on one frame: NeMo's searches
-put no bound on them (greedy's max_symbols is not theirs), and neither do ours by default.
+"""The default RNN-T beam, mAES and malsd where a hypothesis emits many tokens on one frame: NeMo's
+default beam and mAES put no bound on them (greedy's max_symbols is not theirs), and neither do ours by
+default; NeMo's malsd_batch bounds them by its beam.max_symbols (default 10), as ours does.
 
 Parity: NeMo 3.0.0's N-best lists (tests/references/nemo_beam/, made by
 tools/nemo_beam_many_symbols_reference.py) on two fitted models run on dev clips they were not trained
@@ -22,6 +23,7 @@ import torch
 import transcribe.search.transducer_beam as tb
 from transcribe.parakeet import beams
 from transcribe.search.maes import MaesOptions, maes
+from transcribe.search.malsd import malsd_batch
 
 from . import beam_refs as br
 from .table_steps import table_steps, uniform_table
@@ -44,7 +46,7 @@ def one_thread():
 
 def _cases(strategy: str):
     return [pytest.param(stem, i, id=f"{stem}-{r['clip']}-b{r['beam_size']}-{'norm' if r['score_norm'] else 'raw'}"
-                         f"-steps{r['options'].get('maes_num_steps', '')}")
+                         f"-steps{r['options'].get('maes_num_steps', '')}-cap{r['options'].get('max_symbols', '')}")
             for stem in STEMS for i, r in enumerate(br.runs(stem, "rnnt", strategy))]
 
 
@@ -103,6 +105,32 @@ def test_maes_matches_nemo(stem, index):
         got = maes(enc, enc.shape[0], br.steps(stem), beam_size=run["beam_size"], options=knobs,
                    score_norm=run["score_norm"])
     _assert_same(got, run["hypotheses"])
+
+
+@pytest.mark.parametrize("stem,index", _cases("malsd_batch"))
+def test_malsd_matches_nemo(stem, index):
+    """NeMo's malsd_batch with its default bound (10 tokens a frame, the recognizer's path) and with a
+    bound of 32 (the search itself), under which its best puts up to 23 tokens on one frame."""
+    run = br.runs(stem, "rnnt", "malsd_batch")[index]
+    cap = run["options"]["max_symbols"]
+    if cap == 10:
+        got = _via_recognizer(stem, run, "malsd")
+    else:
+        enc = br.projected(stem, run["clip"])
+        got = malsd_batch(enc[None], torch.tensor([enc.shape[0]]), replace(br.steps(stem), max_symbols=cap),
+                          beam_size=run["beam_size"], score_norm=run["score_norm"])[0]
+    assert run["hypotheses"][0]["token_duration"] is None
+    _assert_same(got, run["hypotheses"])
+
+
+def test_the_malsd_references_go_past_10_tokens_a_frame_only_with_the_bound_raised():
+    for stem in STEMS:
+        counts = {}
+        for r in br.runs(stem, "rnnt", "malsd_batch"):
+            assert _per_frame(r["hypotheses"][0]["timestamp"]) == r["best_max_tokens_per_frame"]
+            cap = r["options"]["max_symbols"]
+            counts[cap] = max(counts.get(cap, 0), r["best_max_tokens_per_frame"])
+        assert counts[10] <= 10 < counts[32], (stem, counts)
 
 
 def test_an_explicit_cap_is_an_opt_in_that_departs_from_nemo():

@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Write NeMo's default-beam and mAES N-best lists on fitted RNN-T models whose best paths put more
+"""Write NeMo's default-beam, mAES and malsd_batch N-best lists on fitted RNN-T models whose best paths put more
 than 10 tokens on one encoder frame, for tests/test_beam_many_symbols.py.
 
 NeMo's default RNN-T beam (`BeamRNNTInfer.default_beam_search`) and its mAES put no bound on the
@@ -76,6 +76,11 @@ def runs() -> list[dict]:
     out.append(dict(strategy="maes", beam_size=2, score_norm=False, options=dict(MAES_DEFAULT)))
     out.append(dict(strategy="maes", beam_size=4, score_norm=True,
                     options=dict(MAES_DEFAULT, maes_num_steps=16)))
+    # malsd_batch bounds the tokens per frame by beam.max_symbols (NeMo's default 10): that default, and
+    # a bound (32) its best paths here go past 10 under
+    out += [dict(strategy="malsd_batch", beam_size=k, score_norm=True, options=dict(max_symbols=10)) for k in (2, 4)]
+    out.append(dict(strategy="malsd_batch", beam_size=4, score_norm=False, options=dict(max_symbols=10)))
+    out += [dict(strategy="malsd_batch", beam_size=k, score_norm=True, options=dict(max_symbols=32)) for k in (2, 4)]
     return out
 
 
