@@ -1,7 +1,7 @@
 """GGUF files (the format of llama.cpp's ggml, used by parakeet.cpp and transcribe.cpp): reading them
-memory-mapped with the `gguf` package (`file.py`), the ggml tensor types (`quants.py`), writing them
-(`writer.py`). What the tensors and keys mean is each family's business: `parakeet/gguf.py`,
-`granite/gguf.py`."""
+memory-mapped (`file.py`; the header parsed with bounds, `header.py`), the ggml tensor types
+(`quants.py`), writing them (`writer.py`). What the tensors and keys mean is each family's
+business: `parakeet/gguf.py`, `granite/gguf.py`."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -45,9 +45,9 @@ def architecture(path) -> str | None:
     except (OSError, struct.error):
         return None
     try:
-        import gguf
+        from .header import read_header
 
-        field = gguf.GGUFReader(str(path), "r").fields.get("general.architecture")
-        return bytes(field.parts[field.data[0]]).decode("utf-8", "replace") if field is not None else None
+        value = read_header(path).meta.get("general.architecture")
+        return value if isinstance(value, str) else None
     except Exception:  # a corrupt file: its loader says what is wrong
         return None

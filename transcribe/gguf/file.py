@@ -1,9 +1,9 @@
 """Reading a GGUF file: its key/value metadata and its tensors, memory-mapped.
 
-The `gguf` package (llama.cpp's gguf-py) parses the header; the file's bytes stay a read-only memory
-map: a tensor is read (and dequantized, `quants.py`) when it is asked for, and `release(name)` gives its
-pages back to the system once the model holds its own copy, so loading never keeps a full copy of the
-file in memory on top of the model. Nothing in a GGUF file is executed.
+`header.py` parses the header (every declared count checked before it is read); the file's bytes
+stay a read-only memory map: a tensor is read (and dequantized, `quants.py`) when it is asked for,
+and `release(name)` gives its pages back to the system once the model holds its own copy, so loading
+never keeps a full copy of the file in memory on top of the model. Nothing in a GGUF file is executed.
 
 `Keys` is the metadata as a loader sees it: every key is either read (`get`, `require`), accepted as
 not changing what the model computes (`accept`), or, at `finish()`, a `ModelError` naming it.
@@ -23,6 +23,7 @@ from ..errors import ModelError
 from . import MAGIC
 from ..runtime import release_memory
 from . import quants
+from .header import read_header
 
 _PAGE = mmap.PAGESIZE
 TRIM_EVERY = 32 << 20  # bytes of tensors made (`made`) between two trims of the heap
@@ -51,8 +52,6 @@ class GGUFFile:
     names, e.g. ("UINT32",) or ("ARRAY", "INT32")), `tensors` (name -> TensorInfo, in file order)."""
 
     def __init__(self, path: str | os.PathLike):
-        import gguf
-
         self.path = Path(path)
         if not self.path.is_file():
             raise ModelError(f"{self.path}: no such GGUF file")
@@ -60,40 +59,38 @@ class GGUFFile:
             head = f.read(4)
         if head != MAGIC:
             raise ModelError(f"{self.path}: not a GGUF file (it does not start with {MAGIC!r})")
+        header = read_header(self.path)
         size = self.path.stat().st_size
-        try:
-            reader = gguf.GGUFReader(str(self.path), "r")
-        except (ValueError, IndexError, OSError, KeyError, UnicodeDecodeError, OverflowError) as e:
-            raise ModelError(f"{self.path}: corrupt or truncated GGUF file ({str(e).splitlines()[0][:160]})") from None
-        self._reader = reader
-        self.meta: dict[str, Any] = {}
-        self.value_types: dict[str, tuple[str, ...]] = {}
-        for key, field in reader.fields.items():
-            if key.startswith("GGUF."):
-                continue
-            try:
-                self.meta[key] = _value(field)
-            except (ValueError, IndexError, UnicodeDecodeError) as e:
-                raise ModelError(f"{self.path}: metadata key {key} is unreadable ({e})") from None
-            self.value_types[key] = tuple(t.name for t in field.types)
+        self.meta: dict[str, Any] = header.meta
+        self.value_types: dict[str, tuple[str, ...]] = header.value_types
         self.tensors: dict[str, TensorInfo] = {}
-        for t in reader.tensors:
-            info = TensorInfo(t.name, int(t.tensor_type), tuple(int(d) for d in reversed(t.shape)),
-                              int(t.data_offset), int(t.n_bytes))
-            if info.offset + info.nbytes > size:
-                raise ModelError(f"{self.path}: truncated GGUF file (tensor {t.name} ends at byte "
-                                 f"{info.offset + info.nbytes}, the file has {size})")
-            if info.qtype not in quants.TYPE_NAMES:
-                raise ModelError(f"{self.path}: tensor {t.name} has ggml type {info.qtype} "
-                                 f"({_ggml_name(info.qtype)}), which this package does not read "
-                                 f"({', '.join(quants.TYPE_NAMES.values())})")
-            if info.name in self.tensors:
-                raise ModelError(f"{self.path}: tensor {t.name} appears twice")
-            self.tensors[info.name] = info
+        for t in header.tensors:
+            self.tensors[t.name] = self._info(t, header.data_offset, size)
+        try:
+            self._data: Optional[np.memmap] = np.memmap(self.path, mode="r")
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{self.path}: unreadable GGUF file ({e})") from None
         self.arch = self.meta.get("general.architecture")
         self.alignment = int(self.meta.get("general.alignment", 32))
-        self._data: Optional[np.memmap] = reader.data
         self._since_trim = 0
+
+    def _info(self, t, data_offset: int, size: int) -> TensorInfo:
+        """A tensor's entry checked: a type this package reads, a unique name, its bytes inside the file."""
+        if t.qtype not in quants.TYPE_NAMES:
+            raise ModelError(f"{self.path}: tensor {t.name} has ggml type {t.qtype} "
+                             f"({_ggml_name(t.qtype)}), which this package does not read "
+                             f"({', '.join(quants.TYPE_NAMES.values())})")
+        if t.name in self.tensors:
+            raise ModelError(f"{self.path}: corrupt or truncated GGUF file (tensor {t.name} appears twice)")
+        per_block, block_bytes = quants.block_size(t.qtype)
+        n = 1
+        for d in t.ne:
+            n *= d
+        info = TensorInfo(t.name, t.qtype, tuple(reversed(t.ne)), data_offset + t.offset, n * block_bytes // per_block)
+        if info.offset + info.nbytes > size:
+            raise ModelError(f"{self.path}: truncated GGUF file (tensor {t.name} ends at byte "
+                             f"{info.offset + info.nbytes}, the file has {size})")
+        return info
 
     # ------------------------------------------------------------------------------------------
     def __contains__(self, name: str) -> bool:
@@ -158,7 +155,6 @@ class GGUFFile:
     def close(self) -> None:
         """Unmap the file (tensors already read stay valid)."""
         data, self._data = self._data, None
-        self._reader = None
         mm = getattr(data, "_mmap", None)
         del data
         if mm is not None:
@@ -245,27 +241,3 @@ def _ggml_name(qtype: int) -> str:
     except ValueError:
         return "unknown"
 
-
-def _value(field) -> Any:
-    import gguf
-
-    types = field.types
-    if not types:
-        return None
-    if types[0] == gguf.GGUFValueType.ARRAY:
-        if len(types) > 1 and types[1] == gguf.GGUFValueType.STRING:
-            return [bytes(field.parts[i]).decode("utf-8") for i in field.data]
-        if len(types) > 1 and types[1] == gguf.GGUFValueType.ARRAY:
-            raise ValueError("nested arrays are not read")
-        vals = [field.parts[i].tolist() for i in field.data]
-        out = [v[0] if isinstance(v, list) and len(v) == 1 else v for v in vals]
-        if len(types) > 1 and types[1] == gguf.GGUFValueType.BOOL:
-            out = [bool(v) for v in out]
-        return out
-    if types[0] == gguf.GGUFValueType.STRING:
-        return bytes(field.parts[field.data[0]]).decode("utf-8")
-    v = field.parts[field.data[0]].tolist()
-    v = v[0] if isinstance(v, list) else v
-    if types[0] == gguf.GGUFValueType.BOOL:
-        return bool(v)
-    return v
