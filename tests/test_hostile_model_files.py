@@ -1,24 +1,33 @@
-"""Hostile model files (issue 36, item 6): small GGUF headers whose declared counts are huge. Each is
-given to the CLI in a subprocess under an address-space limit and a time limit, and must end in a
-clear model error (exit 2) within them. Before the bounds, these files took gigabytes (the `gguf`
-package read arrays element by element before any check).
+"""Hostile model files (issue 36, items 6 and 7): small GGUF headers whose declared counts are huge,
+and .nemo configs whose YAML expands (aliases) or nests without bound. Each is given to the CLI in a
+subprocess under an address-space limit and a time limit, and must end in a clear model error (exit 2)
+within them. Before the bounds, these files took gigabytes (the `gguf` package read arrays element by
+element before any check; a "setting not implemented" message formatted the whole expanded value) or
+crashed with a RecursionError (exit 1).
 
 The limits are the issue's test form: the loaders stop at the first count they check, in well under a
 second and a few megabytes here; the time limit only keeps a regression from hanging the suite.
 """
 from __future__ import annotations
 
+import io
 import os
 import resource
 import struct
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
+import yaml
+
+from transcribe.config_yaml import excerpt, load_yaml, YAMLBoundError
+
 from .conftest import REPO, SHARED
 
 JFK = SHARED / "audio" / "jfk.wav"
+NEMO = SHARED / "models" / "parakeet-tiny" / "tiny-ctc-fit.nemo"
 MEMORY_LIMIT = 3 << 30  # bytes of address space: the CLI with torch loaded needs about 1 GB of it
 TIME_LIMIT = 120  # seconds: a loaded CLI refusing a model takes a few
 
@@ -98,3 +107,84 @@ def test_a_vocabulary_beyond_the_bound_is_refused_even_when_the_file_holds_it(tm
 ])
 def test_huge_counts_in_a_gguf_header_are_refused(tmp_path, hostile, n_kv, n_tensors, words):
     _refused(_gguf(tmp_path, hostile, n_kv=n_kv, n_tensors=n_tensors), *words)
+
+
+# ------------------------------------------------------------------------------------------
+# .nemo configs
+
+
+def _nemo_with_config(tmp_path: Path, text: str) -> Path:
+    """The tiny CTC model with its model_config.yaml replaced by `text`."""
+    dst = tmp_path / "hostile.nemo"
+    with tarfile.open(NEMO) as src, tarfile.open(dst, "w") as out:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else b""
+            if Path(m.name).name == "model_config.yaml":
+                data = text.encode()
+            m.size = len(data)
+            out.addfile(m, io.BytesIO(data) if m.isfile() else None)
+    return dst
+
+
+def _config_text(encoder_extra: str, spec_augment: str = "") -> str:
+    """The model's own config as YAML text, with lines added to `spec_augment:` (before the encoder)
+    and to `encoder:`."""
+    with tarfile.open(NEMO) as tar:
+        member = next(m for m in tar.getmembers() if m.name.endswith("model_config.yaml"))
+        cfg = yaml.safe_load(tar.extractfile(member).read())
+    cfg["spec_augment"] = dict(cfg.get("spec_augment") or {}, anchors="@ANCHORS@")
+    cfg["encoder"] = {"hostile": "@HOSTILE@", **cfg["encoder"]}
+    text = yaml.safe_dump(cfg, sort_keys=False)
+    assert text.index("@ANCHORS@") < text.index("@HOSTILE@")
+    return text.replace("'@ANCHORS@'", spec_augment).replace("'@HOSTILE@'", encoder_extra)
+
+
+def _laughs(levels: int = 9) -> str:
+    """A flow list of anchored lists, each ten aliases of the one before: the last stands for 10^levels."""
+    items = ["&l0 [lol, lol, lol, lol, lol, lol, lol, lol, lol, lol]"]
+    items += [f"&l{i} [" + ", ".join([f"*l{i - 1}"] * 10) + "]" for i in range(1, levels)]
+    return "[" + ", ".join(items) + "]"
+
+
+def test_a_billion_laughs_under_encoder_is_refused(tmp_path):
+    path = _nemo_with_config(tmp_path, _config_text("*l8", spec_augment=_laughs()))
+    _refused(path, "model_config.yaml holds more than", "aliases expanded")
+
+
+def test_a_hundred_thousand_nested_brackets_are_refused(tmp_path):
+    deep = "[" * 100_000 + "]" * 100_000
+    _refused(_nemo_with_config(tmp_path, _config_text(deep)), "model_config.yaml nests deeper than 100 levels")
+
+
+def test_an_alias_inside_the_value_it_names_is_refused(tmp_path):
+    _refused(_nemo_with_config(tmp_path, _config_text("&me [1, *me]")), "model_config.yaml has an alias (*me)")
+
+
+def test_a_shared_value_within_the_bounds_is_shown_as_an_excerpt(tmp_path):
+    # 10^4 values through aliases: within the bounds, so the config loads and the encoder's unknown
+    # key is the error; its value is shown cut to 80 characters, not all 10^4 (60 KB of text)
+    stderr = _refused(_nemo_with_config(tmp_path, _config_text("*l3", spec_augment=_laughs(4))),
+                      "encoder.hostile = [[[['lol', 'lol',", "is a setting this code does not implement")
+    assert stderr.count("lol") < 20
+
+
+# ------------------------------------------------------------------------------------------
+# the loader and the excerpt, in process
+
+
+def test_the_bounded_loader_reads_what_safe_load_reads():
+    for path in sorted((REPO / "tests" / "configs").rglob("*.yaml")):
+        text = path.read_text()
+        assert load_yaml(text) == yaml.safe_load(text), path
+    text = "a: &x {b: [1, 2.5, 'c']}\nd: *x\ne: " + "[" * 98 + "]" * 98
+    assert load_yaml(text) == yaml.safe_load(text)
+    with pytest.raises(YAMLBoundError, match="nests deeper than 100 levels"):
+        load_yaml("e: " + "[" * 100 + "]" * 100)
+
+
+def test_an_excerpt_is_the_repr_of_a_small_value_and_a_cut_one_of_a_large_one():
+    for v in [1, -2.5, "a'b", None, True, [1, [2, "x"]], {"a": (1,), 2: ()}, (1, 2), [], {}]:
+        assert excerpt(v) == repr(v)
+    big = [list(range(100))] * 10**6  # shared: a full repr would be 390 MB
+    assert excerpt(big, 40) == "[" + repr(big[0])[:36] + "..."
+    assert excerpt("x" * 10**7, 10) == "'xxxxxx..."

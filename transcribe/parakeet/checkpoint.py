@@ -2,7 +2,8 @@
 
 A `.nemo` file is a tar archive holding `model_config.yaml`, `model_weights.ckpt` (a torch state
 dict) and the tokenizer files the config names with a `nemo:` prefix. Nothing in it is executed:
-the config is parsed with `yaml.safe_load` and the weights with `torch.load(weights_only=True)`.
+the config is parsed with `yaml.safe_load` within bounds (`config_yaml.load_yaml`) and the weights
+with `torch.load(weights_only=True)`.
 Nothing is extracted to disk: members are read from the archive in memory, each within bounds (a
 declared size inside the archive; the config and the tokenizer at most `MAX_SMALL_MEMBER` bytes).
 """
@@ -17,6 +18,7 @@ from typing import Optional
 import torch
 import yaml
 
+from ..config_yaml import YAMLBoundError, excerpt, load_yaml
 from ..errors import ModelError, weights_only_refusal
 
 CONFIG = "model_config.yaml"
@@ -119,16 +121,24 @@ def _read_dir(path: Path) -> NemoCheckpoint:
     return NemoCheckpoint(config, state, tokenizer, str(path))
 
 
-def _parse_config(data: bytes, path) -> dict:
+def _load_config_yaml(data: bytes, path):
+    """The config's YAML, loaded within `config_yaml`'s bounds (nesting, values with aliases expanded)."""
     try:
-        cfg = yaml.safe_load(data.decode("utf-8"))
+        return load_yaml(data.decode("utf-8"))
+    except YAMLBoundError as e:
+        raise ModelError(f"{path}: {CONFIG} {e}; not read") from None
     except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise ModelError(f"{path}: {CONFIG} is not valid YAML ({str(e).splitlines()[0]})") from None
+        raise ModelError(f"{path}: {CONFIG} is not valid YAML ({str(e).splitlines()[0][:200]})") from None
+
+
+def _parse_config(data: bytes, path) -> dict:
+    cfg = _load_config_yaml(data, path)
     if not isinstance(cfg, dict) or "encoder" not in cfg:
         raise ModelError(f"{path}: {CONFIG} has no encoder section; not a NeMo ASR model")
     tok = cfg.get("tokenizer")
     if isinstance(tok, dict) and tok.get("type") not in (None, "bpe"):
-        raise ModelError(f"{path}: tokenizer.type = {tok['type']!r} is not implemented (bpe: a SentencePiece model)")
+        raise ModelError(f"{path}: tokenizer.type = {excerpt(tok['type'])} is not implemented "
+                         "(bpe: a SentencePiece model)")
     return cfg
 
 

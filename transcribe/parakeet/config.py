@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Any, Optional
 
+from ..config_yaml import excerpt
 from ..search.transducer import DEFAULT_MAX_SYMBOLS
 
 _TRAINING = "training only"
@@ -87,9 +88,9 @@ WINDOWS = ("hann", "hamming", "blackman", "bartlett")
 
 
 def short(value) -> str:
-    """repr(value), cut to 80 characters, for error messages."""
-    r = repr(value)
-    return r if len(r) <= 80 else r[:77] + "..."
+    """repr(value), cut to 80 characters, for error messages (made without formatting more of the
+    value than that: a value a YAML alias shares many times costs no more than a small one)."""
+    return excerpt(value, 80)
 
 
 def _class(target) -> str:
@@ -114,7 +115,8 @@ def settings(section: str, cfg: dict, implemented: set[str], table: Optional[str
         if key in implemented:
             out[key] = value
         elif key not in harmless:
-            raise ValueError(f"{section}.{key} = {short(value)} is a setting this code does not implement")
+            name = key[:80] if isinstance(key, str) else short(key)
+            raise ValueError(f"{section}.{name} = {short(value)} is a setting this code does not implement")
     return out
 
 
@@ -156,12 +158,13 @@ class FrontEndConfig:
 
     def __post_init__(self):
         if self.frame_splicing != 1:
-            raise ValueError(f"preprocessor.frame_splicing = {self.frame_splicing!r} is not implemented (only 1)")
+            raise ValueError(f"preprocessor.frame_splicing = {short(self.frame_splicing)} is not implemented (only 1)")
         if self.mel_norm != "slaney":
-            raise ValueError(f"preprocessor.mel_norm = {self.mel_norm!r} is not implemented (only 'slaney', "
+            raise ValueError(f"preprocessor.mel_norm = {short(self.mel_norm)} is not implemented (only 'slaney', "
                              "librosa's area normalization)")
         if self.use_torchaudio:
-            raise ValueError(f"preprocessor.use_torchaudio = {self.use_torchaudio!r} is not implemented (NeMo's own "
+            raise ValueError(f"preprocessor.use_torchaudio = {short(self.use_torchaudio)} is not implemented "
+                             "(NeMo's own "
                              "featurizer only)")
         if self.stft_exact_pad or self.stft_conv:
             name = "stft_exact_pad" if self.stft_exact_pad else "stft_conv"
@@ -170,20 +173,21 @@ class FrontEndConfig:
             raise ValueError("preprocessor: both window_size and n_window_size (or window_stride and n_window_stride) "
                              "are set; NeMo takes only one")
         if self.normalize not in ("NA", "none", None, False, "per_feature", "all_features"):
-            raise ValueError(f"preprocessor.normalize = {self.normalize!r} is not implemented (per_feature, "
+            raise ValueError(f"preprocessor.normalize = {short(self.normalize)} is not implemented (per_feature, "
                              "all_features, NA)")
         guard = self.log_zero_guard_value
         if isinstance(guard, str) and guard not in ("tiny", "eps"):
-            raise ValueError(f"preprocessor.log_zero_guard_value = {guard!r} is not implemented "
+            raise ValueError(f"preprocessor.log_zero_guard_value = {short(guard)} is not implemented "
                              "(a number, 'tiny' or 'eps')")
         pad_to = self.pad_frames
         if isinstance(pad_to, bool) or not isinstance(pad_to, int) or pad_to < 0:
-            raise ValueError(f"preprocessor.pad_to = {pad_to!r} is not implemented (a whole number of frames >= 0)")
+            raise ValueError(f"preprocessor.pad_to = {short(pad_to)} is not implemented "
+                             "(a whole number of frames >= 0)")
         if self.log_zero_guard_type not in ("add", "clamp"):
-            raise ValueError(f"preprocessor.log_zero_guard_type = {self.log_zero_guard_type!r} is not implemented "
+            raise ValueError(f"preprocessor.log_zero_guard_type = {short(self.log_zero_guard_type)} is not implemented "
                              "(add, clamp)")
         if self.window not in WINDOWS:
-            raise ValueError(f"preprocessor.window = {self.window!r} is not implemented ({', '.join(WINDOWS)})")
+            raise ValueError(f"preprocessor.window = {short(self.window)} is not implemented ({', '.join(WINDOWS)})")
 
     @property
     def normalization(self) -> Optional[str]:
@@ -226,28 +230,30 @@ class EncoderConfig:
 
     def __post_init__(self):
         if self.self_attention_model not in ("rel_pos", "rel_pos_local_attn"):
-            raise ValueError(f"encoder.self_attention_model = {self.self_attention_model!r} is not implemented "
+            raise ValueError(f"encoder.self_attention_model = {short(self.self_attention_model)} is not implemented "
                              "(rel_pos, rel_pos_local_attn)")
         if not self.untie_biases:
-            raise ValueError(f"encoder.untie_biases = {self.untie_biases!r} is not implemented (only true)")
+            raise ValueError(f"encoder.untie_biases = {short(self.untie_biases)} is not implemented (only true)")
         if self.feat_out not in (-1, None, 0):
-            raise ValueError(f"encoder.feat_out = {self.feat_out!r} is not implemented (only -1: no output projection)")
+            raise ValueError(f"encoder.feat_out = {short(self.feat_out)} is not implemented "
+                             "(only -1: no output projection)")
         if self.reduction and self.reduction_factor > 1:
-            raise ValueError(f"encoder.reduction = {self.reduction!r} (reduction_factor {self.reduction_factor}) is "
+            raise ValueError(f"encoder.reduction = {short(self.reduction)} "
+                             f"(reduction_factor {self.reduction_factor}) is "
                              "not implemented (no time reduction inside the encoder)")
         if self.global_tokens:
-            raise ValueError(f"encoder.global_tokens = {self.global_tokens!r} is not implemented (only 0)")
+            raise ValueError(f"encoder.global_tokens = {short(self.global_tokens)} is not implemented (only 0)")
         if self.n_heads <= 0 or self.d_model % self.n_heads:
-            raise ValueError(f"encoder.n_heads = {self.n_heads!r} does not divide d_model {self.d_model}")
+            raise ValueError(f"encoder.n_heads = {short(self.n_heads)} does not divide d_model {self.d_model}")
         ctx, kernel = self.conv_context_size, self.conv_kernel_size
         if ctx not in (None, "causal") and (
             not isinstance(ctx, (list, tuple)) or len(ctx) != 2 or int(ctx[0]) + int(ctx[1]) + 1 != kernel
         ):
-            raise ValueError(f"encoder.conv_context_size = {ctx!r} is not implemented (null, "
+            raise ValueError(f"encoder.conv_context_size = {short(ctx)} is not implemented (null, "
                              f"'causal' or [left, right] with left + right + 1 = conv_kernel_size {kernel})")
         self.att_context_sizes  # checks att_context_size
         if self.att_context_style not in ("regular", "chunked_limited"):
-            raise ValueError(f"encoder.att_context_style = {self.att_context_style!r} is not implemented "
+            raise ValueError(f"encoder.att_context_style = {short(self.att_context_style)} is not implemented "
                              "(regular, chunked_limited)")
 
     @property
@@ -270,7 +276,7 @@ class EncoderConfig:
         ctx = self.att_context_size if self.att_context_size is not None else [-1, -1]
         choices = [list(c) for c in ctx] if len(ctx) and isinstance(ctx[0], (list, tuple)) else [list(ctx)]
         if any(len(c) != 2 for c in choices):
-            raise ValueError(f"encoder.att_context_size = {self.att_context_size!r} is not implemented "
+            raise ValueError(f"encoder.att_context_size = {short(self.att_context_size)} is not implemented "
                              "([left, right] pairs)")
         return [[int(a), int(b)] for a, b in choices]
 
@@ -381,7 +387,7 @@ def _encoder(cfg: dict, n_mels: int) -> EncoderConfig:
                          f"{n_mels}")
     target = str(enc.pop("_target_", "ConformerEncoder"))
     if target.rsplit(".", 1)[-1] != "ConformerEncoder":
-        raise ValueError(f"encoder._target_ = {target!r} is not implemented (ConformerEncoder)")
+        raise ValueError(f"encoder._target_ = {short(target)} is not implemented (ConformerEncoder)")
     return EncoderConfig(**enc)
 
 
@@ -415,7 +421,7 @@ def _joint(jcfg: dict, d_model: int) -> dict:
            "out_index": 2 if float(jn.get("dropout") or 0.0) > 0 else 1,
            "num_extra_outputs": int(jcfg.get("num_extra_outputs") or 0)}
     if activation not in JOINT_ACTIVATIONS:
-        raise ValueError(f"joint.jointnet.activation = {activation!r} is not implemented "
+        raise ValueError(f"joint.jointnet.activation = {short(activation)} is not implemented "
                          f"({', '.join(JOINT_ACTIVATIONS)})")
     return out
 
