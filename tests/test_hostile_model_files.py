@@ -88,7 +88,12 @@ def test_an_array_of_arrays_is_refused(tmp_path):
 
 
 def test_a_vocabulary_of_ten_million_entries_is_refused(tmp_path):
-    _refused(_gguf(tmp_path, _array("tokenizer.ggml.tokens", 8, 10_000_000)), "tokenizer.ggml.tokens", "10000000")
+    n = 10_000_000  # every entry an empty string, all in the file (80 MB): the gguf package took 8 GB
+    _refused(_gguf(tmp_path, _array("tokenizer.ggml.tokens", 8, n), pad=8 * n), "tokenizer.ggml.tokens", "10000000")
+
+
+def test_a_vocabulary_longer_than_the_file_is_refused(tmp_path):
+    _refused(_gguf(tmp_path, _array("tokenizer.ggml.tokens", 8, 1 << 30)), "tokenizer.ggml.tokens", "1073741824")
 
 
 def test_a_vocabulary_beyond_the_bound_is_refused_even_when_the_file_holds_it(tmp_path):
