@@ -19,6 +19,7 @@ from typing import Any, Iterable, Optional
 import numpy as np
 import torch
 
+from ..config_yaml import excerpt
 from ..errors import ModelError
 from . import MAGIC
 from ..runtime import release_memory
@@ -216,7 +217,7 @@ class Keys:
         """A key whose value must be one of `allowed` (a ModelError names the value otherwise)."""
         value = self.require(key)
         if value not in allowed:
-            raise ModelError(f"{self.file.path}: {self._full(key)} = {value!r} is not implemented "
+            raise ModelError(f"{self.file.path}: {self._full(key)} = {excerpt(value)} is not implemented "
                              f"({', '.join(map(repr, allowed))})")
         return value
 
@@ -229,8 +230,7 @@ class Keys:
 
 
 def _short(v) -> str:
-    r = repr(v)
-    return r if len(r) <= 60 else r[:57] + "..."
+    return excerpt(v, 60)
 
 
 def _ggml_name(qtype: int) -> str:
