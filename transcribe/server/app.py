@@ -30,6 +30,7 @@ from starlette.formparsers import MultiPartException
 from ..errors import AudioError, OptionsNotTaken, OptionValueError, TranscribeError
 from .engine import Engine, NoSuchModel, Served
 from .openai_api import ApiError, error_body, field_name, render, request_options
+from .security import Access
 
 log = logging.getLogger("transcribe.server")
 
@@ -45,15 +46,24 @@ class _Guard:
     declared larger than the limit is refused before it is read; one that grows past it (no or a
     false Content-Length) stops being read there."""
 
-    def __init__(self, app, api_key: Optional[str], max_upload_bytes: int):
+    def __init__(self, app, api_key: Optional[str], max_upload_bytes: int, access: Optional[Access] = None):
         self.app = app
         self.key = api_key.encode() if api_key else None
         self.limit = int(max_upload_bytes)
+        self.access = access or Access()
 
     async def __call__(self, scope, receive, send):
         kind = scope["type"]
         if kind not in ("http", "websocket"):
             return await self.app(scope, receive, send)
+        refused = self._refused(scope)
+        if refused is not None:
+            log.warning("refused %s %s: %s", "WebSocket" if kind == "websocket" else scope.get("method"),
+                        scope.get("path"), refused)
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008, "reason": refused[:120]})
+                return
+            return await _send_json(send, 403, error_body(403, refused, None, "forbidden"))
         if self.key is not None and scope.get("path") not in OPEN_PATHS and not self._authorized(scope):
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": "invalid API key"})
@@ -82,6 +92,14 @@ class _Guard:
             return message
 
         return await self.app(scope, counted, send)
+
+    def _refused(self, scope) -> Optional[str]:
+        """Why the Host or Origin checks refuse this request (security.Access), or None."""
+        why = self.access.check_host(_header(scope, b"host"))
+        if why is None:
+            server = scope.get("server")
+            why = self.access.check_origin(_header(scope, b"origin"), server[1] if server else None)
+        return why
 
     def _authorized(self, scope) -> bool:
         auth = _header(scope, b"authorization") or ""
@@ -151,8 +169,10 @@ async def _unless_gone(request: Request, awaitable):
     raise ClientGone()
 
 
-def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: float = 200.0) -> Any:
-    """The ASGI application serving `engine`'s models (wrapped in the key and size guard)."""
+def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: float = 200.0,
+               access: Optional[Access] = None, stream_idle_s: Optional[float] = None) -> Any:
+    """The ASGI application serving `engine`'s models (wrapped in the key, size, Host and Origin guard:
+    `access`, by default a server on loopback, security.Access)."""
     @contextlib.asynccontextmanager
     async def lifespan(app):
         engine.start()
@@ -177,7 +197,7 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
     from .websocket import add_stream_route
 
     add_stream_route(app, engine)
-    return _Guard(app, api_key, int(max_upload_mb * 2**20))
+    return _Guard(app, api_key, int(max_upload_mb * 2**20), access)
 
 
 def _add_error_handlers(app) -> None:

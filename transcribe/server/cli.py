@@ -49,6 +49,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="CPU threads the models run on (default: PyTorch's, one per core)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     add_dtype_argument(p)
+    p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME",
+                   help="a name clients may reach the server by besides localhost, 127.0.0.1, [::1] and --host "
+                        "(for 0.0.0.0 or ::, also any IP address and this machine's name); repeat, or separate "
+                        "with commas; '*': any. Requests whose Host header names another get 403 (DNS rebinding)")
+    p.add_argument("--allowed-origins", action="append", default=[], metavar="ORIGIN",
+                   help="a web page origin (scheme://host[:port]) whose browser requests and WebSockets are "
+                        "accepted; repeat, or separate with commas; 'null': local files and sandboxed pages; "
+                        "'*': any (default: the server's own origins only). Others get 403, key or not")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")
     return p
@@ -113,29 +121,41 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         models[name or DEFAULT_MODEL] = model
 
-    from .app import create_app
-    from .engine import Engine
-    from .websocket import MAX_FRAME_BYTES
-
-    engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
-    app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb)
+    server = build_server(args, models, sock)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     _say(f"serving {', '.join(models)} at http://{shown}:{port}/v1 (live: ws://{shown}:{port}/v1/audio/stream)")
     if not args.api_key:
         where = "this machine only" if _loopback(args.host) else "EVERY host that can reach this address"
         _say(f"no --api-key: requests are not authenticated; listening on {args.host} ({where})")
-    import uvicorn
-
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
-                            ws_max_size=MAX_FRAME_BYTES + 4096, ws_max_queue=16,
-                            timeout_graceful_shutdown=5, lifespan="on")
-    server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _names(values: list[str]) -> list[str]:
+    """The values of a repeatable option that also takes comma-separated lists."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def build_server(args: argparse.Namespace, models: dict, sock: socket.socket):
+    """The uvicorn server of `models` as the parsed command line `args` configure it, for `sock`."""
+    import uvicorn
+
+    from .app import create_app
+    from .engine import Engine
+    from .security import Access
+    from .websocket import MAX_FRAME_BYTES
+
+    engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
+    access = Access(args.host, _names(args.allowed_hosts), _names(args.allowed_origins))
+    app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb, access=access)
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
+                            ws_max_size=MAX_FRAME_BYTES + 4096, ws_max_queue=16,
+                            timeout_graceful_shutdown=5, lifespan="on")
+    return uvicorn.Server(config)
 
 
 def _loopback(host: str) -> bool:
