@@ -148,3 +148,52 @@ def test_origin_must_be_allowed_with_or_without_a_key(serve):
     assert _ws_status(s.port, {"Origin": "https://app.example.evil"}) == 403
     s = serve("--allowed-origins", "*")
     assert _ws_status(s.port, {"Origin": "https://anything.example"}) == 101
+
+
+# ---------------------------------------------------------------------------------------------- 9: the key
+
+
+@pytest.mark.parametrize("argv, env, says", [
+    (["--api-key", ""], None, "--api-key is empty"),
+    (["--api-key", "", "--host", "0.0.0.0"], None, "--api-key is empty"),
+    ([], "", "$TRANSCRIBE_API_KEY is empty"),
+    (["--host", "0.0.0.0"], "", "$TRANSCRIBE_API_KEY is empty"),
+    (["--api-key", " k3y"], None, "white space"),
+    (["--api-key", "k3y\n"], None, "white space"),
+    ([], "k3y ", "$TRANSCRIBE_API_KEY has white space"),
+    (["--api-key", "clé"], None, "printable ASCII"),
+    (["--api-key", "k 3y"], None, "printable ASCII"),
+    (["--host", "0.0.0.0"], None, "--insecure-no-key"),
+    (["--host", "::"], None, "--insecure-no-key"),
+])
+def test_bad_keys_and_unguarded_binds_are_refused_at_start(argv, env, says, monkeypatch, capsys):
+    from transcribe.server.cli import main
+
+    if env is None:
+        monkeypatch.delenv("TRANSCRIBE_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("TRANSCRIBE_API_KEY", env)
+    # --port 1: refused before anything listens or loads (a privileged port, were it reached)
+    assert main([*argv, "--port", "1", "--model", "no-such-model-either"]) == 2
+    err = capsys.readouterr().err
+    assert says in err and "Traceback" not in err, err
+
+
+def test_keys_and_binds_that_are_fine(monkeypatch):
+    import argparse
+
+    from transcribe.server.cli import _check_key
+
+    def check(env=None, **kw):
+        if env is None:
+            monkeypatch.delenv("TRANSCRIBE_API_KEY", raising=False)
+        else:
+            monkeypatch.setenv("TRANSCRIBE_API_KEY", env)
+        args = argparse.Namespace(**{"api_key": None, "host": "127.0.0.1", "insecure_no_key": False, **kw})
+        return _check_key(args), args.api_key
+
+    assert check() == (None, None)
+    assert check(host="localhost") == (None, None)
+    assert check(env="s3cret-K_ey.~") == (None, "s3cret-K_ey.~")
+    assert check(host="0.0.0.0", api_key="k3y") == (None, "k3y")
+    assert check(host="0.0.0.0", insecure_no_key=True) == (None, None)

@@ -1,6 +1,7 @@
 """`transcribe serve`: the OpenAI-compatible server in a process of its own.
 
-    transcribe serve [--model M]... [--host 127.0.0.1] [--port 8000] [--api-key KEY]
+    transcribe serve [--model M]... [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--insecure-no-key]
+                     [--allowed-hosts NAME]... [--allowed-origins ORIGIN]...
                      [--max-upload-mb 200] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
                      [--device cpu|cuda] [--dtype T] [--log-level info]
 
@@ -36,9 +37,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8000, help="default: 8000 (0: any free port, printed at start)")
-    p.add_argument("--api-key", default=os.environ.get("TRANSCRIBE_API_KEY"), metavar="KEY",
+    p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every endpoint but /health "
-                        "(default: $TRANSCRIBE_API_KEY; none: no key is asked)")
+                        "(default: $TRANSCRIBE_API_KEY; none: no key is asked). Printable ASCII without spaces; "
+                        "an empty key is refused")
+    p.add_argument("--insecure-no-key", action="store_true",
+                   help="serve an address other than loopback without an API key (refused otherwise): every "
+                        "host that reaches it may use the server")
     p.add_argument("--max-upload-mb", type=_positive_float, default=200.0, metavar="MB",
                    help="largest request body accepted; larger ones get 413 unread (default: 200)")
     p.add_argument("--max-batch", type=_positive_int, default=8, metavar="N",
@@ -88,6 +93,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.batch_wait_ms < 0:
         _say("error: --batch-wait-ms must not be negative")
         return 2
+    problem = _check_key(args)
+    if problem:
+        _say(f"error: {problem}")
+        return 2
     names = args.model or [None]
     if len(set(names)) != len(names):
         _say("error: a --model is given twice")
@@ -133,6 +142,23 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _check_key(args: argparse.Namespace) -> Optional[str]:
+    """Sets args.api_key from $TRANSCRIBE_API_KEY when not given; why the key (or its absence) is refused."""
+    from .security import key_problem
+
+    source = "--api-key"
+    if args.api_key is None:
+        args.api_key = os.environ.get("TRANSCRIBE_API_KEY")
+        source = "$TRANSCRIBE_API_KEY"
+    problem = key_problem(args.api_key, source)
+    if problem:
+        return problem
+    if not args.api_key and not _loopback(args.host) and not args.insecure_no_key:
+        return (f"--host {args.host} serves other hosts: give an --api-key (or $TRANSCRIBE_API_KEY), or "
+                "--insecure-no-key to serve them without one")
+    return None
 
 
 def _names(values: list[str]) -> list[str]:
