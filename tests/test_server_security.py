@@ -197,3 +197,21 @@ def test_keys_and_binds_that_are_fine(monkeypatch):
     assert check(env="s3cret-K_ey.~") == (None, "s3cret-K_ey.~")
     assert check(host="0.0.0.0", api_key="k3y") == (None, "k3y")
     assert check(host="0.0.0.0", insecure_no_key=True) == (None, None)
+
+
+# ---------------------------------------------------------------------------------------------- 10: /health
+
+
+def test_health_shows_model_names_not_paths(serve, tmp_path):
+    from transcribe.server.app import public_name
+
+    local = tmp_path / "secret-dir" / "tiny.nemo"
+    local.parent.mkdir()
+    local.write_bytes(b"")
+    s = serve(models={str(local): _model(), "nvidia/parakeet-tdt-0.6b-v3": _model(), "tiny.en": _model()})
+    status, body = s.get("/health")
+    assert status == 200
+    assert json.loads(body)["models"] == ["tiny.nemo", "nvidia/parakeet-tdt-0.6b-v3", "tiny.en"]
+    assert b"secret-dir" not in body and str(tmp_path).encode() not in body
+    assert public_name("/gone/models/x.gguf") == "x.gguf"  # absolute, even once the file is gone
+    assert public_name("../models/m/") == "m" and public_name("C:\\models\\m.nemo") == "m.nemo"

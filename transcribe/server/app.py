@@ -18,6 +18,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import time
 from typing import Any, Optional
 
@@ -219,8 +220,8 @@ def _add_model_routes(app, engine: Engine) -> None:
     created = int(time.time())
 
     @app.get("/health")
-    async def health():
-        return {"status": "ok", "models": list(engine.models), "stats": engine.stats()}
+    async def health():  # open to all: the models' names, not where they lie on this machine
+        return {"status": "ok", "models": [public_name(n) for n in engine.models], "stats": engine.stats()}
 
     def model_object(name: str) -> dict:
         return {"id": name, "object": "model", "created": created, "owned_by": "transcribe",
@@ -235,6 +236,13 @@ def _add_model_routes(app, engine: Engine) -> None:
         if name not in engine.models:
             return _error(ApiError(404, f"The model '{name}' does not exist", "model", "model_not_found"))
         return model_object(name)
+
+
+def public_name(model_id: str) -> str:
+    """A model's name for those without the key: a local path's last part, a hub id or short name as it is."""
+    if os.path.isabs(model_id) or os.path.exists(model_id) or model_id.startswith(("~", ".")) or "\\" in model_id:
+        return os.path.basename(os.path.normpath(model_id.replace("\\", "/"))) or model_id
+    return model_id
 
 
 async def _read_form(request: Request, max_upload_mb: float):
