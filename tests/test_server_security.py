@@ -215,3 +215,128 @@ def test_health_shows_model_names_not_paths(serve, tmp_path):
     assert b"secret-dir" not in body and str(tmp_path).encode() not in body
     assert public_name("/gone/models/x.gguf") == "x.gguf"  # absolute, even once the file is gone
     assert public_name("../models/m/") == "m" and public_name("C:\\models\\m.nemo") == "m.nemo"
+
+
+# ---------------------------------------------------------------------------------------------- 3: connection floods
+
+
+def _flood(port: int, n: int) -> list[socket.socket]:
+    """n connections that send nothing."""
+    out = []
+    for _ in range(n):
+        s = socket.create_connection(("127.0.0.1", port), timeout=30)
+        out.append(s)
+    return out
+
+
+def _health_soon(get, within_s: float = 60) -> int:
+    """/health's status once it answers (retried while the flood's connections hold every slot)."""
+    deadline = time.monotonic() + within_s
+    while True:
+        try:
+            status = get()
+            if status == 200 or time.monotonic() > deadline:
+                return status
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+        time.sleep(0.2)
+
+
+def test_idle_connections_over_the_limit_get_503_and_health_answers(serve, caplog):
+    from transcribe.server.limits import FLOODS
+
+    FLOODS._last.clear()
+    FLOODS._held.clear()
+    s = serve("--max-connections", "20", "--header-timeout-s", "1")
+    caplog.set_level(logging.WARNING)
+    idle = _flood(s.port, 150)
+    try:
+        answers = [c.recv(4096) for c in idle[20:]]  # answered at once: no request needed
+        assert all(a.startswith(b"HTTP/1.1 503 ") and b"too_many_connections" in a for a in answers)
+        # The 20 held are closed once the header timeout passes (recv: end of stream), then /health answers.
+        assert all(c.recv(4096) == b"" for c in idle[:20])
+        assert _health_soon(lambda: s.get("/health")[0]) == 200
+    finally:
+        for c in idle:
+            c.close()
+    lines = [r for r in caplog.records if "connection" in r.getMessage()]
+    assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines]  # once, not per socket
+    slow = socket.create_connection(("127.0.0.1", s.port), timeout=30)  # headers sent too slowly
+    slow.sendall(b"GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+    assert slow.recv(4096) == b""
+    slow.close()
+
+
+FLOOD_SERVER = """
+import resource, sys, types
+resource.setrlimit(resource.RLIMIT_NOFILE, (200, 200))  # as a small default limit is, reached by 200 sockets
+import transcribe
+transcribe.load_model = lambda *a, **k: types.SimpleNamespace(family="stand-in", sample_rate=16000)
+from transcribe.server.cli import main
+raise SystemExit(main(sys.argv[1:]))
+"""
+
+
+def test_a_flood_past_the_descriptor_limit_is_logged_once(tmp_path):
+    """A server process that may open 200 descriptors, flooded with 300 idle connections: it answers
+    those over --max-connections 503, /health still answers, and the log says so in a line or two,
+    with no traceback (before: EMFILE on every accept, each with its traceback, /health unanswered)."""
+    from .test_server import Server
+
+    s = Server(["--max-connections", "100", "--header-timeout-s", "2"], tmp_path, code=FLOOD_SERVER)
+    try:
+        idle = _flood(s.port, 300)
+        try:
+            assert _health_soon(lambda: s.request("GET", "/health", timeout=10)[0]) == 200
+        finally:
+            for c in idle:
+                c.close()
+        assert _health_soon(lambda: s.request("GET", "/health", timeout=10)[0]) == 200
+        log = s.output()
+    finally:
+        s.stop()
+    assert "Traceback" not in log and "Too many open files" not in log, log[-3000:]
+    assert 1 <= len([line for line in log.splitlines() if "connection" in line]) <= 3, log[-3000:]
+
+
+def test_max_connections_beyond_the_descriptor_limit_is_refused(tmp_path):
+    code = FLOOD_SERVER
+    r = subprocess.run([sys.executable, "-c", code, "--port", "0", "--max-connections", "500"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "--max-connections" in r.stderr and "ulimit" in r.stderr, r.stderr
+
+
+def test_flood_filter_lets_one_line_a_minute_through():
+    import errno
+
+    from transcribe.server.limits import OnceAMinute
+
+    now = [0.0]
+    flt = OnceAMinute(clock=lambda: now[0])
+    logger = logging.getLogger("test.floods")
+    seen: list[logging.LogRecord] = []
+    handler = logging.Handler()
+    handler.emit = seen.append
+    logger.addHandler(handler)
+    logger.addFilter(flt)
+    logger.propagate = False
+    try:
+        for i in range(1000):
+            try:
+                raise OSError(errno.EMFILE, "Too many open files")
+            except OSError:
+                logger.error("socket.accept() out of system resource", exc_info=True)
+            logger.warning("refused %d", i, extra={"once_a_minute": "refused"})
+            logger.warning("something else %d", i)
+        now[0] = 61.0
+        logger.warning("refused again", extra={"once_a_minute": "refused"})
+    finally:
+        logger.removeHandler(handler)
+        logger.removeFilter(flt)
+    messages = [r.getMessage() for r in seen]
+    resources = [r for r in seen if "out of system resources" in r.getMessage()]
+    assert len(resources) == 1 and resources[0].exc_info is None and "ulimit" in resources[0].getMessage()
+    assert [m for m in messages if m.startswith("refused")] == [
+        "refused 0", "refused again (999 more like it in the last minute not logged)"]
+    assert len([m for m in messages if m.startswith("something else")]) == 1000

@@ -20,6 +20,7 @@ from typing import Optional
 
 from ..cli_args import add_dtype_argument, positive_int as _positive_int
 from ..errors import TranscribeError
+from . import limits
 
 PROG = "transcribe serve"
 
@@ -62,6 +63,14 @@ def _parser() -> argparse.ArgumentParser:
                    help="a web page origin (scheme://host[:port]) whose browser requests and WebSockets are "
                         "accepted; repeat, or separate with commas; 'null': local files and sandboxed pages; "
                         "'*': any (default: the server's own origins only). Others get 403, key or not")
+    p.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS, metavar="N",
+                   help="connections held at once, HTTP and WebSocket together; one more is answered 503 at once "
+                        f"and closed (default: {limits.MAX_CONNECTIONS}; the descriptor limit is raised to fit)")
+    p.add_argument("--header-timeout-s", type=_positive_float, default=limits.HEADER_TIMEOUT_S, metavar="S",
+                   help="a connection that has not sent a request's headers S seconds after it opened (or after "
+                        f"its last answer) is closed (default: {limits.HEADER_TIMEOUT_S:g})")
+    p.add_argument("--keep-alive-s", type=_positive_float, default=limits.KEEP_ALIVE_S, metavar="S",
+                   help=f"an idle keep-alive connection is closed after S seconds (default: {limits.KEEP_ALIVE_S:g})")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")
     return p
@@ -114,6 +123,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         _say(f"error: {sock}")
         return 2
 
+    problem = limits.fit_fd_limit(args.max_connections)
+    if problem:
+        sock.close()
+        _say(f"error: {problem}")
+        return 2
     import transcribe
     from ..hub import DEFAULT_MODEL
     from ..runtime import configure_process
@@ -178,10 +192,17 @@ def build_server(args: argparse.Namespace, models: dict, sock: socket.socket):
     engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
     access = Access(args.host, _names(args.allowed_hosts), _names(args.allowed_origins))
     app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb, access=access)
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
     config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
                             ws_max_size=MAX_FRAME_BYTES + 4096, ws_max_queue=16,
-                            timeout_graceful_shutdown=5, lifespan="on")
-    return uvicorn.Server(config)
+                            timeout_graceful_shutdown=5, lifespan="on",
+                            http=limits.limited_protocol(AutoHTTPProtocol, args.max_connections, args.header_timeout_s),
+                            limit_concurrency=args.max_connections + 1, timeout_keep_alive=args.keep_alive_s,
+                            backlog=limits.ACCEPT_BATCH)
+    server = uvicorn.Server(config)
+    limits.FLOODS.install()  # after uvicorn.Config, which sets up uvicorn's loggers
+    return server
 
 
 def _loopback(host: str) -> bool:
