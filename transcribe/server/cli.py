@@ -200,7 +200,7 @@ def build_server(args: argparse.Namespace, models: dict, sock: socket.socket):
                             http=limits.limited_protocol(AutoHTTPProtocol, args.max_connections, args.header_timeout_s),
                             limit_concurrency=args.max_connections + 1, timeout_keep_alive=args.keep_alive_s,
                             backlog=limits.ACCEPT_BATCH)
-    server = uvicorn.Server(config)
+    server = limits.server_class()(config)
     limits.FLOODS.install()  # after uvicorn.Config, which sets up uvicorn's loggers
     return server
 

@@ -28,9 +28,12 @@ MAX_CONNECTIONS = 500
 HEADER_TIMEOUT_S = 10.0
 KEEP_ALIVE_S = 5.0
 SPARE_FDS = 32  # descriptors besides the connections: models, spooled uploads, the listening socket
-# Connections accepted in one go (the listen backlog: asyncio accepts up to that many at each wake-up,
-# before the over-limit ones are answered and closed); twice that is kept free for them.
-ACCEPT_BATCH = 32
+# Connections accepted in one go (asyncio accepts up to its `backlog` at each wake-up, before the
+# over-limit ones are answered and closed: their descriptors are freed a few loop turns later, while
+# more batches come in); eight times that is kept free for them. The kernel's queue of
+# connections not yet accepted is LISTEN_BACKLOG long (a short one would make clients retry their SYN).
+ACCEPT_BATCH = 16
+LISTEN_BACKLOG = 1024
 
 _BUSY_BODY = json.dumps({"error": {"message": "the server has too many connections: try again later",
                                    "type": "server_error", "param": None, "code": "too_many_connections"}}).encode()
@@ -92,6 +95,23 @@ def limited_protocol(base: type, max_connections: int, header_timeout_s: float) 
     return Limited
 
 
+def server_class() -> type:
+    """uvicorn.Server, whose listening sockets keep a long kernel queue (LISTEN_BACKLOG) while asyncio
+    accepts ACCEPT_BATCH connections at a time (uvicorn gives both the one `backlog`)."""
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        async def startup(self, sockets=None) -> None:
+            await super().startup(sockets=sockets)
+            for sock in sockets or ():
+                try:
+                    sock.listen(LISTEN_BACKLOG)
+                except OSError:  # the shorter queue stays
+                    pass
+
+    return Server
+
+
 def fit_fd_limit(max_connections: int) -> Optional[str]:
     """Raises this process's file-descriptor limit to fit `max_connections` where the hard limit
     allows; why it cannot, or None."""
@@ -99,7 +119,7 @@ def fit_fd_limit(max_connections: int) -> Optional[str]:
         import resource
     except ImportError:  # not on POSIX: the system's own limits apply
         return None
-    need = max_connections + SPARE_FDS + 2 * ACCEPT_BATCH
+    need = max_connections + SPARE_FDS + 8 * ACCEPT_BATCH
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft == resource.RLIM_INFINITY or soft >= need:
         return None
