@@ -341,3 +341,27 @@ def test_flood_filter_lets_one_line_a_minute_through():
     assert [m for m in messages if m.startswith("refused")] == [
         "refused 0", "refused again (999 more like it in the last minute not logged)"]
     assert len([m for m in messages if m.startswith("something else")]) == 1000
+
+
+# ---------------------------------------------------------------------------------------------- 14: clients that leave
+
+
+def test_a_client_leaving_mid_upload_is_one_line_not_an_internal_error(serve, caplog):
+    s = serve("--log-level", "info")
+    caplog.set_level(logging.INFO)
+    boundary = "b0undary"
+    head = (f"--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"a.wav\"\r\n"
+            "Content-Type: application/octet-stream\r\n\r\n").encode() + b"\0" * 50_000
+    for _ in range(3):
+        with socket.create_connection(("127.0.0.1", s.port), timeout=30) as c:
+            c.sendall(f"POST /v1/audio/transcriptions HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\n"
+                      f"Content-Type: multipart/form-data; boundary={boundary}\r\nContent-Length: 1000000\r\n\r\n"
+                      .encode() + head)
+            time.sleep(0.3)  # the server is reading the body when the client goes
+    assert _health_soon(lambda: s.get("/health")[0]) == 200
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and len([r for r in caplog.records if "disconnect" in r.getMessage()]) < 3:
+        time.sleep(0.1)
+    gone = [r for r in caplog.records if "disconnect" in r.getMessage()]
+    assert len(gone) == 3 and all(r.exc_info is None and r.levelno == logging.INFO for r in gone), gone
+    assert not [r for r in caplog.records if r.exc_info or "internal error" in r.getMessage()]

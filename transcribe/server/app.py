@@ -27,6 +27,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
+from starlette.requests import ClientDisconnect
 
 from ..errors import AudioError, OptionsNotTaken, OptionValueError, TranscribeError
 from .engine import Engine, NoSuchModel, Served
@@ -249,6 +250,8 @@ async def _read_form(request: Request, max_upload_mb: float):
     """The request's multipart form, or the 413 response of an upload over the limit. Raises ApiError."""
     try:
         return await request.form(max_files=4, max_fields=200, max_part_size=1024 * 1024), None
+    except ClientDisconnect:
+        raise ClientGone("during the upload") from None
     except UploadTooLarge:
         return None, JSONResponse(_too_large(int(max_upload_mb * 2**20)), status_code=413,
                                   headers={"connection": "close"})
@@ -331,8 +334,11 @@ async def _audio(engine: Engine, request: Request, task: str, max_upload_mb: flo
             Response(body, media_type=media)
     except ApiError as e:
         return _error(e)
-    except ClientGone:
+    except ClientGone as e:
         engine.dropped += 1
+        client = request.client
+        log.info("client %s disconnected %s (%s %s): dropped", f"{client.host}:{client.port}" if client else "?",
+                 e.args[0] if e.args else "before its answer", request.method, request.url.path)
         return Response(status_code=499)  # nobody reads it: the client is gone
     finally:
         if counted:
