@@ -365,3 +365,61 @@ def test_a_client_leaving_mid_upload_is_one_line_not_an_internal_error(serve, ca
     gone = [r for r in caplog.records if "disconnect" in r.getMessage()]
     assert len(gone) == 3 and all(r.exc_info is None and r.levelno == logging.INFO for r in gone), gone
     assert not [r for r in caplog.records if r.exc_info or "internal error" in r.getMessage()]
+
+
+# ---------------------------------------------------------------------------------------------- 15: HEAD, idle streams
+
+
+def test_head_health_is_200_without_a_body(serve):
+    s = serve()
+    answer = s.raw(f"HEAD /health HTTP/1.1\r\nHost: 127.0.0.1:{s.port}\r\nConnection: close\r\n\r\n".encode())
+    head, _, body = answer.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.1 200 ") and body == b"", answer
+
+
+async def _idle_session(port: int, start: dict | None, frames: int = 0) -> tuple[list[dict], int, str]:
+    """Opens a stream, sends `start` (if any) and `frames` frames of silence a quarter of a second apart,
+    then nothing: the messages, close code and reason the server ends it with."""
+    async with websockets.connect(f"ws://127.0.0.1:{port}/v1/audio/stream", ping_interval=None) as ws:
+        if start is not None:
+            await ws.send(json.dumps(start))
+        for _ in range(frames):
+            await ws.send(b"\0\0" * 1600)
+            await asyncio.sleep(0.25)
+        messages = []
+
+        async def read():
+            try:
+                async for m in ws:
+                    messages.append(json.loads(m))
+            except websockets.exceptions.ConnectionClosed:
+                pass
+
+        try:
+            await asyncio.wait_for(read(), 60)  # without the idle timeout: never closed
+        except asyncio.TimeoutError:
+            return messages, None, "still open after 60 s"
+        return messages, ws.close_code, ws.close_reason
+
+
+def test_an_idle_websocket_session_is_closed(serve):
+    from .conftest import TINY
+
+    import transcribe
+
+    s = serve("--stream-idle-s", "1")
+    messages, code, reason = asyncio.run(_idle_session(s.port, None))  # not even a start message
+    assert code == 1008 and "no message for 1 s" in reason and messages[-1]["type"] == "error", (messages, reason)
+    model = transcribe.load_model(str(TINY / "tiny-tdt-fit.nemo"))
+    s = serve("--stream-idle-s", "1", models={"fit": model})
+    # A session that sends a frame each quarter of a second for two seconds is not idle; then it is.
+    messages, code, reason = asyncio.run(_idle_session(s.port, {"type": "start"}, frames=8))
+    assert messages[0]["type"] == "session" and messages[-1]["type"] == "error", messages
+    assert code == 1008 and "no message for 1 s" in reason
+
+
+def test_stream_idle_default():
+    from transcribe.server import cli, websocket
+
+    assert websocket.IDLE_S == 300.0 and cli._parser().parse_args([]).stream_idle_s is None
+    assert "default: 300" in cli._parser().format_help().replace("\n", " ").replace("  ", " ")

@@ -198,7 +198,7 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
 
     from .websocket import add_stream_route
 
-    add_stream_route(app, engine)
+    add_stream_route(app, engine, stream_idle_s)
     return _Guard(app, api_key, int(max_upload_mb * 2**20), access)
 
 
@@ -220,7 +220,7 @@ def _add_model_routes(app, engine: Engine) -> None:
     """GET /health, /v1/models and /v1/models/{id}."""
     created = int(time.time())
 
-    @app.get("/health")
+    @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():  # open to all: the models' names, not where they lie on this machine
         return {"status": "ok", "models": [public_name(n) for n in engine.models], "stats": engine.stats()}
 

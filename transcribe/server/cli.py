@@ -71,6 +71,9 @@ def _parser() -> argparse.ArgumentParser:
                         f"its last answer) is closed (default: {limits.HEADER_TIMEOUT_S:g})")
     p.add_argument("--keep-alive-s", type=_positive_float, default=limits.KEEP_ALIVE_S, metavar="S",
                    help=f"an idle keep-alive connection is closed after S seconds (default: {limits.KEEP_ALIVE_S:g})")
+    p.add_argument("--stream-idle-s", type=_positive_float, default=None, metavar="S",
+                   help="a live stream (WebSocket) whose client sends no message for S seconds is closed, code "
+                        "1008 with the reason (default: 300)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")
     return p
@@ -191,7 +194,8 @@ def build_server(args: argparse.Namespace, models: dict, sock: socket.socket):
 
     engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
     access = Access(args.host, _names(args.allowed_hosts), _names(args.allowed_origins))
-    app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb, access=access)
+    app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb, access=access,
+                     stream_idle_s=args.stream_idle_s)
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
