@@ -4,10 +4,12 @@
                                     temperature, timestamp_granularities[], stream (+ extra fields)
     POST /v1/audio/translations     the same, into English (multilingual Whisper models)
     GET  /v1/models, /v1/models/{id}
-    GET  /health                    200 once the models are loaded (never needs the API key)
+    GET  /health                    200 once the models are loaded (never needs the API key; HEAD too;
+                                    models by name, never by path)
     WS   /v1/audio/stream           live PCM in, partial text / words / events out (websocket.py)
 
-Errors have OpenAI's body, {"error": {"message", "type", "param", "code"}}; nothing a client
+Every request passes the guard first (_Guard: the Host and Origin checks of security.py, then the
+API key, then the upload size). Errors have OpenAI's body, {"error": {"message", "type", "param", "code"}}; nothing a client
 sends takes the process down, and uploads are spooled to anonymous temporary files that vanish
 when the request ends, however it ends.
 """

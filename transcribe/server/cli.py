@@ -2,7 +2,8 @@
 
     transcribe serve [--model M]... [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--insecure-no-key]
                      [--allowed-hosts NAME]... [--allowed-origins ORIGIN]...
-                     [--max-upload-mb 200] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
+                     [--max-upload-mb 200] [--max-connections 500] [--header-timeout-s 10] [--keep-alive-s 5]
+                     [--stream-idle-s 300] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
                      [--device cpu|cuda] [--dtype T] [--log-level info]
 
 Exit status: 0 after a clean shutdown on Ctrl-C (on SIGTERM the process ends by that signal once shut

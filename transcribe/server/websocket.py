@@ -8,8 +8,9 @@ The client may first send a JSON text message configuring the session (every key
 
 (the same keys work as query parameters: `/v1/audio/stream?sample_rate=8000`), then binary
 frames of mono PCM (16 kHz s16le unless configured otherwise), of any length, and ends with
-`{"type": "end"}` or by closing. A session whose client sends no message for IDLE_S seconds
-(`--stream-idle-s`, 300 by default) is closed: an "error" message, then close code 1008 with the reason. The server answers with JSON text messages:
+`{"type": "end"}` or by closing (a session whose client sends no message for IDLE_S seconds,
+`--stream-idle-s`, 300 by default, is closed: an "error" message, then close code 1008 with the
+reason). The server answers with JSON text messages:
 
     {"type": "session", "model", "sample_rate", "encoding", "chunk_ms", "lookahead_ms"}  at the start
     {"type": "partial", "text"}               the current utterance's committed + tentative text, when it changes
