@@ -1,7 +1,8 @@
 """The HTTP server: OpenAI's audio API and live WebSocket streaming (`transcribe serve`).
 
 Needs the optional extra: `pip install "transcribe[server]"` (FastAPI, uvicorn, python-multipart).
-`create_app(Engine({"id": model}), api_key=..., max_upload_mb=...)` gives the ASGI application;
+`create_app(Engine({"id": model}), api_key=..., max_upload_mb=..., access=security.Access(...),
+stream_idle_s=...)` gives the ASGI application (the connection limits are uvicorn's: cli.build_server);
 `transcribe.server.cli.main(argv)` is the command.
 """
 from __future__ import annotations

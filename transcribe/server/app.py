@@ -4,10 +4,12 @@
                                     temperature, timestamp_granularities[], stream (+ extra fields)
     POST /v1/audio/translations     the same, into English (multilingual Whisper models)
     GET  /v1/models, /v1/models/{id}
-    GET  /health                    200 once the models are loaded (never needs the API key)
+    GET  /health                    200 once the models are loaded (never needs the API key; HEAD too;
+                                    models by name, never by path)
     WS   /v1/audio/stream           live PCM in, partial text / words / events out (websocket.py)
 
-Errors have OpenAI's body, {"error": {"message", "type", "param", "code"}}; nothing a client
+Every request passes the guard first (_Guard: the Host and Origin checks of security.py, then the
+API key, then the upload size). Errors have OpenAI's body, {"error": {"message", "type", "param", "code"}}; nothing a client
 sends takes the process down, and uploads are spooled to anonymous temporary files that vanish
 when the request ends, however it ends.
 """
@@ -18,6 +20,7 @@ import contextlib
 import hmac
 import json
 import logging
+import os
 import time
 from typing import Any, Optional
 
@@ -26,10 +29,12 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response, Streami
 from starlette.datastructures import UploadFile
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.formparsers import MultiPartException
+from starlette.requests import ClientDisconnect
 
 from ..errors import AudioError, OptionsNotTaken, OptionValueError, TranscribeError
 from .engine import Engine, NoSuchModel, Served
 from .openai_api import ApiError, error_body, field_name, render, request_options
+from .security import Access
 
 log = logging.getLogger("transcribe.server")
 
@@ -45,15 +50,24 @@ class _Guard:
     declared larger than the limit is refused before it is read; one that grows past it (no or a
     false Content-Length) stops being read there."""
 
-    def __init__(self, app, api_key: Optional[str], max_upload_bytes: int):
+    def __init__(self, app, api_key: Optional[str], max_upload_bytes: int, access: Optional[Access] = None):
         self.app = app
         self.key = api_key.encode() if api_key else None
         self.limit = int(max_upload_bytes)
+        self.access = access or Access()
 
     async def __call__(self, scope, receive, send):
         kind = scope["type"]
         if kind not in ("http", "websocket"):
             return await self.app(scope, receive, send)
+        refused = self._refused(scope)
+        if refused is not None:
+            log.warning("refused %s %s: %s", "WebSocket" if kind == "websocket" else scope.get("method"),
+                        scope.get("path"), refused)
+            if kind == "websocket":
+                await send({"type": "websocket.close", "code": 1008, "reason": refused[:120]})
+                return
+            return await _send_json(send, 403, error_body(403, refused, None, "forbidden"))
         if self.key is not None and scope.get("path") not in OPEN_PATHS and not self._authorized(scope):
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": "invalid API key"})
@@ -82,6 +96,14 @@ class _Guard:
             return message
 
         return await self.app(scope, counted, send)
+
+    def _refused(self, scope) -> Optional[str]:
+        """Why the Host or Origin checks refuse this request (security.Access), or None."""
+        why = self.access.check_host(_header(scope, b"host"))
+        if why is None:
+            server = scope.get("server")
+            why = self.access.check_origin(_header(scope, b"origin"), server[1] if server else None)
+        return why
 
     def _authorized(self, scope) -> bool:
         auth = _header(scope, b"authorization") or ""
@@ -151,8 +173,10 @@ async def _unless_gone(request: Request, awaitable):
     raise ClientGone()
 
 
-def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: float = 200.0) -> Any:
-    """The ASGI application serving `engine`'s models (wrapped in the key and size guard)."""
+def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: float = 200.0,
+               access: Optional[Access] = None, stream_idle_s: Optional[float] = None) -> Any:
+    """The ASGI application serving `engine`'s models (wrapped in the key, size, Host and Origin guard:
+    `access`, by default a server on loopback, security.Access)."""
     @contextlib.asynccontextmanager
     async def lifespan(app):
         engine.start()
@@ -176,8 +200,8 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
 
     from .websocket import add_stream_route
 
-    add_stream_route(app, engine)
-    return _Guard(app, api_key, int(max_upload_mb * 2**20))
+    add_stream_route(app, engine, stream_idle_s)
+    return _Guard(app, api_key, int(max_upload_mb * 2**20), access)
 
 
 def _add_error_handlers(app) -> None:
@@ -198,9 +222,9 @@ def _add_model_routes(app, engine: Engine) -> None:
     """GET /health, /v1/models and /v1/models/{id}."""
     created = int(time.time())
 
-    @app.get("/health")
-    async def health():
-        return {"status": "ok", "models": list(engine.models), "stats": engine.stats()}
+    @app.api_route("/health", methods=["GET", "HEAD"])
+    async def health():  # open to all: the models' names, not where they lie on this machine
+        return {"status": "ok", "models": [public_name(n) for n in engine.models], "stats": engine.stats()}
 
     def model_object(name: str) -> dict:
         return {"id": name, "object": "model", "created": created, "owned_by": "transcribe",
@@ -217,10 +241,19 @@ def _add_model_routes(app, engine: Engine) -> None:
         return model_object(name)
 
 
+def public_name(model_id: str) -> str:
+    """A model's name for those without the key: a local path's last part, a hub id or short name as it is."""
+    if os.path.isabs(model_id) or os.path.exists(model_id) or model_id.startswith(("~", ".")) or "\\" in model_id:
+        return os.path.basename(os.path.normpath(model_id.replace("\\", "/"))) or model_id
+    return model_id
+
+
 async def _read_form(request: Request, max_upload_mb: float):
     """The request's multipart form, or the 413 response of an upload over the limit. Raises ApiError."""
     try:
         return await request.form(max_files=4, max_fields=200, max_part_size=1024 * 1024), None
+    except ClientDisconnect:
+        raise ClientGone("during the upload") from None
     except UploadTooLarge:
         return None, JSONResponse(_too_large(int(max_upload_mb * 2**20)), status_code=413,
                                   headers={"connection": "close"})
@@ -303,8 +336,11 @@ async def _audio(engine: Engine, request: Request, task: str, max_upload_mb: flo
             Response(body, media_type=media)
     except ApiError as e:
         return _error(e)
-    except ClientGone:
+    except ClientGone as e:
         engine.dropped += 1
+        client = request.client
+        log.info("client %s disconnected %s (%s %s): dropped", f"{client.host}:{client.port}" if client else "?",
+                 e.args[0] if e.args else "before its answer", request.method, request.url.path)
         return Response(status_code=499)  # nobody reads it: the client is gone
     finally:
         if counted:

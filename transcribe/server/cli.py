@@ -1,7 +1,9 @@
 """`transcribe serve`: the OpenAI-compatible server in a process of its own.
 
-    transcribe serve [--model M]... [--host 127.0.0.1] [--port 8000] [--api-key KEY]
-                     [--max-upload-mb 200] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
+    transcribe serve [--model M]... [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--insecure-no-key]
+                     [--allowed-hosts NAME]... [--allowed-origins ORIGIN]...
+                     [--max-upload-mb 200] [--max-connections 500] [--header-timeout-s 10] [--keep-alive-s 5]
+                     [--stream-idle-s 300] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
                      [--device cpu|cuda] [--dtype T] [--log-level info]
 
 Exit status: 0 after a clean shutdown on Ctrl-C (on SIGTERM the process ends by that signal once shut
@@ -19,6 +21,7 @@ from typing import Optional
 
 from ..cli_args import add_dtype_argument, positive_int as _positive_int
 from ..errors import TranscribeError
+from . import limits
 
 PROG = "transcribe serve"
 
@@ -36,9 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8000, help="default: 8000 (0: any free port, printed at start)")
-    p.add_argument("--api-key", default=os.environ.get("TRANSCRIBE_API_KEY"), metavar="KEY",
+    p.add_argument("--api-key", default=None, metavar="KEY",
                    help="require 'Authorization: Bearer KEY' on every endpoint but /health "
-                        "(default: $TRANSCRIBE_API_KEY; none: no key is asked)")
+                        "(default: $TRANSCRIBE_API_KEY; none: no key is asked). Printable ASCII without spaces; "
+                        "an empty key is refused")
+    p.add_argument("--insecure-no-key", action="store_true",
+                   help="serve an address other than loopback without an API key (refused otherwise): every "
+                        "host that reaches it may use the server")
     p.add_argument("--max-upload-mb", type=_positive_float, default=200.0, metavar="MB",
                    help="largest request body accepted; larger ones get 413 unread (default: 200)")
     p.add_argument("--max-batch", type=_positive_int, default=8, metavar="N",
@@ -49,6 +56,25 @@ def _parser() -> argparse.ArgumentParser:
                    help="CPU threads the models run on (default: PyTorch's, one per core)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     add_dtype_argument(p)
+    p.add_argument("--allowed-hosts", action="append", default=[], metavar="NAME",
+                   help="a name clients may reach the server by besides localhost, 127.0.0.1, [::1] and --host "
+                        "(for 0.0.0.0 or ::, also any IP address and this machine's name); repeat, or separate "
+                        "with commas; '*': any. Requests whose Host header names another get 403 (DNS rebinding)")
+    p.add_argument("--allowed-origins", action="append", default=[], metavar="ORIGIN",
+                   help="a web page origin (scheme://host[:port]) whose browser requests and WebSockets are "
+                        "accepted; repeat, or separate with commas; 'null': local files and sandboxed pages; "
+                        "'*': any (default: the server's own origins only). Others get 403, key or not")
+    p.add_argument("--max-connections", type=_positive_int, default=limits.MAX_CONNECTIONS, metavar="N",
+                   help="connections held at once, HTTP and WebSocket together; one more is answered 503 at once "
+                        f"and closed (default: {limits.MAX_CONNECTIONS}; the descriptor limit is raised to fit)")
+    p.add_argument("--header-timeout-s", type=_positive_float, default=limits.HEADER_TIMEOUT_S, metavar="S",
+                   help="a connection that has not sent a request's headers S seconds after it opened (or after "
+                        f"its last answer) is closed (default: {limits.HEADER_TIMEOUT_S:g})")
+    p.add_argument("--keep-alive-s", type=_positive_float, default=limits.KEEP_ALIVE_S, metavar="S",
+                   help=f"an idle keep-alive connection is closed after S seconds (default: {limits.KEEP_ALIVE_S:g})")
+    p.add_argument("--stream-idle-s", type=_positive_float, default=None, metavar="S",
+                   help="a live stream (WebSocket) whose client sends no message for S seconds is closed, code "
+                        "1008 with the reason (default: 300)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")
     return p
@@ -80,6 +106,10 @@ def main(argv: Optional[list[str]] = None) -> int:
     if args.batch_wait_ms < 0:
         _say("error: --batch-wait-ms must not be negative")
         return 2
+    problem = _check_key(args)
+    if problem:
+        _say(f"error: {problem}")
+        return 2
     names = args.model or [None]
     if len(set(names)) != len(names):
         _say("error: a --model is given twice")
@@ -97,6 +127,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         _say(f"error: {sock}")
         return 2
 
+    problem = limits.fit_fd_limit(args.max_connections)
+    if problem:
+        sock.close()
+        _say(f"error: {problem}")
+        return 2
     import transcribe
     from ..hub import DEFAULT_MODEL
     from ..runtime import configure_process
@@ -113,29 +148,66 @@ def main(argv: Optional[list[str]] = None) -> int:
             return 2
         models[name or DEFAULT_MODEL] = model
 
-    from .app import create_app
-    from .engine import Engine
-    from .websocket import MAX_FRAME_BYTES
-
-    engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
-    app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb)
+    server = build_server(args, models, sock)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
     _say(f"serving {', '.join(models)} at http://{shown}:{port}/v1 (live: ws://{shown}:{port}/v1/audio/stream)")
     if not args.api_key:
         where = "this machine only" if _loopback(args.host) else "EVERY host that can reach this address"
         _say(f"no --api-key: requests are not authenticated; listening on {args.host} ({where})")
-    import uvicorn
-
-    config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
-                            ws_max_size=MAX_FRAME_BYTES + 4096, ws_max_queue=16,
-                            timeout_graceful_shutdown=5, lifespan="on")
-    server = uvicorn.Server(config)
     try:
         server.run(sockets=[sock])
     except KeyboardInterrupt:
         pass
     return 0
+
+
+def _check_key(args: argparse.Namespace) -> Optional[str]:
+    """Sets args.api_key from $TRANSCRIBE_API_KEY when not given; why the key (or its absence) is refused."""
+    from .security import key_problem
+
+    source = "--api-key"
+    if args.api_key is None:
+        args.api_key = os.environ.get("TRANSCRIBE_API_KEY")
+        source = "$TRANSCRIBE_API_KEY"
+    problem = key_problem(args.api_key, source)
+    if problem:
+        return problem
+    if not args.api_key and not _loopback(args.host) and not args.insecure_no_key:
+        return (f"--host {args.host} serves other hosts: give an --api-key (or $TRANSCRIBE_API_KEY), or "
+                "--insecure-no-key to serve them without one")
+    return None
+
+
+def _names(values: list[str]) -> list[str]:
+    """The values of a repeatable option that also takes comma-separated lists."""
+    return [v.strip() for value in values for v in value.split(",") if v.strip()]
+
+
+def build_server(args: argparse.Namespace, models: dict, sock: socket.socket):
+    """The uvicorn server of `models` as the parsed command line `args` configure it, for `sock`."""
+    import uvicorn
+
+    from .app import create_app
+    from .engine import Engine
+    from .security import Access
+    from .websocket import MAX_FRAME_BYTES
+
+    engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
+    access = Access(args.host, _names(args.allowed_hosts), _names(args.allowed_origins))
+    app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb, access=access,
+                     stream_idle_s=args.stream_idle_s)
+    from uvicorn.protocols.http.auto import AutoHTTPProtocol
+
+    config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
+                            ws_max_size=MAX_FRAME_BYTES + 4096, ws_max_queue=16,
+                            timeout_graceful_shutdown=5, lifespan="on",
+                            http=limits.limited_protocol(AutoHTTPProtocol, args.max_connections, args.header_timeout_s),
+                            limit_concurrency=args.max_connections + 1, timeout_keep_alive=args.keep_alive_s,
+                            backlog=limits.ACCEPT_BATCH)
+    server = limits.server_class()(config)
+    limits.FLOODS.install()  # after uvicorn.Config, which sets up uvicorn's loggers
+    return server
 
 
 def _loopback(host: str) -> bool:

@@ -8,7 +8,9 @@ The client may first send a JSON text message configuring the session (every key
 
 (the same keys work as query parameters: `/v1/audio/stream?sample_rate=8000`), then binary
 frames of mono PCM (16 kHz s16le unless configured otherwise), of any length, and ends with
-`{"type": "end"}` or by closing. The server answers with JSON text messages:
+`{"type": "end"}` or by closing (a session whose client sends no message for IDLE_S seconds,
+`--stream-idle-s`, 300 by default, is closed: an "error" message, then close code 1008 with the
+reason). The server answers with JSON text messages:
 
     {"type": "session", "model", "sample_rate", "encoding", "chunk_ms", "lookahead_ms"}  at the start
     {"type": "partial", "text"}               the current utterance's committed + tentative text, when it changes
@@ -55,20 +57,33 @@ MAX_FRAME_BYTES = 256 * 1024  # 8 s of 16 kHz s16le: a larger frame is a client 
 BACKLOG_S = 3600.0  # audio a session takes ahead of its model before the socket's reads pause
 MEMORY_BYTES = 16 * 1024 * 1024  # of the backlog, kept in memory (the rest goes to a temporary file)
 STEP_S = 8.0  # audio fed to the model in one step, at most, while a session is behind
+IDLE_S = 300.0  # a session whose client sends nothing for this long is closed (--stream-idle-s)
+IDLE_CODE = 1008  # the close code then (policy violation), with the reason
 
 
 class _BadMessage(Exception):
     pass
 
 
-def add_stream_route(app, engine: Engine) -> None:
+class _Idle(Exception):
+    pass
+
+
+def add_stream_route(app, engine: Engine, idle_s: Optional[float] = None) -> None:
+    """The /v1/audio/stream route; a session whose client sends no message for `idle_s` seconds
+    (default IDLE_S) is closed with IDLE_CODE."""
+    idle = IDLE_S if idle_s is None else float(idle_s)
+
     @app.websocket("/v1/audio/stream")
     async def stream(ws: WebSocket):
         await ws.accept(subprotocol=_echo_subprotocol(ws))
         try:
-            await _serve(ws, engine)
+            await _serve(ws, engine, idle)
         except WebSocketDisconnect:
             return  # the client went away: its session is dropped
+        except _Idle as e:
+            log.info("closed an idle live stream: %s", e, extra={"once_a_minute": "stream-idle"})
+            await _close_with_error(ws, str(e), IDLE_CODE, reason=str(e))
         except _BadMessage as e:
             await _close_with_error(ws, str(e), 1003)
         except TranscribeError as e:
@@ -83,11 +98,11 @@ def _echo_subprotocol(ws: WebSocket) -> Optional[str]:
     return offered[0] if offered else None
 
 
-async def _close_with_error(ws: WebSocket, message: str, code: int) -> None:
+async def _close_with_error(ws: WebSocket, message: str, code: int, reason: Optional[str] = None) -> None:
     if ws.application_state == WebSocketState.CONNECTED and ws.client_state == WebSocketState.CONNECTED:
         try:
             await ws.send_text(json.dumps({"type": "error", "message": message}))
-            await ws.close(code=code)
+            await ws.close(code=code, reason=reason)
         except Exception:  # noqa: BLE001 - the client is gone already
             pass
 
@@ -108,12 +123,21 @@ def stream_options() -> tuple:
     return tuple(n for n in surfaces.stream_fields() if n not in SOCKET_OPTIONS)
 
 
-async def _serve(ws: WebSocket, engine: Engine) -> None:
+async def _within(ws: WebSocket, idle_s: float) -> dict:
+    """The socket's next message; raises _Idle when none comes within `idle_s` seconds."""
+    try:
+        return await asyncio.wait_for(ws.receive(), idle_s)
+    except asyncio.TimeoutError:
+        raise _Idle(f"no message for {idle_s:g} s: the session is closed (send audio, or "
+                    "{\"type\": \"end\"} when done)") from None
+
+
+async def _serve(ws: WebSocket, engine: Engine, idle_s: float = IDLE_S) -> None:
     try:
         config = _query_config(ws)
     except (ValueError, TypeError, ArgumentTypeError) as e:
         raise _BadMessage(f"bad query parameter: {e}") from None
-    first = await ws.receive()
+    first = await _within(ws, idle_s)
     if first["type"] == "websocket.disconnect":
         raise WebSocketDisconnect(first.get("code", 1000))
     pending_audio: Optional[bytes] = None
@@ -163,7 +187,7 @@ async def _serve(ws: WebSocket, engine: Engine) -> None:
         if end_now:
             backlog.finish("end")
         else:
-            receiver = asyncio.get_running_loop().create_task(_receive(ws, backlog))
+            receiver = asyncio.get_running_loop().create_task(_receive(ws, backlog, idle_s))
         carry = b""
         step = max(1, int(STEP_S * rate)) * width
         while True:
@@ -196,12 +220,13 @@ def _check_frame(data: bytes) -> None:
         raise _BadMessage(f"a frame holds at most {MAX_FRAME_BYTES} bytes; got {len(data)}")
 
 
-async def _receive(ws: WebSocket, backlog: "_Backlog") -> None:
-    """Reads the socket until "end", a bad message or the client leaving, all the while the model
-    runs: audio into the backlog, the end (or the error) handed to it for the session's loop."""
+async def _receive(ws: WebSocket, backlog: "_Backlog", idle_s: float = IDLE_S) -> None:
+    """Reads the socket until "end", a bad message, `idle_s` seconds without a message or the client
+    leaving, all the while the model runs: audio into the backlog, the end (or the error) handed to
+    it for the session's loop."""
     try:
         while True:
-            message = await ws.receive()
+            message = await _within(ws, idle_s)
             if message["type"] == "websocket.disconnect":
                 # Closed without "end": nobody is left to read a final message.
                 backlog.finish(WebSocketDisconnect(message.get("code", 1000)))
