@@ -6,6 +6,7 @@ The resource cases run in a subprocess under a memory limit (RLIMIT_AS) and a ti
 subprocess's timeout), as the issue asks: without the limits in transcribe.audio each of them passes
 the memory limit (a MemoryError, or the process killed) or decodes hours of audio."""
 import json
+import re
 import struct
 import subprocess
 import sys
@@ -19,6 +20,8 @@ import transcribe
 from transcribe import audio
 from transcribe.audio import AudioLimitError, load_audio, model_input
 from transcribe.errors import AudioError, TranscribeError
+
+from .conftest import SHARED
 
 ROOT = Path(transcribe.__file__).resolve().parent.parent
 
@@ -197,3 +200,128 @@ def test_server_default_limit_is_180_minutes():
 
     assert _parser().parse_args([]).max_audio_minutes == 180.0
     assert _parser().parse_args(["--max-audio-minutes", "5"]).max_audio_minutes == 5.0
+
+
+# ---------------------------------------------------------------------------------------------
+# Item 11: finite but huge samples (and NaN / inf), refused wherever audio enters, before any model work
+
+HUGE = [1e30, 3e38, -2e7]
+
+
+@pytest.mark.parametrize("value", HUGE)
+def test_huge_samples_in_a_file_are_refused(tmp_path, value):
+    path = tmp_path / "huge.wav"
+    x = np.zeros(16000, np.float32)
+    x[8000] = value
+    sf.write(path, x, 16000, subtype="FLOAT")
+    with pytest.raises(AudioLimitError, match=re.escape(f"{path.name}: a sample of magnitude {abs(value):.3g} is "
+                                                        "beyond the largest accepted (16,777,216): floating-point audio is "
+                                                        "expected in [-1, 1]")):
+        load_audio(path, 16000)
+
+
+@pytest.mark.parametrize("value", HUGE)
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_huge_samples_in_an_array_are_refused(value, dtype):
+    x = np.zeros(16000, dtype)
+    x[-1] = value
+    with pytest.raises(AudioLimitError, match=re.escape(f"<array>: a sample of magnitude {abs(value):.3g} is beyond")):
+        load_audio(x, 16000, source_rate=16000)
+    with pytest.raises(AudioLimitError, match=re.escape("is beyond the largest accepted (16,777,216)")):
+        model_input(x, 16000, sample_rate=8000)  # the API's path, resampling or not
+
+
+def test_huge_samples_in_a_tensor_are_refused():
+    import torch
+
+    x = torch.zeros(2, 16000, dtype=torch.bfloat16)
+    x[1, 5] = 1e30
+    with pytest.raises(AudioLimitError, match="magnitude 1e\\+30 is beyond"):
+        load_audio(x, 16000, source_rate=16000)
+
+
+def test_the_amplitude_bound_and_what_stays_accepted():
+    """Up to 2**24 decodes (float arrays holding int16 or int24 values unscaled); integer formats are in
+    range."""
+    x = np.zeros(1600, np.float32)
+    x[3] = -(2.0 ** 24)
+    assert load_audio(x, 16000, source_rate=16000)[3] == -(2.0 ** 24)
+    x[3] = np.nextafter(np.float32(2 ** 24), np.float32(np.inf))
+    with pytest.raises(AudioLimitError):
+        load_audio(x, 16000, source_rate=16000)
+    full = np.array([-32768, 32767] * 800, np.int16)
+    assert np.abs(load_audio(full, 16000, source_rate=16000)).max() == 1.0
+
+
+@pytest.mark.parametrize("value", [np.nan, np.inf, -np.inf])
+def test_nan_and_inf_are_refused(tmp_path, value):
+    x = np.zeros(1600, np.float32)
+    x[7] = value
+    with pytest.raises(AudioError, match="<array>: contains NaN or infinite samples"):
+        load_audio(x, 16000, source_rate=16000)
+    path = tmp_path / "nan.wav"
+    sf.write(path, x, 16000, subtype="FLOAT")
+    with pytest.raises(AudioError, match="nan.wav: contains NaN or infinite samples"):
+        load_audio(path, 16000)
+
+
+class _Recorded:
+    """A streaming session that keeps what reaches its model (`_accept`)."""
+
+    def __new__(cls):
+        from transcribe.streaming import StreamingSession
+
+        class Session(StreamingSession):
+            def _accept(self, samples):
+                self.seen.append(samples)
+
+            def _flush(self):
+                pass
+
+            def _restart(self):
+                self.seen = []
+
+        s = Session(decode=lambda ids: "", piece=str, punctuation=set(), frame_seconds=lambda f: 0.08 * f,
+                    chunk_ms=80, lookahead_ms=0)
+        s.seen = []
+        return s
+
+
+@pytest.mark.parametrize("value", [1e30, 3e38, np.nan, np.inf])
+def test_streams_refuse_huge_and_non_finite_samples(value):
+    """StreamingSession.feed: the Python API's live input, `transcribe --stream` and the WebSocket's."""
+    s = _Recorded()
+    s.feed(np.full(1280, 0.5, np.float32))
+    bad = np.zeros(1280, np.float32)
+    bad[100] = value
+    message = "NaN or infinite" if not np.isfinite(value) else re.escape("beyond the largest accepted (16,777,216)")
+    for rate in (16000, 8000):
+        with pytest.raises(AudioError, match=f"<stream>: .*{message}"):
+            s.feed(bad, rate)
+    assert len(s.seen) == 1  # nothing of the bad pieces reached the model
+    with pytest.raises(AudioLimitError, match="<stream>: a sample rate of 4,000,000,000 Hz is outside"):
+        s.feed(np.zeros(1280, np.float32), 4_000_000_000)
+
+
+MODELS = SHARED / "models"
+
+
+@pytest.mark.parametrize("model", ["tiny.en", "parakeet-tiny/tiny-tdt-fit.nemo"])
+def test_models_refuse_huge_samples_before_any_work(model):
+    """Whisper raised `RuntimeError: probability tensor contains inf/nan` (not a TranscribeError) after
+    running its search; Parakeet returned "⁇ ⁇ ⁇"."""
+    m = transcribe.load_model(model if model == "tiny.en" else str(MODELS / model))
+    x = np.zeros(16000, np.float32)
+    x[::50] = 1e30
+    with pytest.raises(TranscribeError, match="<array>: a sample of magnitude 1e\\+30 is beyond"):
+        m.transcribe(x)
+
+
+def test_cli_exits_2_on_huge_samples(tmp_path, capsys):
+    from transcribe import cli
+
+    path = tmp_path / "loud.wav"
+    sf.write(path, np.full(16000, 3e38, np.float32), 16000, subtype="FLOAT")
+    rc = cli.main([str(path), "--model", str(MODELS / "parakeet-tiny" / "tiny-tdt-fit.nemo")])
+    assert rc == 2
+    assert "loud.wav: a sample of magnitude 3e+38 is beyond the largest accepted (16,777,216)" in capsys.readouterr().err

@@ -59,12 +59,14 @@ MAX_STREAM_BYTES = 2 << 30
 MIN_RATE = 1_000
 MAX_RATE = 768_000
 
-# The largest |sample| accepted (after integer formats are scaled to [-1, 1)). Floating-point audio is
-# nominally in [-1, 1]; 2**16 still admits a float array that holds int16 values unscaled (a common
-# slip, which the models' feature normalization tolerates). Beyond it a sample is in no audio scale
-# we know (1e30, 3e38 are garbage or a units mistake), and the features drift toward inf in float32:
-# Whisper fails in its sampling, Parakeet emits noise tokens. Such audio is refused at load time.
-MAX_AMPLITUDE = float(1 << 16)
+# The largest |sample| accepted (after integer formats are scaled to [-1, 1)): 2**24. Floating-point
+# audio is nominally in [-1, 1]; a float array of unscaled int16 or int24 PCM (a common slip) is at most
+# 2**24, the largest integer float32 holds exactly, and still decodes: Parakeet's features are
+# normalized (its text on such input is unchanged even at 1e12), Whisper's are not (its text degrades
+# from about 100x full scale on) but it runs. Beyond 2**24 a sample is in no audio scale (unscaled int32
+# PCM: scale it), and from about 1e17 the power spectra overflow float32: Whisper failed in its sampling
+# (inf/nan probabilities, not a TranscribeError), Parakeet emitted noise tokens. Refused at load time.
+MAX_AMPLITUDE = float(1 << 24)
 
 # The default limit on decoded audio, in seconds, for `load_audio` calls that give none (None: no
 # limit). The library, the CLI and the API leave it unset: a user transcribes long files on purpose,
@@ -113,8 +115,8 @@ def check_samples(x: np.ndarray, name: str) -> None:
     if not np.isfinite(peak):
         raise AudioError(f"{name}: contains NaN or infinite samples")
     if peak > MAX_AMPLITUDE:
-        raise AudioLimitError(f"{name}: a sample of magnitude {peak:.3g} is beyond the {MAX_AMPLITUDE:g} "
-                              "accepted: floating-point audio is expected in [-1, 1]")
+        raise AudioLimitError(f"{name}: a sample of magnitude {peak:.3g} is beyond the largest accepted "
+                              f"({MAX_AMPLITUDE:,.0f}): floating-point audio is expected in [-1, 1]")
 
 
 def _duration(seconds: float) -> str:
@@ -385,6 +387,8 @@ def _decode_soundfile(f, name: str, target: _Target, promise) -> "_Collector":
                 block = sfile.read(_BLOCK, dtype="float32", always_2d=True)
                 if block.shape[0] == 0:
                     break
+                if block.shape[1] > 1:
+                    check_samples(block, name)  # before mixing, which could hide or overflow a sample
                 out.push(block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0], rate)
         except (sf.LibsndfileError, RuntimeError) as e:
             if out.pushed == 0:
@@ -457,6 +461,8 @@ def _frame_to_mono(frame, name: str) -> np.ndarray:
         x = (arr.astype(np.float64) / _INT_SCALE[base]).astype(np.float32)
     else:
         raise AudioError(f"{name}: unsupported sample format {fmt.name!r}")
+    if x.shape[0] > 1:
+        check_samples(x, name)  # before mixing, which could hide or overflow a sample
     return x.mean(axis=0, dtype=np.float32) if x.shape[0] > 1 else x[0]
 
 
@@ -505,6 +511,7 @@ def _from_array(source, target: _Target, source_rate) -> np.ndarray:
     else:
         raise AudioError(f"{name}: unsupported sample type {dt}; use float32, int16 or int32")
 
+    check_samples(x, name)  # before mixing, which could hide or overflow a sample
     if x.ndim == 2:
         channel_axis = 0 if x.shape[0] < x.shape[1] else 1
         x = x.mean(axis=channel_axis, dtype=np.float32) if x.shape[channel_axis] > 1 \
