@@ -195,10 +195,22 @@ def test_the_process_limit_applies_where_the_caller_gives_none(tmp_path):
             load_audio(path, 16000, max_seconds=bad)
 
 
-def test_server_default_limit_is_180_minutes():
+def test_server_refuses_a_flac_bomb_by_default(six_hours, tmp_path):
+    """`transcribe serve` sets the limit for its uploads: --max-audio-minutes, 180 by default. The 6 h
+    FLAC (under 1 MB, under any upload limit) is answered 400 from its header, before decoding."""
+    from .test_server import Server, multipart
+
+    server = Server(["--model", str(MODELS / "parakeet-tiny" / "tiny-tdt-fit.nemo")], tmp_path)
+    try:
+        body, headers = multipart({"model": "whisper-1"}, {"file": ("bomb.flac", six_hours.read_bytes())})
+        status, _, reply = server.request("POST", "/v1/audio/transcriptions", body, headers)
+        assert status == 400, reply
+        assert json.loads(reply)["error"]["message"] == \
+            "could not decode the audio: bomb.flac: its header declares 6.00 h of audio, over the limit of 3.00 h"
+    finally:
+        server.stop()
     from transcribe.server.cli import _parser
 
-    assert _parser().parse_args([]).max_audio_minutes == 180.0
     assert _parser().parse_args(["--max-audio-minutes", "5"]).max_audio_minutes == 5.0
 
 
