@@ -184,8 +184,9 @@ def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] =
     [MIN_RATE, MAX_RATE], |samples| up to MAX_AMPLITUDE, and at most `max_seconds` of audio (None: the
     process's default, `set_max_audio_seconds`, itself unset, i.e. no limit, unless a server set it).
     The length is checked before decoding where the header tells it (libsndfile's frame count of a
-    WAV, FLAC, AIFF, AU or Ogg file, an MP3's Xing/Info or a Matroska/WebM duration, an array's shape)
-    and enforced while decoding otherwise: decoding stops once the audio passes the limit.
+    WAV, FLAC, AIFF, AU or Ogg file, the duration FFmpeg reads from any other container, an array's
+    shape) and enforced while decoding otherwise: decoding stops once the audio passes the limit.
+    Memory: the output (4 bytes a sample at `sample_rate`) and at most a quarter more while it grows.
     """
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
         raise AudioError(f"sample_rate must be a positive integer, got {sample_rate!r}")
