@@ -18,13 +18,17 @@ name of the input (``"talk.mp3: ..."``). A truncated file is one: where the head
 (a WAV's data size unless it is 0 or a pipe's placeholder, an AIFF's, AU's or FLAC's, an MP3's
 Xing/Info frame count, a Matroska/WebM audio file's duration) and less of it decodes, the message
 gives both. Ogg, and MP3 or FLAC written to a pipe, tell no length.
+
+Hostile input is bounded (`check_rate`, `check_samples`, `max_seconds`): a rate outside
+[MIN_RATE, MAX_RATE] is refused before any resampling, a sample beyond MAX_AMPLITUDE (or NaN / inf)
+before any model work, and audio longer than a limit before or while it decodes (see `load_audio`).
 """
 from __future__ import annotations
 
 import io
 import os
 import sys
-from typing import Optional
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -38,12 +42,95 @@ RESAMPLE_QUALITY = "HQ"
 # Samples gathered before each call to the resampler (mono, at the source rate).
 _BLOCK = 1 << 16
 
+# The output grows in one buffer, by a quarter of its size at least (ndarray.resize: realloc, which
+# for a buffer this large remaps its pages, no copy), so a long file's decoding holds at most 1.25x its
+# output, in resident and in virtual memory, where a list of blocks joined at the end held twice it.
+_GROWTH = 4
+
 # The most bytes read from a stream that cannot seek (standard input, a pipe), which is held in
 # memory whole: 2 GiB, about 18 hours of 16 kHz 16-bit mono or 3 hours of 48 kHz stereo WAV.
 MAX_STREAM_BYTES = 2 << 30
 
+# Sample rates accepted, of a file, an array or a stream, and as a target (Hz). Below 1 kHz no
+# speech survives (narrow-band telephony, the lowest rate speech is recorded at, is 8 kHz), and a header
+# that says 1 Hz is a damaged or hostile file whose resampling would multiply it x16,000 in memory;
+# 768 kHz is the highest rate any recorder, interface or PCM format in use offers (DXD-class studio
+# PCM is 352.8/384 kHz, the top DACs 768 kHz): a header beyond it is not a recording.
+MIN_RATE = 1_000
+MAX_RATE = 768_000
+
+# The largest |sample| accepted (after integer formats are scaled to [-1, 1)): 2**24. Floating-point
+# audio is nominally in [-1, 1]; a float array of unscaled int16 or int24 PCM (a common slip) is at most
+# 2**24, the largest integer float32 holds exactly, and still decodes: Parakeet's features are
+# normalized (its text on such input is unchanged even at 1e12), Whisper's are not (its text degrades
+# from about 100x full scale on) but it runs. Beyond 2**24 a sample is in no audio scale (unscaled int32
+# PCM: scale it), and from about 1e17 the power spectra overflow float32: Whisper failed in its sampling
+# (inf/nan probabilities, not a TranscribeError), Parakeet emitted noise tokens. Refused at load time.
+MAX_AMPLITUDE = float(1 << 24)
+
+# The default limit on decoded audio, in seconds, for `load_audio` calls that give none (None: no
+# limit). The library, the CLI and the API leave it unset: a user transcribes long files on purpose,
+# and decoding costs memory linear in the duration (4 bytes a sample at the target rate, no more).
+# A server sets it once at start-up (`set_max_audio_seconds`), so that one small upload that decodes
+# to hours of audio is refused before or while it decodes, not after filling memory.
+_max_seconds: Optional[float] = None
+
 # Leading bytes of the containers that libsndfile reads well.
 _SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"RIFX", b"fLaC", b"OggS", b"FORM", b".snd", b"BW64")
+
+
+class AudioLimitError(AudioError):
+    """Audio refused by a limit (duration, rate, amplitude): no other decoder is tried."""
+
+
+def set_max_audio_seconds(seconds: Optional[float]) -> None:
+    """Sets the process-wide limit on decoded audio that `load_audio` applies when its caller gives
+    none (None or inf: no limit, the default). A server calls it once, at start-up."""
+    global _max_seconds
+    _max_seconds = _positive_seconds(seconds)
+
+
+def _positive_seconds(seconds) -> Optional[float]:
+    if seconds is None or seconds == float("inf"):  # inf: no limit, as None
+        return None
+    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)) \
+            or not np.isfinite(seconds) or seconds <= 0:
+        raise AudioError(f"max_seconds must be a positive number of seconds or None, got {seconds!r}")
+    return float(seconds)
+
+
+def check_rate(rate, name: str) -> None:
+    """An AudioLimitError unless `rate` (Hz) is within [MIN_RATE, MAX_RATE]."""
+    if not (MIN_RATE <= rate <= MAX_RATE):
+        shown = f"{int(rate):,}" if float(rate).is_integer() else f"{rate:g}"
+        raise AudioLimitError(f"{name}: a sample rate of {shown} Hz is outside the rates accepted "
+                              f"({MIN_RATE:,} to {MAX_RATE:,} Hz)")
+
+
+def check_samples(x: np.ndarray, name: str) -> None:
+    """An AudioError for NaN or infinite samples, an AudioLimitError for one beyond MAX_AMPLITUDE."""
+    if x.size == 0:
+        return
+    peak = float(np.max(np.abs(x)))  # NaN propagates through max
+    if not np.isfinite(peak):
+        raise AudioError(f"{name}: contains NaN or infinite samples")
+    if peak > MAX_AMPLITUDE:
+        raise AudioLimitError(f"{name}: a sample of magnitude {peak:.3g} is beyond the largest accepted "
+                              f"({MAX_AMPLITUDE:,.0f}): floating-point audio is expected in [-1, 1]")
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.2f} s"
+    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
+
+
+def _too_long(name: str, limit: float, seconds: Optional[float] = None, what: str = "declares") -> AudioLimitError:
+    """The error for audio over `limit` seconds: `what` (its header, an array) says `seconds` of it, or
+    (seconds None) decoding passed the limit and stopped there."""
+    if seconds is None:
+        return AudioLimitError(f"{name}: longer than the limit of {_duration(limit)} of audio (decoding stopped there)")
+    return AudioLimitError(f"{name}: {what} {_duration(seconds)} of audio, over the limit of {_duration(limit)}")
 
 
 def model_input(source, model_rate: int, sample_rate: Optional[int] = None) -> np.ndarray:
@@ -80,7 +167,8 @@ def load_groups(items, load, rate: int, max_seconds: float = GROUP_AUDIO_S):
         yield group
 
 
-def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] = None) -> np.ndarray:
+def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] = None,
+               max_seconds: Optional[float] = None) -> np.ndarray:
     """Return the audio in `source` as a mono float32 1-D numpy array at `sample_rate` Hz.
 
     Channels are mixed by their mean; the rate is converted with soxr at high quality.
@@ -91,13 +179,32 @@ def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] =
     A 1-D array is mono. A 2-D array is read with its *smaller* dimension as the channel axis,
     so both ``[samples, channels]`` (soundfile's layout) and ``[channels, samples]``
     (torchaudio's) work; a square array is taken as ``[samples, channels]``.
+
+    Limits (AudioLimitError, an AudioError): rates (the source's and `sample_rate`) within
+    [MIN_RATE, MAX_RATE], |samples| up to MAX_AMPLITUDE, and at most `max_seconds` of audio (None: the
+    process's default, `set_max_audio_seconds`, itself unset, i.e. no limit, unless a server set it).
+    The length is checked before decoding where the header tells it (libsndfile's frame count of a
+    WAV, FLAC, AIFF, AU or Ogg file, the duration FFmpeg reads from any other container, an array's
+    shape) and enforced while decoding otherwise: decoding stops once the audio passes the limit.
+    Memory: the output (4 bytes a sample at `sample_rate`) and at most a quarter more while it grows.
     """
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
         raise AudioError(f"sample_rate must be a positive integer, got {sample_rate!r}")
     sample_rate = int(sample_rate)
+    check_rate(sample_rate, "sample_rate")
+    limit = _max_seconds if max_seconds is None else _positive_seconds(max_seconds)
+    return _load(source, _Target(sample_rate, limit), source_rate)
 
+
+class _Target(NamedTuple):
+    """What decoding produces: mono at `rate` Hz, at most `max_seconds` of it (None: no limit)."""
+    rate: int
+    max_seconds: Optional[float] = None
+
+
+def _load(source, target: "_Target", source_rate) -> np.ndarray:
     if _is_array(source):
-        return _from_array(source, sample_rate, source_rate)
+        return _from_array(source, target, source_rate)
     if source_rate is not None:
         raise AudioError("source_rate applies only to arrays and tensors; encoded audio carries its own rate")
 
@@ -107,24 +214,27 @@ def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] =
             data = _read_bounded(sys.stdin.buffer, name)
         except (OSError, AttributeError, ValueError) as e:
             raise AudioError(f"{name}: cannot read standard input: {e}") from None
-        return _decode(io.BytesIO(data), name, sample_rate)
+        return _decode(io.BytesIO(data), name, target)
     if isinstance(source, (str, os.PathLike)):
-        return _from_path(os.fspath(source), sample_rate)
+        return _from_path(os.fspath(source), target)
     if isinstance(source, (bytes, bytearray, memoryview)):
-        return _decode(io.BytesIO(bytes(source)), "<bytes>", sample_rate)
+        return _decode(io.BytesIO(bytes(source)), "<bytes>", target)
     if hasattr(source, "read"):
         name = getattr(source, "name", None)
         name = name if isinstance(name, str) else "<file object>"
-        return _from_fileobj(source, name, sample_rate)
+        return _from_fileobj(source, name, target)
     raise AudioError(
         f"cannot read audio from a {type(source).__name__}: expected a path, bytes, a binary file object, "
         "or a numpy array / torch tensor with source_rate"
     )
 
 
-def decode_bytes(data: bytes, name: str, sample_rate: int = 16000) -> np.ndarray:
-    """An encoded file held in memory, decoded as `load_audio` decodes a file; errors name it `name`."""
-    return _decode(io.BytesIO(data), name, sample_rate)
+def decode_bytes(data: bytes, name: str, sample_rate: int = 16000, max_seconds: Optional[float] = None) -> np.ndarray:
+    """An encoded file held in memory, decoded as `load_audio` decodes a file (with its limits: None is
+    the process's default); errors name it `name`."""
+    check_rate(sample_rate, "sample_rate")
+    limit = _max_seconds if max_seconds is None else _positive_seconds(max_seconds)
+    return _decode(io.BytesIO(data), name, _Target(int(sample_rate), limit))
 
 
 def decode_stream(fileobj, name: str):
@@ -145,9 +255,9 @@ def decode_stream(fileobj, name: str):
             for frame in container.decode(streams[0]):
                 if frame.samples == 0:
                     continue
+                check_rate(frame.sample_rate, name)
                 mono = _frame_to_mono(frame, name)
-                if not np.isfinite(mono).all():
-                    raise AudioError(f"{name}: contains NaN or infinite samples")
+                check_samples(mono, name)
                 yield mono, frame.sample_rate
         except (av.FFmpegError, ValueError, OSError) as e:
             raise AudioError(f"{name}: corrupt audio data: {_short(e)}") from None
@@ -157,7 +267,7 @@ def decode_stream(fileobj, name: str):
 # Sources
 
 
-def _from_path(path: str, sample_rate: int) -> np.ndarray:
+def _from_path(path: str, target: _Target) -> np.ndarray:
     if not os.path.exists(path):
         raise AudioError(f"{path}: no such file")
     if os.path.isdir(path):
@@ -167,17 +277,17 @@ def _from_path(path: str, sample_rate: int) -> np.ndarray:
     except OSError as e:
         raise AudioError(f"{path}: cannot open: {e.strerror or e}") from None
     with f:
-        return _decode(f, path, sample_rate)
+        return _decode(f, path, target)
 
 
-def _from_fileobj(fileobj, name: str, sample_rate: int) -> np.ndarray:
+def _from_fileobj(fileobj, name: str, target: _Target) -> np.ndarray:
     seekable = False
     try:
         seekable = bool(fileobj.seekable()) if hasattr(fileobj, "seekable") else False
     except (OSError, ValueError):
         seekable = False
     if seekable:
-        return _decode(fileobj, name, sample_rate)
+        return _decode(fileobj, name, target)
     # A pipe or socket: both decoders want to seek, so take the bytes first.
     try:
         data = _read_bounded(fileobj, name)
@@ -185,10 +295,10 @@ def _from_fileobj(fileobj, name: str, sample_rate: int) -> np.ndarray:
         raise AudioError(f"{name}: cannot read: {e}") from None
     if isinstance(data, str):
         raise AudioError(f"{name}: file object is open in text mode; open it with 'rb'")
-    return _decode(io.BytesIO(data), name, sample_rate)
+    return _decode(io.BytesIO(data), name, target)
 
 
-def _decode(f, name: str, sample_rate: int) -> np.ndarray:
+def _decode(f, name: str, target: _Target) -> np.ndarray:
     """Decode the seekable binary file `f`, trying soundfile for the formats it reads well."""
     try:
         start = f.tell()
@@ -205,18 +315,22 @@ def _decode(f, name: str, sample_rate: int) -> np.ndarray:
     sf_error = sf_empty = sf_failed = None
     if head.startswith(_SOUNDFILE_MAGIC):
         try:
-            out = _decode_soundfile(f, name, sample_rate, promise)
+            out = _decode_soundfile(f, name, target, promise)
             if out.pushed:
                 return _complete(out, promise, name)
             sf_empty = out  # nothing (a WAV whose data size is 0, as written to a pipe): PyAV may read on
         except _NotDecodable as e:
             sf_error = e
+        except AudioLimitError:
+            raise
         except AudioError as e:  # failed midway (a FLAC written to a pipe can stump libsndfile): PyAV may not
             sf_failed = e
         f.seek(start)
     try:
-        out, av_promise = _decode_av(f, name, sample_rate, promise)
+        out, av_promise = _decode_av(f, name, target, promise)
     except (_NotDecodable, AudioError) as e:
+        if isinstance(e, AudioLimitError):
+            raise
         if sf_failed is not None:
             raise sf_failed from None
         if sf_empty is not None:
@@ -248,11 +362,15 @@ def _read_bounded(f, name: str, limit: Optional[int] = None) -> bytes:
     return b"".join(chunks)
 
 
+# libsndfile's frame count when the header does not tell it (SF_COUNT_MAX: a FLAC written to a pipe).
+_SF_UNKNOWN = (1 << 63) - 1
+
+
 class _NotDecodable(Exception):
     """A decoder could not make sense of the data (the next one may)."""
 
 
-def _decode_soundfile(f, name: str, sample_rate: int, promise) -> "_Collector":
+def _decode_soundfile(f, name: str, target: _Target, promise) -> "_Collector":
     import soundfile as sf
 
     try:
@@ -260,13 +378,18 @@ def _decode_soundfile(f, name: str, sample_rate: int, promise) -> "_Collector":
     except (sf.LibsndfileError, RuntimeError, TypeError, ValueError) as e:
         raise _NotDecodable(_short(e)) from None
     with sfile:
-        out = _Collector(name, sample_rate)
+        out = _Collector(name, target)
         rate = sfile.samplerate
+        check_rate(rate, name)
+        if 0 < sfile.frames < _SF_UNKNOWN:
+            _check_declared(name, sfile.frames / rate, target)
         try:
             while True:
                 block = sfile.read(_BLOCK, dtype="float32", always_2d=True)
                 if block.shape[0] == 0:
                     break
+                if block.shape[1] > 1:
+                    check_samples(block, name)  # before mixing, which could hide or overflow a sample
                 out.push(block.mean(axis=1, dtype=np.float32) if block.shape[1] > 1 else block[:, 0], rate)
         except (sf.LibsndfileError, RuntimeError) as e:
             if out.pushed == 0:
@@ -275,7 +398,16 @@ def _decode_soundfile(f, name: str, sample_rate: int, promise) -> "_Collector":
         return out
 
 
-def _decode_av(f, name: str, sample_rate: int, promise) -> "tuple[_Collector, Optional[Promise]]":
+def _check_declared(name: str, seconds: float, target: _Target) -> None:
+    """Refuses, before decoding, a file whose header declares more audio than the limit: libsndfile's
+    frame count (a WAV's data size, at most the bytes the file holds; a FLAC's STREAMINFO; ...) or the
+    duration FFmpeg read from the container (estimated from the bit rate where the header has none: a
+    file that long at its own bit rate is over the limit too)."""
+    if target.max_seconds is not None and seconds > target.max_seconds:
+        raise _too_long(name, target.max_seconds, seconds, "its header declares")
+
+
+def _decode_av(f, name: str, target: _Target, promise) -> "tuple[_Collector, Optional[Promise]]":
     """PyAV's decoding, and what the container's header promises (None when it does not tell)."""
     import av
 
@@ -292,7 +424,11 @@ def _decode_av(f, name: str, sample_rate: int, promise) -> "tuple[_Collector, Op
         stream = streams[0]
         stream.thread_type = "AUTO"
         promise = promise or container_promise(container, f, start)
-        out = _Collector(name, sample_rate)
+        if stream.sample_rate:
+            check_rate(stream.sample_rate, name)
+        if container.duration and container.duration > 0:
+            _check_declared(name, container.duration / 1e6, target)
+        out = _Collector(name, target)
         try:
             for frame in container.decode(stream):
                 if frame.samples == 0:
@@ -326,6 +462,8 @@ def _frame_to_mono(frame, name: str) -> np.ndarray:
         x = (arr.astype(np.float64) / _INT_SCALE[base]).astype(np.float32)
     else:
         raise AudioError(f"{name}: unsupported sample format {fmt.name!r}")
+    if x.shape[0] > 1:
+        check_samples(x, name)  # before mixing, which could hide or overflow a sample
     return x.mean(axis=0, dtype=np.float32) if x.shape[0] > 1 else x[0]
 
 
@@ -336,13 +474,14 @@ def _is_array(source) -> bool:
     return torch is not None and isinstance(source, torch.Tensor)
 
 
-def _from_array(source, sample_rate: int, source_rate) -> np.ndarray:
+def _from_array(source, target: _Target, source_rate) -> np.ndarray:
     name = "<array>"
     if source_rate is None:
         raise AudioError(f"{name}: source_rate is required for arrays and tensors")
     if isinstance(source_rate, bool) or not isinstance(source_rate, (int, float, np.integer, np.floating)) \
             or not np.isfinite(source_rate) or source_rate <= 0:
         raise AudioError(f"{name}: source_rate must be a positive number, got {source_rate!r}")
+    check_rate(source_rate, name)
 
     if not isinstance(source, np.ndarray):  # torch.Tensor
         t = source.detach().cpu()
@@ -356,6 +495,9 @@ def _from_array(source, sample_rate: int, source_rate) -> np.ndarray:
     if x.ndim == 0 or x.ndim > 2:
         raise AudioError(f"{name}: expected shape [samples] or a 2-D [samples, channels] / "
                          f"[channels, samples] array, got shape {tuple(x.shape)}")
+    n = x.shape[0] if x.ndim == 1 else max(x.shape)  # a 2-D array's samples are its longer axis
+    if target.max_seconds is not None and n / source_rate > target.max_seconds:
+        raise _too_long(name, target.max_seconds, n / source_rate, "holds")
     dt = x.dtype
     if dt.kind == "f":
         x = x.astype(np.float32, copy=False)
@@ -370,13 +512,14 @@ def _from_array(source, sample_rate: int, source_rate) -> np.ndarray:
     else:
         raise AudioError(f"{name}: unsupported sample type {dt}; use float32, int16 or int32")
 
+    check_samples(x, name)  # before mixing, which could hide or overflow a sample
     if x.ndim == 2:
         channel_axis = 0 if x.shape[0] < x.shape[1] else 1
         x = x.mean(axis=channel_axis, dtype=np.float32) if x.shape[channel_axis] > 1 \
             else x.reshape(-1)
     if x.size == 0:
         raise AudioError(f"{name}: contains no audio samples")
-    out = _Collector(name, sample_rate)
+    out = _Collector(name, target)
     out.push(np.ascontiguousarray(x), source_rate)
     return out.finish()
 
@@ -420,23 +563,30 @@ def _corrupt(out: "_Collector", promise: Optional[Promise], name: str, e: BaseEx
 class _Collector:
     """Gathers mono blocks at a source rate and resamples them, streaming, to the target rate."""
 
-    def __init__(self, name: str, sample_rate: int):
+    def __init__(self, name: str, target: _Target):
         self.name = name
-        self.rate = sample_rate
+        self.rate = target.rate
+        self.limit = target.max_seconds
+        self._step = _BLOCK
         self.seen_rate = None
         self.pushed = 0
         self.seconds = 0.0  # of audio pushed, at its own rate
         self._stream = None
         self._pending: list[np.ndarray] = []
         self._pending_n = 0
-        self._chunks: list[np.ndarray] = []
+        self._out = np.empty(0, np.float32)  # the output so far: its first `_n` samples
+        self._n = 0
 
     def push(self, mono: np.ndarray, rate) -> None:
         if mono.size == 0:
             return
-        if not np.isfinite(mono).all():
-            raise AudioError(f"{self.name}: contains NaN or infinite samples")
+        check_samples(mono, self.name)
+        if self.limit is not None and self.seconds + mono.size / rate > self.limit:
+            raise _too_long(self.name, self.limit)
         if rate != self.seen_rate:
+            check_rate(rate, self.name)
+            # Source samples a resampler call takes: about _BLOCK samples out, whatever the ratio.
+            self._step = max(256, min(_BLOCK, _BLOCK * int(rate) // self.rate))
             if self.seen_rate is not None:
                 self._flush(last=True)  # the rate changed mid-stream: finish the old resampler
             self.seen_rate = rate
@@ -446,12 +596,15 @@ class _Collector:
 
                 self._stream = soxr.ResampleStream(rate, self.rate, 1, dtype="float32",
                                                    quality=RESAMPLE_QUALITY)
-        self._pending.append(np.asarray(mono, dtype=np.float32))
-        self._pending_n += mono.size
+        mono = np.asarray(mono, dtype=np.float32)
         self.pushed += mono.size
         self.seconds += mono.size / rate
-        if self._pending_n >= _BLOCK:
-            self._flush(last=False)
+        for i in range(0, mono.size, self._step):
+            piece = mono[i:i + self._step]
+            self._pending.append(piece)
+            self._pending_n += piece.size
+            if self._pending_n >= self._step:
+                self._flush(last=False)
 
     def _flush(self, last: bool) -> None:
         if self._pending:
@@ -462,18 +615,21 @@ class _Collector:
         if self._stream is not None:
             block = self._stream.resample_chunk(block, last=last)
         if block.size:
-            # Copy so the list never pins a larger buffer that `block` might view.
-            self._chunks.append(np.array(block, dtype=np.float32, copy=True))
+            need = self._n + block.size
+            if need > self._out.size:
+                self._out.resize(max(need, self._out.size + self._out.size // _GROWTH), refcheck=False)
+            self._out[self._n:need] = block
+            self._n = need
 
     def finish(self) -> np.ndarray:
         if self.pushed == 0:
             raise AudioError(f"{self.name}: contains no audio samples")
         self._flush(last=True)
-        if not self._chunks:
+        if self._n == 0:
             # Fewer source samples than one output sample: still a valid, tiny input.
             return np.zeros(1, np.float32)
-        out = self._chunks[0] if len(self._chunks) == 1 else np.concatenate(self._chunks)
-        self._chunks = []
+        out, self._out = self._out, np.empty(0, np.float32)
+        out.resize(self._n, refcheck=False)  # no view of it exists yet
         return out
 
 

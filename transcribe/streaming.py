@@ -139,11 +139,18 @@ class StreamingSession:
     # ------------------------------------------------------------------ public API
     def feed(self, pcm, sample_rate: int = SAMPLE_RATE) -> None:
         """Takes the next audio: a 1-D array of float samples in [-1, 1] or int16 PCM (or raw s16le
-        `bytes`), of any length, at `sample_rate` (resampled to 16 kHz as it streams)."""
+        `bytes`), of any length, at `sample_rate` (resampled to 16 kHz as it streams). Raises AudioError
+        for NaN or infinite samples, one beyond audio.MAX_AMPLITUDE, or a rate outside the accepted."""
         if self._finished:
             raise TranscribeError("this stream is finalized: call reset() to start a new one")
+        from .audio import check_rate, check_samples
+
         samples = _as_float32(pcm)
+        # As every input is (audio.py): NaN / inf, or a sample beyond audio.MAX_AMPLITUDE, is refused
+        # before the model sees it; so is a rate outside [MIN_RATE, MAX_RATE] before resampling.
+        check_samples(samples, "<stream>")
         if sample_rate != SAMPLE_RATE:
+            check_rate(sample_rate, "<stream>")
             samples = self._resample(samples, int(sample_rate), last=False)
         if samples.size:
             with self._lock:

@@ -48,6 +48,9 @@ def _parser() -> argparse.ArgumentParser:
                         "host that reaches it may use the server")
     p.add_argument("--max-upload-mb", type=_positive_float, default=200.0, metavar="MB",
                    help="largest request body accepted; larger ones get 413 unread (default: 200)")
+    p.add_argument("--max-audio-minutes", type=_positive_float, default=180.0, metavar="MIN",
+                   help="longest audio an upload may decode to: refused from its header where it tells the "
+                        "length, else when decoding passes it (default: 180)")
     p.add_argument("--max-batch", type=_positive_int, default=8, metavar="N",
                    help="concurrent requests run together as one batch, at most N (default: 8; 1: no batching)")
     p.add_argument("--batch-wait-ms", type=float, default=5.0, metavar="MS",
@@ -138,6 +141,9 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="transcribe: %(message)s")
     configure_process(args.workers_threads)  # the server is a program of its own
+    from ..audio import set_max_audio_seconds
+
+    set_max_audio_seconds(args.max_audio_minutes * 60)  # every upload this process decodes
     models = {}
     for name in names:
         try:
