@@ -27,6 +27,7 @@ from . import stream_cli
 from .errors import OptionsNotTaken, TranscribeError
 from .loading import check_options_offline
 from .runtime import configure_process, openmp_waiting
+from .writers import no_room
 from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
 from .cli_args import flag, positive_int as _positive_int
 
@@ -83,6 +84,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 1
+    except OSError as e:
+        if not no_room(e):
+            raise
+        # stdout (a file on a full disk) or a file of --output-dir: no room is the user's to make
+        _say(f"error: {e.filename or 'standard output'}: cannot write: {e.strerror or e}")
+        return 2
     except Exception as e:  # noqa: BLE001 - the one place that turns anything left into one line
         _say(f"internal error: {type(e).__name__}: {_one_line(str(e))}")
         if os.environ.get("TRANSCRIBE_DEBUG") == "1":
@@ -271,6 +278,8 @@ class _Emit:
             self.progress.write(f"{PROG}: error: {e.filename}: appeared while running; not overwritten "
                                 "(use --overwrite)")
         except OSError as e:
+            if no_room(e):  # a full disk: the inputs after it would fail the same way (main says it)
+                raise
             self.progress.write(f"{PROG}: error: {e.filename or self.outputs.out_dir}: cannot write: "
                                 f"{e.strerror or e}")
         return False
