@@ -109,3 +109,10 @@ def test_a_batch_job_on_a_full_disk_stops_clearly_and_resume_leaves_no_temporary
     r = _run(["batch", src, "-o", out, "--model", TDT, "-f", "json", "--workers", "1", "-q", "--resume"])
     assert r.returncode == 0, r.stderr
     assert _leftovers(out) == [] and sorted(p.name for p in out.glob("*.json")) == ["a.json", "b.json"]
+
+
+def test_convert_on_a_full_disk_says_so_and_leaves_nothing(tmp_path):
+    r = _run(["convert", TINY / "tiny-ctc-fit.nemo", tmp_path / "m.gguf"], limit=4096)
+    assert r.returncode == 2, r.stderr
+    assert "File too large" in r.stderr and "internal error" not in r.stderr
+    assert list(tmp_path.iterdir()) == []
