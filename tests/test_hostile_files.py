@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+import threading
 
+import numpy as np
 import pytest
 
 from .conftest import REPO, SHARED, TINY
@@ -116,3 +119,114 @@ def test_convert_on_a_full_disk_says_so_and_leaves_nothing(tmp_path):
     assert r.returncode == 2, r.stderr
     assert "File too large" in r.stderr and "internal error" not in r.stderr
     assert list(tmp_path.iterdir()) == []
+
+
+# -- 13: non-regular inputs: named pipes, <(...) pipes, symbolic-link loops, devices ----------------------
+
+
+def _writer(path_or_fd, data: bytes) -> threading.Thread:
+    """A thread writing `data` to a named pipe (opening it waits for the reader) or a pipe's write end."""
+    def write():
+        fd = os.open(path_or_fd, os.O_WRONLY) if isinstance(path_or_fd, (str, os.PathLike)) else path_or_fd
+        try:
+            os.write(fd, data) if len(data) < 65536 else _write_all(fd, data)
+        finally:
+            os.close(fd)
+    t = threading.Thread(target=write, daemon=True)
+    t.start()
+    return t
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _within(seconds: float, fn):
+    """fn()'s value (or its exception), run in a thread; a failure when it takes over `seconds` (a hang)."""
+    box = {}
+
+    def call():
+        try:
+            box["value"] = fn()
+        except BaseException as e:  # noqa: BLE001 - raised again in the test's thread
+            box["error"] = e
+    t = threading.Thread(target=call, daemon=True)
+    t.start()
+    t.join(seconds)
+    assert not t.is_alive(), f"still running after {seconds} s (a hang)"
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
+def test_a_named_pipe_is_read_as_a_stream(tmp_path):
+    from transcribe.audio import load_audio
+
+    fifo = tmp_path / "talk.wav"
+    os.mkfifo(fifo)
+    t = _writer(fifo, JFK.read_bytes())
+    got = _within(60, lambda: load_audio(str(fifo)))
+    t.join(timeout=30)
+    assert np.array_equal(got, load_audio(str(JFK)))  # the same bytes, the same decoder: the same samples
+
+
+def test_a_named_pipe_no_one_writes_to_is_an_error_not_a_hang(tmp_path, monkeypatch):
+    import transcribe.audio as audio
+
+    fifo = tmp_path / "idle.wav"
+    os.mkfifo(fifo)
+    monkeypatch.setattr(audio, "STREAM_WAIT_S", 0.2)
+    with pytest.raises(audio.AudioError, match="nothing was written to this pipe"):
+        _within(30, lambda: audio.load_audio(str(fifo)))
+
+
+def test_the_command_names_the_real_reason(tmp_path):
+    loop = tmp_path / "loop.wav"
+    loop.symlink_to(loop)
+    dangling = tmp_path / "gone.wav"
+    dangling.symlink_to(tmp_path / "nothing.wav")
+    r = _run([loop, dangling, "/dev/null", tmp_path, "-m", TDT], timeout=120)
+    assert r.returncode == 2
+    assert f"{loop}: too many levels of symbolic links" in r.stderr
+    assert f"{dangling}: a symbolic link to a file that does not exist" in r.stderr
+    assert "/dev/null: not a regular file (a character device)" in r.stderr
+    assert f"{tmp_path}: is a directory" in r.stderr
+    assert "no such file" not in r.stderr and "internal error" not in r.stderr
+
+
+def test_the_command_reads_a_pipe_given_as_dev_fd(tmp_path):
+    """`transcribe <(cat jfk.wav)`: the shell passes /dev/fd/N, a pipe."""
+    expected = _run([JFK, "-m", TDT])
+    assert expected.returncode == 0 and expected.stdout.strip(), expected.stderr
+    r_fd, w_fd = os.pipe()
+    t = _writer(w_fd, JFK.read_bytes())
+    try:
+        r = _run([f"/dev/fd/{r_fd}", "-m", TDT], pass_fds=(r_fd,))
+    finally:
+        os.close(r_fd)
+        t.join(timeout=30)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout == expected.stdout and "Illegal seek" not in r.stderr
+
+
+def test_a_named_pipe_in_a_manifest_does_not_hang_the_job(tmp_path):
+    fifo = tmp_path / "idle.wav"
+    os.mkfifo(fifo)
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text(json.dumps({"audio": str(fifo), "id": "fifo"}) + "\n"
+                        + json.dumps({"audio": str(JFK), "id": "jfk"}) + "\n")
+    out = tmp_path / "out"
+    r = _run(["batch", "--manifest", manifest, "-o", out, "--model", TDT, "--workers", "1", "-q"], timeout=120)
+    assert r.returncode == 3, r.stderr  # the job ran to its end; the pipe no one wrote to failed
+    lines = {d["id"]: d for d in map(json.loads, (out / "results.jsonl").read_text().splitlines())}
+    assert lines["jfk"]["status"] == "ok"
+    assert lines["fifo"]["status"] == "error" and "nothing was written to this pipe" in lines["fifo"]["error"]
+
+
+def test_batch_names_the_real_reason(tmp_path):
+    loop = tmp_path / "loop.wav"
+    loop.symlink_to(loop)
+    r = _run(["batch", loop, "-o", tmp_path / "out", "--model", TDT, "-q"], timeout=120)
+    assert r.returncode == 2 and f"{loop}: too many levels of symbolic links" in r.stderr, r.stderr

@@ -193,11 +193,16 @@ def _run(args) -> int:
     except OptionsNotTaken as e:
         _say(f"error: {e.spelled(flag)}")
         return 2
-    todo = [it for it in items if it.path == "-" or Path(it.path).exists()]
-    there = {it.index for it in todo}
+    from .audio import source_problem
+
+    # Inputs that are not there, with the reason (no such file, a symbolic-link loop, a link to nothing);
+    # stat only (a named pipe is not waited on). A directory or a device fails in its turn, saying why.
+    problems = {it.index: source_problem(it.path)[0] for it in items
+                if it.path != "-" and not os.path.exists(it.path)}
+    todo = [it for it in items if not problems.get(it.index)]
     for it in items:
-        if it.index not in there:
-            _say(f"error: {it.path}: no such file")
+        if problems.get(it.index):  # no such file, too many levels of symbolic links, not a regular file
+            _say(f"error: {it.path}: {problems[it.index]}")
     if not todo:
         return 2
 
