@@ -5,13 +5,16 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import io
 import json
 import os
+import pickle
 import resource
 import shutil
 import signal
 import subprocess
 import sys
+import tarfile
 import threading
 
 import numpy as np
@@ -230,3 +233,69 @@ def test_batch_names_the_real_reason(tmp_path):
     loop.symlink_to(loop)
     r = _run(["batch", loop, "-o", tmp_path / "out", "--model", TDT, "-q"], timeout=120)
     assert r.returncode == 2 and f"{loop}: too many levels of symbolic links" in r.stderr, r.stderr
+
+
+# -- 15: raw-pickle checkpoints, --lm DIR, --stream - inputs that are not audio ------------------------
+
+
+def _raw_pickle() -> bytes:
+    import collections
+
+    import torch
+
+    return pickle.dumps(collections.OrderedDict(w=torch.zeros(2)), protocol=4)  # pickle.dump(state_dict)
+
+
+def _nemo_with_weights(tmp_path, weights: bytes):
+    """tiny-ctc-fit.nemo with its model_weights.ckpt replaced by `weights`."""
+    out = tmp_path / "bad.nemo"
+    with tarfile.open(TINY / "tiny-ctc-fit.nemo") as src, tarfile.open(out, "w") as dst:
+        for m in src.getmembers():
+            data = weights if m.name.endswith("model_weights.ckpt") else src.extractfile(m).read() if m.isfile() else None
+            if data is not None:
+                m.size = len(data)
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+def test_a_raw_pickle_nemo_is_told_as_such(tmp_path, capsys):
+    from transcribe.errors import ModelError
+    from transcribe.parakeet.checkpoint import read_nemo
+
+    with pytest.raises(ModelError) as e:
+        read_nemo(_nemo_with_weights(tmp_path, _raw_pickle()))
+    assert "model_weights.ckpt is a raw pickle checkpoint, which this package does not load: it could run code" \
+        in str(e.value)
+    assert "corrupt" not in str(e.value) and "weights_only" not in str(e.value)
+
+
+def test_a_cut_short_torch_checkpoint_is_still_corrupt_not_a_raw_pickle(tmp_path):
+    import torch
+
+    from transcribe.errors import ModelError, raw_pickle
+    from transcribe.parakeet.checkpoint import read_nemo
+
+    legacy = io.BytesIO()
+    torch.save({"w": torch.zeros(4)}, legacy, _use_new_zipfile_serialization=False)  # torch < 1.6's format
+    assert not raw_pickle(legacy.getvalue()[:16]) and raw_pickle(_raw_pickle()[:16])
+    with pytest.raises(ModelError, match="corrupt or truncated"):
+        read_nemo(_nemo_with_weights(tmp_path, legacy.getvalue()[:40]))
+
+
+def test_a_raw_pickle_whisper_checkpoint_is_told_as_such(tmp_path):
+    from transcribe.errors import ModelError
+    from transcribe.whisper.checkpoints.common import torch_load
+
+    pt = tmp_path / "tiny.pt"
+    pt.write_bytes(_raw_pickle())
+    with pytest.raises(ModelError, match="a raw pickle checkpoint, which this package does not load: it could run"):
+        torch_load(pt)
+
+
+def test_a_corrupt_checkpoint_gets_no_advice_to_load_it_unsafely(tmp_path):
+    from transcribe.errors import ModelError
+    from transcribe.parakeet.checkpoint import read_nemo
+
+    with pytest.raises(ModelError, match="corrupt or truncated") as e:
+        read_nemo(_nemo_with_weights(tmp_path, b"(garbage that is no pickle" * 4))  # protocol-0 looking, not one
+    assert "weights_only" not in str(e.value) and "False" not in str(e.value)
