@@ -299,3 +299,12 @@ def test_a_corrupt_checkpoint_gets_no_advice_to_load_it_unsafely(tmp_path):
     with pytest.raises(ModelError, match="corrupt or truncated") as e:
         read_nemo(_nemo_with_weights(tmp_path, b"(garbage that is no pickle" * 4))  # protocol-0 looking, not one
     assert "weights_only" not in str(e.value) and "False" not in str(e.value)
+
+
+@pytest.mark.parametrize("command", [[], ["batch", "-o", "OUT"]])
+def test_lm_naming_a_directory_is_one_clear_line(command, tmp_path):
+    command = [str(tmp_path / "out") if c == "OUT" else c for c in command]
+    r = _run([*command, JFK, "-m", TINY / "tiny-ctc-fit.nemo", "--beam-size", "4", "--lm", tmp_path], timeout=120)
+    assert r.returncode == 2
+    assert r.stderr.splitlines() == [f"transcribe{' batch' if command else ''}: error: --lm {tmp_path}: is a "
+                                     "directory, not a language model file"]

@@ -29,7 +29,7 @@ from .loading import check_options_offline
 from .runtime import configure_process, openmp_waiting
 from .writers import no_room
 from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
-from .cli_args import flag, positive_int as _positive_int
+from .cli_args import flag, lm_problem, positive_int as _positive_int
 
 PROG = "transcribe"
 FORMATS = ("txt", "json", "srt", "vtt")
@@ -40,6 +40,10 @@ LONG_AUDIO_S = 60.0
 
 class _UsageError(Exception):
     pass
+
+
+class _BadFile(_UsageError):
+    """A file an option names that is not there or not a file: one line, no usage (the command is right)."""
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -67,7 +71,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except SystemExit as e:  # argparse: --help, --version, usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except _UsageError as e:
-        parser.print_usage(sys.stderr)
+        if not isinstance(e, _BadFile):
+            parser.print_usage(sys.stderr)
         _say(f"error: {e}")
         return 2
 
@@ -163,8 +168,8 @@ def _check(args, parser) -> None:
         raise _UsageError("--hotword-weight needs --hotwords")
     if args.lm_weight is not None and not args.lm:
         raise _UsageError("--lm-weight needs --lm")
-    if args.lm and not Path(args.lm).is_file():
-        raise _UsageError(f"--lm {args.lm}: no such file")
+    if lm_problem(args.lm):
+        raise _BadFile(lm_problem(args.lm))
 
 
 # ---------------------------------------------------------------------------------------------
