@@ -12,6 +12,7 @@ import pickle
 import resource
 import shutil
 import signal
+import struct
 import subprocess
 import sys
 import tarfile
@@ -64,9 +65,9 @@ def _file_size_limit(limit: int):
     return set_limit
 
 
-def _run(args, limit=None, timeout=300, **kw):
+def _run(args, limit=None, timeout=300, text=True, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "transcribe", *map(str, args)], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "transcribe", *map(str, args)], capture_output=True, text=text,
                           timeout=timeout, env=env, preexec_fn=None if limit is None else _file_size_limit(limit),
                           **kw)
 
@@ -308,3 +309,24 @@ def test_lm_naming_a_directory_is_one_clear_line(command, tmp_path):
     assert r.returncode == 2
     assert r.stderr.splitlines() == [f"transcribe{' batch' if command else ''}: error: --lm {tmp_path}: is a "
                                      "directory, not a language model file"]
+
+
+def _wav_header(rate: int, channels: int, data_size: int = 0) -> bytes:
+    fmt = struct.pack("<HHIIHH", 1, channels, rate, (rate * channels * 2) & 0xFFFFFFFF, (channels * 2) & 0xFFFF, 16)
+    return (b"RIFF" + struct.pack("<I", 36 + data_size) + b"WAVE" + b"fmt " + struct.pack("<I", 16) + fmt
+            + b"data" + struct.pack("<I", data_size))
+
+
+@pytest.mark.parametrize("stdin, message", [
+    (b"", "<stdin>: the input is empty"),
+    (b"\x01", "<stdin>: no audio (1 byte, less than one sample of 1 channel)"),
+    (_wav_header(16000, 1), "<stdin>: no audio after its WAV header"),
+    (_wav_header(4_000_000_000, 1) + bytes(3200), "says 4000000000 Hz and 1 channels; a stream takes"),
+    (_wav_header(16000, 65535) + bytes(3200), "says 16000 Hz and 65535 channels; a stream takes"),
+], ids=["empty", "one-byte", "header-only", "4GHz", "65535-channels"])
+def test_stream_stdin_without_audio_is_an_error(stdin, message):
+    r = _run(["--stream", "-", "-m", TINY / "tiny-tdt-streaming-random.nemo"], input=stdin, timeout=120,
+             text=False)
+    err = r.stderr.decode()
+    assert r.returncode == 2, err
+    assert message in err and "internal error" not in err
