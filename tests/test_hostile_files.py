@@ -67,7 +67,8 @@ def _file_size_limit(limit: int):
 
 def _run(args, limit=None, timeout=300, text=True, **kw):
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(REPO))
-    return subprocess.run([sys.executable, "-m", "transcribe", *map(str, args)], capture_output=True, text=text,
+    kw.setdefault("capture_output", "stdout" not in kw)
+    return subprocess.run([sys.executable, "-m", "transcribe", *map(str, args)], text=text,
                           timeout=timeout, env=env, preexec_fn=None if limit is None else _file_size_limit(limit),
                           **kw)
 
@@ -121,8 +122,15 @@ def test_a_batch_job_on_a_full_disk_stops_clearly_and_resume_leaves_no_temporary
 def test_convert_on_a_full_disk_says_so_and_leaves_nothing(tmp_path):
     r = _run(["convert", TINY / "tiny-ctc-fit.nemo", tmp_path / "m.gguf"], limit=4096)
     assert r.returncode == 2, r.stderr
-    assert "File too large" in r.stderr and "internal error" not in r.stderr
-    assert list(tmp_path.iterdir()) == []
+    assert f"error: {tmp_path / 'm.gguf'}: cannot write: File too large" in r.stderr
+    assert "internal error" not in r.stderr and list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.skipif(not os.path.exists("/dev/full"), reason="/dev/full is Linux's always-full device")
+def test_the_command_writing_to_a_full_stdout_says_so(tmp_path):
+    with open("/dev/full", "w") as full:
+        r = _run([JFK, "-m", TDT], stdout=full, stderr=subprocess.PIPE)
+    assert r.returncode == 2 and "standard output: cannot write: No space left on device" in r.stderr, r.stderr
 
 
 # -- 13: non-regular inputs: named pipes, <(...) pipes, symbolic-link loops, devices ----------------------

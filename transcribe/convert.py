@@ -177,7 +177,10 @@ def main(argv: Optional[list[str]] = None) -> int:
         _say("interrupted")
         return 130
     except OSError as e:  # a full disk, a file that cannot be read or written: the temporary is gone
-        _say(f"error: {e.filename or args.out}: {e.strerror or _one_line(str(e))}")
+        from .writers import no_room
+
+        where = args.out if no_room(e) else (e.filename or args.out)  # not the temporary's name
+        _say(f"error: {where}: {'cannot write: ' if no_room(e) else ''}{e.strerror or _one_line(str(e))}")
         return 2
     except Exception as e:  # noqa: BLE001 - the one place that turns anything left into one line
         _say(f"internal error: {type(e).__name__}: {_one_line(str(e))}")
