@@ -75,6 +75,9 @@ MAX_AMPLITUDE = float(1 << 24)
 # to hours of audio is refused before or while it decodes, not after filling memory.
 _max_seconds: Optional[float] = None
 
+# How long a named pipe given by path is waited on for its writer's first bytes.
+STREAM_WAIT_S = 10.0
+
 # Leading bytes of the containers that libsndfile reads well.
 _SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"RIFX", b"fLaC", b"OggS", b"FORM", b".snd", b"BW64")
 
@@ -268,16 +271,59 @@ def decode_stream(fileobj, name: str):
 
 
 def _from_path(path: str, target: _Target) -> np.ndarray:
-    if not os.path.exists(path):
-        raise AudioError(f"{path}: no such file")
-    if os.path.isdir(path):
-        raise AudioError(f"{path}: is a directory, not an audio file")
+    problem, stream = source_problem(path)
+    if problem:
+        raise AudioError(f"{path}: {problem}")
     try:
-        f = open(path, "rb")
+        f = _open_stream(path) if stream else open(path, "rb")
     except OSError as e:
         raise AudioError(f"{path}: cannot open: {e.strerror or e}") from None
     with f:
-        return _decode(f, path, target)
+        return _from_fileobj(f, path, target) if stream else _decode(f, path, target)
+
+
+def source_problem(path: str) -> "tuple[Optional[str], bool]":
+    """Why the file `path` cannot be read as audio (None when it can: a regular file, or a stream), and
+    whether it is a stream (a named pipe, `<(...)`'s /dev/fd/N, a socket: read whole, bounded by
+    MAX_STREAM_BYTES, then decoded). Only stat()s it: a named pipe without a writer is not waited on."""
+    import errno
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except OSError as e:
+        if e.errno == errno.ENOENT and os.path.islink(path):
+            return "a symbolic link to a file that does not exist", False
+        if e.errno == errno.ENOENT:
+            return "no such file", False
+        return (e.strerror or str(e)).lower(), False  # too many levels of symbolic links, permission denied
+    if stat.S_ISREG(mode):
+        return None, False
+    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
+        return None, True
+    if stat.S_ISDIR(mode):
+        return "is a directory, not an audio file", False
+    kind = "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else "special"
+    return f"not a regular file ({kind}); give an audio file, or pipe it to '-'", False
+
+
+def _open_stream(path: str):
+    """A named pipe opened for reading, waiting at most STREAM_WAIT_S for a writer's first bytes (or its
+    closing the pipe): a pipe no one writes to is an AudioError, never a hang."""
+    import fcntl
+    import select
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # does not wait for a writer
+    try:
+        poller = select.poll()
+        poller.register(fd, select.POLLIN)
+        if not poller.poll(STREAM_WAIT_S * 1000):  # data, or a writer that came and went (POLLHUP)
+            raise AudioError(f"{path}: nothing was written to this pipe in {STREAM_WAIT_S:g} s")
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # then block for data
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
 
 
 def _from_fileobj(fileobj, name: str, target: _Target) -> np.ndarray:

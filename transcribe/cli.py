@@ -27,8 +27,9 @@ from . import stream_cli
 from .errors import OptionsNotTaken, TranscribeError
 from .loading import check_options_offline
 from .runtime import configure_process, openmp_waiting
+from .writers import no_room
 from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
-from .cli_args import flag, positive_int as _positive_int
+from .cli_args import flag, lm_problem, positive_int as _positive_int
 
 PROG = "transcribe"
 FORMATS = ("txt", "json", "srt", "vtt")
@@ -39,6 +40,10 @@ LONG_AUDIO_S = 60.0
 
 class _UsageError(Exception):
     pass
+
+
+class _BadFile(_UsageError):
+    """A file an option names that is not there or not a file: one line, no usage (the command is right)."""
 
 
 def main(argv: Optional[list[str]] = None) -> int:
@@ -66,7 +71,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     except SystemExit as e:  # argparse: --help, --version, usage errors (2)
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
     except _UsageError as e:
-        parser.print_usage(sys.stderr)
+        if not isinstance(e, _BadFile):
+            parser.print_usage(sys.stderr)
         _say(f"error: {e}")
         return 2
 
@@ -83,6 +89,12 @@ def main(argv: Optional[list[str]] = None) -> int:
         except (OSError, ValueError, AttributeError):
             pass
         return 1
+    except OSError as e:
+        if not no_room(e):
+            raise
+        # stdout (a file on a full disk) or a file of --output-dir: no room is the user's to make
+        _say(f"error: {e.filename or 'standard output'}: cannot write: {e.strerror or e}")
+        return 2
     except Exception as e:  # noqa: BLE001 - the one place that turns anything left into one line
         _say(f"internal error: {type(e).__name__}: {_one_line(str(e))}")
         if os.environ.get("TRANSCRIBE_DEBUG") == "1":
@@ -156,8 +168,8 @@ def _check(args, parser) -> None:
         raise _UsageError("--hotword-weight needs --hotwords")
     if args.lm_weight is not None and not args.lm:
         raise _UsageError("--lm-weight needs --lm")
-    if args.lm and not Path(args.lm).is_file():
-        raise _UsageError(f"--lm {args.lm}: no such file")
+    if lm_problem(args.lm):
+        raise _BadFile(lm_problem(args.lm))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -186,11 +198,16 @@ def _run(args) -> int:
     except OptionsNotTaken as e:
         _say(f"error: {e.spelled(flag)}")
         return 2
-    todo = [it for it in items if it.path == "-" or Path(it.path).exists()]
-    there = {it.index for it in todo}
+    from .audio import source_problem
+
+    # Inputs that are not there, with the reason (no such file, a symbolic-link loop, a link to nothing);
+    # stat only (a named pipe is not waited on). A directory or a device fails in its turn, saying why.
+    problems = {it.index: source_problem(it.path)[0] for it in items
+                if it.path != "-" and not os.path.exists(it.path)}
+    todo = [it for it in items if not problems.get(it.index)]
     for it in items:
-        if it.index not in there:
-            _say(f"error: {it.path}: no such file")
+        if problems.get(it.index):  # no such file, too many levels of symbolic links, not a regular file
+            _say(f"error: {it.path}: {problems[it.index]}")
     if not todo:
         return 2
 
@@ -271,6 +288,8 @@ class _Emit:
             self.progress.write(f"{PROG}: error: {e.filename}: appeared while running; not overwritten "
                                 "(use --overwrite)")
         except OSError as e:
+            if no_room(e):  # a full disk: the inputs after it would fail the same way (main says it)
+                raise
             self.progress.write(f"{PROG}: error: {e.filename or self.outputs.out_dir}: cannot write: "
                                 f"{e.strerror or e}")
         return False

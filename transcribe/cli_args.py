@@ -61,3 +61,17 @@ def add_dtype_argument(p) -> None:
     p.add_argument("--dtype", choices=DTYPES,
                    help="compute precision (default: the model's choice for the device, float32 on a CPU; "
                         "auto: the fastest measured for this CPU, which changes results slightly: README)")
+
+
+def lm_problem(lm) -> "str | None":
+    """Why --lm's value cannot be read as a language model file (one line, said without the usage), or
+    None: a directory, no such file, a symbolic-link loop, a device."""
+    import os
+
+    if not lm or os.path.isfile(lm):
+        return None
+    if os.path.isdir(lm):
+        return f"--lm {lm}: is a directory, not a language model file"
+    from .audio import source_problem
+
+    return f"--lm {lm}: {source_problem(lm)[0] or 'not a regular file'}"

@@ -13,7 +13,8 @@ The file is written beside OUT under a temporary name and renamed at the end: a 
 conversion leaves nothing. An existing OUT is refused unless --force.
 
 Exit status: 0 written; 2 a usage error, a model that cannot be read or that the schema cannot express,
-or an OUT in the way (one line on stderr: `transcribe: error: ...`); 1 an internal error; 130 interrupted.
+an OUT in the way or that is the model itself (also through a link), or a file that cannot be read or
+written (a full disk) (one line on stderr: `transcribe: error: ...`); 1 an internal error; 130 interrupted.
 """
 from __future__ import annotations
 
@@ -96,6 +97,23 @@ def _source(path: Path) -> None:
                              "Granite Speech NAR directory)")
 
 
+def _same_file(a: Path, b: Path) -> bool:
+    """Whether `a` and `b` name one file (through symbolic or hard links: same device and inode)."""
+    try:
+        return os.path.samefile(a, b)
+    except OSError:  # one of them is not there (or cannot be read): not the same file
+        return False
+
+
+def _not_the_source(src: Path, dest: Path) -> None:
+    """Refuses an OUT that is the model itself (also through a link): --force would replace the model
+    with its own conversion."""
+    from .errors import ModelError
+
+    if _same_file(src, dest):
+        raise ModelError(f"{dest}: is the model being converted ({src}); write the GGUF file elsewhere")
+
+
 def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[str] = None,
             meta: Optional[dict] = None, force: bool = False, progress: bool = False) -> Path:
     """The work of `transcribe convert` (raises TranscribeError for the user's errors)."""
@@ -110,6 +128,7 @@ def convert(model: str, out: str, schema: Optional[str] = None, qtype: Optional[
     if not dest.parent.is_dir():
         raise ModelError(f"{dest.parent}: no such directory")
     _source(src)
+    _not_the_source(src, dest)
     if progress:
         print(f"{PROG}: {src} -> {dest}", file=sys.stderr, flush=True)
     t0 = time.monotonic()
@@ -157,6 +176,12 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         _say("interrupted")
         return 130
+    except OSError as e:  # a full disk, a file that cannot be read or written: the temporary is gone
+        from .writers import no_room
+
+        where = args.out if no_room(e) else (e.filename or args.out)  # not the temporary's name
+        _say(f"error: {where}: {'cannot write: ' if no_room(e) else ''}{e.strerror or _one_line(str(e))}")
+        return 2
     except Exception as e:  # noqa: BLE001 - the one place that turns anything left into one line
         _say(f"internal error: {type(e).__name__}: {_one_line(str(e))}")
         if os.environ.get("TRANSCRIBE_DEBUG") == "1":

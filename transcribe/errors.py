@@ -30,6 +30,30 @@ def weights_only_refusal(e: BaseException) -> Optional[str]:
     return m.group(1) if m else ""
 
 
+# What a checkpoint whose weights are a plain pickle (pickle.dump of a state dict, not torch.save's zip
+# or legacy format) is told as: unpickling it could run any code, so it is never loaded.
+RAW_PICKLE = "a raw pickle checkpoint, which this package does not load: it could run code"
+
+# torch.save's legacy (torch < 1.6) format: a protocol-2 pickle of its magic number first.
+_TORCH_LEGACY_HEAD = b"\x80\x02\x8a\x0a" + (0x1950A86A20F9469CFC6C).to_bytes(10, "little")
+
+
+def raw_pickle(head: bytes) -> bool:
+    """Whether a checkpoint starting with `head` (16 bytes or more) is a plain pickle: a pickle stream
+    (protocol 2 to 5) that is neither torch's zip format nor its legacy format."""
+    return len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5 and not head.startswith(_TORCH_LEGACY_HEAD)
+
+
+def load_failure(e: BaseException) -> str:
+    """A short reason for torch.load's failure on a bad file, without torch's advice to retry with
+    weights_only=False (which would run whatever code the file holds)."""
+    text = str(e)
+    if "Weights only load failed" in text:
+        m = re.search(r"WeightsUnpickler error:\s*(\S[^\n]*)", text)
+        return f"not a valid pickle stream: {m.group(1).strip()[:160]}" if m else "not a valid pickle stream"
+    return text.splitlines()[0][:200] if text.strip() else type(e).__name__
+
+
 class OptionValueError(TranscribeError):
     """A value of an option the model takes but cannot honour (a language it does not know, a task it
     cannot do); `option` names the option, so a surface can point at its own field."""

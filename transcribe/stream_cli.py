@@ -44,6 +44,9 @@ SAMPLE_RATE = 16000
 PIECE_S = 0.1  # audio fed at a time
 READ_BYTES = 3200  # at most this much of standard input per read (100 ms of 16 kHz s16le)
 STREAM_FORMATS = ("txt", "jsonl")
+# What a WAV header on standard input may say: rates from telephony's lowest to the highest audio
+# interfaces', and at most this many channels (averaged); beyond them the header is not a recording's.
+MIN_RATE, MAX_RATE, MAX_CHANNELS = 1000, 768000, 64
 
 # The command's own flags (argparse dest -> flag; not family options) that a stream does not take, and
 # the one a stream only takes. The family options' flags are read from the registry (transcribe.surfaces):
@@ -144,11 +147,14 @@ def run(args) -> int:
 
     out = _JsonLines(sys.stdout) if args.format == "jsonl" else _Text(sys.stdout)
     pieces = _stdin_pieces(_stdin()) if source == "-" else _file_pieces(pcm, args.realtime)
-    interrupted = False
+    interrupted, heard = False, False
     try:
         for samples, rate in pieces:
+            heard = heard or len(samples) > 0
             session.feed(samples, rate)
             out.update(session)
+        if not heard:  # an empty input, a header alone, less than one whole sample: not a transcript of silence
+            raise TranscribeError(f"{'<stdin>' if source == '-' else source}: no audio in the input")
     except KeyboardInterrupt:
         interrupted = True
     except TranscribeError as e:  # the input (a bad WAV header on stdin, a rate change)
@@ -213,7 +219,8 @@ def _stdin_pieces(stream) -> Iterator[tuple[object, int]]:
             break
         data += more
     rate, channels, size = SAMPLE_RATE, 1, None
-    if data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE":
+    wav = data[:4] in (b"RIFF", b"RF64") and data[8:12] == b"WAVE"
+    if wav:
         data, rate, channels, size = _skip_wav_header(data, read)
     else:
         data, kind = _sniff(data, read)
@@ -244,6 +251,10 @@ def _stdin_pieces(stream) -> Iterator[tuple[object, int]]:
         raise TranscribeError(
             f"<stdin>: truncated: its WAV header promises {size / (frame * rate):.2f} s of audio, the input "
             f"ended after {fed / (frame * rate):.2f} s")
+    if fed == 0:  # not one whole sample: an error, not the empty transcript of an empty input
+        what = "no audio after its WAV header" if wav else "no audio" if data else "the input is empty"
+        raise TranscribeError(f"<stdin>: {what}" + (f" ({len(data)} byte{'s' * (len(data) > 1)}, less than one "
+                                                    f"sample of {channels} channel{'s' * (channels > 1)})" if data else ""))
     if data:
         _say(f"note: {len(data)} byte{'s' if len(data) > 1 else ''} at the end of the input "
              "(not a whole sample) ignored")
@@ -285,6 +296,9 @@ def _skip_wav_header(data: bytes, read) -> tuple[bytes, int, int, Optional[int]]
             if fmt not in (1, 0xFFFE) or bits != 16 or channels < 1 or rate < 1:
                 raise TranscribeError(f"<stdin>: a WAV stream must be 16-bit PCM (format {fmt}, {bits} bits, "
                                       f"{channels} channels, {rate} Hz); or send raw s16le 16 kHz mono")
+            if not MIN_RATE <= rate <= MAX_RATE or channels > MAX_CHANNELS:
+                raise TranscribeError(f"<stdin>: its WAV header says {rate} Hz and {channels} channels; a stream "
+                                      f"takes {MIN_RATE}-{MAX_RATE} Hz and 1-{MAX_CHANNELS} channels")
         pos = end
     if rate is None:
         raise TranscribeError("<stdin>: WAV stream without a format chunk before its audio")

@@ -14,17 +14,19 @@ audio, cues are in order and do not overlap, no text is dropped and no cue is em
 """
 from __future__ import annotations
 
+import errno
 import json
 import math
 import os
 import re
 from decimal import ROUND_HALF_UP, Decimal
+from pathlib import Path
 from typing import Callable, Optional
 
 from .results import Transcript
 from .text.cues import Cue, build_cues
 
-__all__ = ["WRITERS", "SUBTITLE_OPTIONS", "write_transcript", "to_txt", "to_json", "to_srt", "to_vtt",
+__all__ = ["WRITERS", "SUBTITLE_OPTIONS", "write_transcript", "write_atomically", "no_room", "to_txt", "to_json", "to_srt", "to_vtt",
            "format_timestamp"]
 
 
@@ -106,5 +108,36 @@ def write_transcript(transcript: Transcript, fmt: str, path, **options) -> None:
     except KeyError:
         raise ValueError(f"unknown format {fmt!r}; choose one of {', '.join(WRITERS)}") from None
     text = writer(transcript, **options) if fmt in ("srt", "vtt") else writer(transcript)
-    with open(os.fspath(path), "w", encoding="utf-8", newline="\n") as f:
-        f.write(text)
+    write_atomically(path, text)
+
+
+# What a write that found no room raises: a full disk, a quota, a file-size limit (RLIMIT_FSIZE).
+_NO_ROOM = {errno.ENOSPC, errno.EFBIG} | ({errno.EDQUOT} if hasattr(errno, "EDQUOT") else set())
+
+
+def no_room(e: BaseException) -> bool:
+    """Whether `e` is a write that failed for want of room (a full disk or quota, a file-size limit)."""
+    return isinstance(e, OSError) and e.errno in _NO_ROOM
+
+
+def write_atomically(path, text: str, place: Callable[[Path, Path], None] = os.replace) -> None:
+    """`text` (UTF-8) written to `path` whole or not at all: first to `.<name>.<pid>.tmp` in the same
+    folder (the name a killed job's clean-up looks for: jobs/job.py drop_stale_temporaries), synced,
+    then `place(tmp, path)` (a rename); on any failure (a full disk) the temporary is removed and the
+    error raised, and no file of `path`'s name is left behind."""
+    path = Path(os.fspath(path))
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        place(tmp, path)
+    except BaseException as e:
+        try:
+            os.unlink(tmp)
+        except OSError:  # already renamed or removed (place's refusal removes it)
+            pass
+        if isinstance(e, OSError) and e.errno is not None and e.filename != str(path):
+            raise type(e)(e.errno, e.strerror or str(e), str(path)) from e  # named by the file asked for
+        raise

@@ -94,6 +94,11 @@ def main(argv: Optional[list[str]] = None) -> int:
         parser.print_usage(sys.stderr)
         print(f"{PROG}: error: {problem}", file=sys.stderr)
         return 2
+    from ..cli_args import lm_problem
+
+    if lm_problem(args.lm):  # the command is right, the file it names is not: one line
+        print(f"{PROG}: error: {lm_problem(args.lm)}", file=sys.stderr)
+        return 2
 
     from .runner import batch
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import stat
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Iterable, Optional
@@ -63,7 +64,7 @@ def collect(inputs: Iterable[str] = (), manifest: Optional[str] = None) -> list[
             for f in files:
                 rel = f.relative_to(p).with_suffix("")
                 found.append((str(f), str(f), rel.as_posix(), None, False))
-        elif p.is_file():
+        elif p.is_file() or _is_stream(arg):
             found.append((arg, arg, p.stem or "audio", None, False))
         elif glob.has_magic(arg):
             matches = sorted(glob.glob(arg, recursive=True))
@@ -78,12 +79,28 @@ def collect(inputs: Iterable[str] = (), manifest: Optional[str] = None) -> list[
                 raise JobError(f"{arg}: no file matches")
             found += [(f, f, Path(f).stem or "audio", None, False) for f in files]
         else:
-            raise JobError(f"{arg}: no such file or directory")
+            raise JobError(f"{arg}: {_why_not(arg)}")
     if manifest is not None:
         found += _read_manifest(manifest)
     if not found:
         raise JobError("no inputs: give audio files, directories, globs or --manifest FILE.jsonl")
     return _with_ids(found)
+
+
+def _is_stream(path: str) -> bool:
+    """A named pipe (or `<(...)`'s /dev/fd/N): read as a stream when its turn comes."""
+    try:
+        return stat.S_ISFIFO(os.stat(path).st_mode)
+    except OSError:
+        return False
+
+
+def _why_not(path: str) -> str:
+    """Why an argument names no input: no such file or directory, a symbolic-link loop, a device..."""
+    from ..audio import source_problem
+
+    problem = source_problem(path)[0]
+    return "no such file or directory" if problem in (None, "no such file") else problem
 
 
 def _read_manifest(path: str) -> list[tuple[str, str, str, Optional[dict], bool]]:
@@ -174,6 +191,11 @@ def probe(items: list[Item]) -> None:
 
 
 def probe_duration(path: str) -> Optional[float]:
+    try:
+        if not stat.S_ISREG(os.stat(path).st_mode):
+            return None  # a named pipe (read once, when decoded; opening it here could wait for ever), a device
+    except OSError:
+        return None  # not there: decoding says why
     try:
         import soundfile
 

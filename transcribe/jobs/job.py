@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..results import Transcript
-from ..writers import WRITERS
+from ..writers import WRITERS, write_atomically
 from .inputs import Item, JobError
 from .local import WorkerSetupError
 from .work import join, piece_error, reason
@@ -83,12 +83,7 @@ class Results:
         if not self.path.exists():
             return
         lines = [json.dumps(d, ensure_ascii=False) + "\n" for i, d in self.done.items() if i in ids]
-        tmp = self.path.with_name(f".{RESULTS}.{os.getpid()}.tmp")
-        with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-            f.writelines(lines)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        write_atomically(self.path, "".join(lines))
 
     def append(self, line: dict) -> None:
         if self.f is None:
@@ -124,15 +119,7 @@ class Outputs:
         for fmt, path in zip(self.formats, self.paths(item)):
             text = self.render(fmt, result)
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-            with open(tmp, "w", encoding="utf-8", newline="\n") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            if self.replace:
-                os.replace(tmp, path)
-            else:
-                _place(tmp, path)
+            write_atomically(path, text, os.replace if self.replace else _place)  # nothing left on failure
             written.append(path.relative_to(self.out_dir).as_posix())
         return written
 

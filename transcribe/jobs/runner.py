@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Optional, TextIO
 
 from ..errors import TranscribeError
-from ..writers import WRITERS
+from ..writers import WRITERS, no_room
 from .inputs import Item, JobError, collect, probe
 from .job import (SCRATCH, Assembler, Outputs, Results, clear_scratch, drop_scratch, drop_stale_temporaries,
                   local_events, task_inputs)
@@ -142,6 +142,11 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, model:
     summary = JobSummary(total=len(items), results=str(results.path), mode="ray" if job.ray else "local")
     try:
         _run_job(items, out_dir, model, job, outputs, results, summary)
+    except OSError as e:
+        if not no_room(e):
+            raise
+        raise JobError(f"{e.filename or out_dir}: cannot write: {e.strerror or e}; the job stopped (finished "
+                       "inputs are kept: make room and run it again with --resume)") from None
     finally:
         results.close()
         shutil.rmtree(out_dir / SCRATCH, ignore_errors=True)
@@ -358,6 +363,8 @@ def _drive(done: Iterator[Outcome], outputs: Outputs, results: Results, summary:
             try:
                 written = outputs.write(item, result)
             except OSError as e:
+                if no_room(e):  # every input after it would fail the same way: the job stops (batch)
+                    raise
                 error = f"cannot write the output: {e.strerror or e}"
             except Exception as e:  # noqa: BLE001 - a writer's failure is this input's
                 error = reason(e)

@@ -19,7 +19,7 @@ import torch
 import yaml
 
 from ..config_yaml import YAMLBoundError, excerpt, load_yaml
-from ..errors import ModelError, weights_only_refusal
+from ..errors import RAW_PICKLE, ModelError, load_failure, raw_pickle, weights_only_refusal
 
 CONFIG = "model_config.yaml"
 WEIGHTS = "model_weights.ckpt"
@@ -154,16 +154,26 @@ def _check_small(path, name: str, size: int, what: str) -> None:
                          f"({MAX_SMALL_MEMBER >> 20} MiB); not read")
 
 
+def _head(f) -> bytes:
+    """The first bytes of the archive member `f` (b"" when it cannot be read again)."""
+    try:
+        f.seek(0)
+        return f.read(16)
+    except (OSError, ValueError):
+        return b""
+
+
 def _load_weights(f, path, size: int) -> dict:
     try:
         sd = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises RuntimeError / UnpicklingError / EOFError with long texts
+        if raw_pickle(_head(f)):  # neither of torch's formats: said as such, not as corrupt
+            raise ModelError(f"{path}: {WEIGHTS} is {RAW_PICKLE}") from None
         what = weights_only_refusal(e)
         if what is not None:
             raise ModelError(f"{path}: {WEIGHTS} holds Python objects other than tensors{' (' + what + ')' if what else ''}, "
                              "which are not loaded (weights_only); not a plain checkpoint") from None
-        msg = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        raise ModelError(f"{path}: {WEIGHTS} is corrupt or truncated ({msg})") from None
+        raise ModelError(f"{path}: {WEIGHTS} is corrupt or truncated ({load_failure(e)})") from None
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):

@@ -16,7 +16,7 @@ from typing import Optional
 
 import torch
 
-from ...errors import ModelError, weights_only_refusal
+from ...errors import RAW_PICKLE, ModelError, load_failure, raw_pickle, weights_only_refusal
 from ...hub import default_model_path, hub_file
 
 TOKENIZER_JSON = "tokenizer.json"
@@ -61,13 +61,23 @@ def torch_load(path: Path) -> object:
         except OSError as e:
             raise ModelError(f"{path}: cannot read the checkpoint ({e.strerror or e})") from None
         except Exception as e:  # torch raises RuntimeError, UnpicklingError, EOFError, ... on bad files
+            if raw_pickle(_head(path)):  # neither of torch's formats: said as such, not as corrupt
+                raise ModelError(f"{path}: {RAW_PICKLE}") from None
             what = weights_only_refusal(e)
             if what is not None:
                 raise ModelError(f"{path}: holds Python objects other than tensors{' (' + what + ')' if what else ''}, "
                                  "which are not loaded (weights_only); not a plain checkpoint") from None
-            err = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+            err = load_failure(e)
             # mmap needs the zip format; a legacy (torch < 1.6) file is read whole on the second try
     raise ModelError(f"{path}: not a readable PyTorch checkpoint; truncated or corrupt? ({err})")
+
+
+def _head(path: Path) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read(16)
+    except OSError:
+        return b""
 
 
 # A bias on the attention keys adds q.b to every score of a query, the same for all keys: the
