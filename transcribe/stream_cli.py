@@ -32,6 +32,7 @@ import time
 from typing import Iterator, Optional
 
 from . import surfaces
+from .audio import MAX_RATE, MIN_RATE
 from .cli_args import add_option_flags, flag
 from .errors import OptionsNotTaken, TranscribeError
 from .loading import FAMILIES
@@ -44,9 +45,9 @@ SAMPLE_RATE = 16000
 PIECE_S = 0.1  # audio fed at a time
 READ_BYTES = 3200  # at most this much of standard input per read (100 ms of 16 kHz s16le)
 STREAM_FORMATS = ("txt", "jsonl")
-# What a WAV header on standard input may say: rates from telephony's lowest to the highest audio
-# interfaces', and at most this many channels (averaged); beyond them the header is not a recording's.
-MIN_RATE, MAX_RATE, MAX_CHANNELS = 1000, 768000, 64
+# What a WAV header on standard input may say: the rates audio.py accepts anywhere (MIN_RATE, MAX_RATE),
+# and at most this many channels (averaged); beyond them the header is not a recording's.
+MAX_CHANNELS = 64
 
 # The command's own flags (argparse dest -> flag; not family options) that a stream does not take, and
 # the one a stream only takes. The family options' flags are read from the registry (transcribe.surfaces):
