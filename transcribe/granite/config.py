@@ -174,9 +174,23 @@ class _Reader:
             raise ModelError(f"config {self.where} has settings this code does not implement: {', '.join(unknown)}")
 
 
+# The largest structural size a config may give (by the key's last part; others: _MAX_SIZE): far
+# above every published Granite Speech model (16 encoder blocks of 1024, 2 projector layers,
+# an LM of 40 layers, 4096 wide, 12800 in its MLP, a 100k vocabulary), so a real model never meets
+# them and a hostile config's `num_layers: 1073741824` is refused before a module is built.
+_MAXIMA = {"num_layers": 256, "num_hidden_layers": 256, "vocab_size": 1 << 20, "output_dim": 1 << 20,
+           "bpe_output_dim": 1 << 20, "intermediate_size": 65536, "max_pos_emb": 65536, "context_size": 65536,
+           "max_position_embeddings": 1 << 20}
+_MAX_SIZE = 16384  # widths, heads, kernel, windows, rates
+
+
 def _positive(value: int, where: str) -> int:
-    if value <= 0:
-        raise ModelError(f"config {where} must be positive, got {value}")
+    """value, a structural size, checked: positive and at most its _MAXIMA bound."""
+    if not isinstance(value, (int, float)) or value <= 0:
+        raise ModelError(f"config {where} must be positive, got {value!r:.80}")
+    top = _MAXIMA.get(where.rsplit(".", 1)[-1], _MAX_SIZE)
+    if value > top:
+        raise ModelError(f"config {where} = {value} is more than this code accepts ({top}, far above any published model)")
     return value
 
 
@@ -265,7 +279,7 @@ def _projector(p: _Reader, enc: EncoderConfig) -> ProjectorConfig:
         num_heads=_positive(p.get("num_heads", "num_attention_heads"), "projector_config.num_heads"),
         block_size=_positive(p.get("block_size", "window_size", default=15), "projector_config.block_size"),
         downsample_rate=_positive(p.get("downsample_rate", default=5), "projector_config.downsample_rate"),
-        encoder_dim=p.get("encoder_dim", default=enc.hidden_dim),
+        encoder_dim=_positive(p.get("encoder_dim", default=enc.hidden_dim), "projector_config.encoder_dim"),
         llm_dim=0,
         mlp_hidden=_positive(mlp_hidden, "projector_config.intermediate_size"),
         mlp_bias=p.get("mlp_bias", default=True, kind=bool),
@@ -317,11 +331,12 @@ def _text(t: _Reader, txt_raw: dict, cfg: dict) -> TextConfig:
         intermediate_size=_positive(t.get("intermediate_size"), "text_config.intermediate_size"),
         num_hidden_layers=_positive(t.get("num_hidden_layers"), "text_config.num_hidden_layers"),
         num_attention_heads=t_heads,
-        num_key_value_heads=t.get("num_key_value_heads", default=t_heads),
-        head_dim=txt_raw.get("head_dim") or t_hidden // t_heads,
+        num_key_value_heads=_positive(t.get("num_key_value_heads", default=t_heads), "text_config.num_key_value_heads"),
+        head_dim=_positive(txt_raw.get("head_dim") or t_hidden // t_heads, "text_config.head_dim"),
         rms_norm_eps=t.get("rms_norm_eps", default=1e-5, kind=float),
         rope_theta=theta,
-        max_position_embeddings=t.get("max_position_embeddings", default=4096),
+        max_position_embeddings=_positive(t.get("max_position_embeddings", default=4096),
+                                          "text_config.max_position_embeddings"),
         attention_multiplier=t.get("attention_multiplier", kind=float),
         embedding_multiplier=t.get("embedding_multiplier", kind=float),
         logits_scaling=t.get("logits_scaling", kind=float),

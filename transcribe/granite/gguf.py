@@ -343,7 +343,13 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
         keys = f.keys()
         keys.accept(["general.*", "stt.variant", "stt.capability.*"])
         raw = config_from_meta(keys, where)
-        cfg = parse_config(raw, "ibm")
+        for key, prefix in (("encoder.n_layers", "enc.blocks."), ("projector.n_layers", "prj.blocks."),
+                            ("text.n_layers", "dec.blocks.")):
+            _check_layer_count(f, where, P + key, prefix, keys.require(P + key))
+        try:
+            cfg = parse_config(raw, "ibm")
+        except ModelError as e:
+            raise ModelError(f"{where}: {e}") from None
         tokenizer, ids = _tokenizer(keys, where)
         chars = _ctc_chars(keys, where)
         _frontend(keys, f, where)
@@ -385,6 +391,22 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
             state[ibm] = t if t.dtype == dtype else t.to(dtype)
         meta = {k: v for k, v in f.meta.items() if k.startswith(("general.", "stt.variant"))}
     return cfg, state, tokenizer, {"ctc_chars": chars, "identity": meta, "token_ids": ids, "int8": rows}
+
+
+def _check_layer_count(f, where: str, key: str, prefix: str, n_layers: int) -> None:
+    """The file's `key` must be the number of layers whose tensors (`prefix`N.*) it holds: checked
+    from the tensor names before a module is built, so a count claiming more is an error naming the
+    first missing layer's tensors, never a loop over the claimed count."""
+    have = set()
+    for name in f.tensors:
+        if name.startswith(prefix):
+            index = name[len(prefix):].split(".", 1)[0]
+            if index.isdigit():
+                have.add(int(index))
+    if n_layers != len(have) or have != set(range(len(have))):
+        missing = next((i for i in range(len(have) + 1) if i not in have), len(have))
+        raise ModelError(f"{where}: {key} = {n_layers}, but the file holds tensors for {len(have)} such layers"
+                         + (f" (tensors {prefix}{missing}.* are missing)" if missing < n_layers else ""))
 
 
 def load_gguf(path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None):

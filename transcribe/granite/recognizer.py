@@ -86,8 +86,8 @@ class GraniteASR(Recognizer):
         dtype = check_dtype(device, dtype)
         int8 = dtype == torch.int8
         ckpt = read_checkpoint(Path(path), torch.float32 if int8 else dtype)
-        cfg = parse_config(ckpt.config, ckpt.layout)
         try:
+            cfg = parse_config(ckpt.config, ckpt.layout)
             model = build(cfg, ckpt.state_dict, tied=cfg.text.tie_word_embeddings)
         except ModelError as e:
             raise ModelError(f"{path}: {e}") from None

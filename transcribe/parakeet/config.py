@@ -371,7 +371,63 @@ def parse_config(cfg: dict) -> ParakeetConfig:
     ctc = _ctc(cfg, dec, dec_kind, d_model)
     if transducer is None and ctc is None:
         raise ValueError(f"model {target or '?'} has neither a transducer nor a CTC head")
-    return ParakeetConfig(target, sample_rate, front, encoder, transducer, ctc, _prompt(cfg, target, d_model))
+    config = ParakeetConfig(target, sample_rate, front, encoder, transducer, ctc, _prompt(cfg, target, d_model))
+    check_sizes(config)
+    return config
+
+
+# The largest structural size a config may give, per `section.key`: each far above every published
+# NeMo ASR model (the largest, canary/parakeet 1.1B-class: 42 layers, d_model 1024, 8 heads, ff x4,
+# kernel 9/31, 128 mels, n_fft 512, vocab 16k, 5 TDT durations, 2 predictor layers of 640), so a
+# real model never meets them, and a hostile file's `encoder.n_layers = 2**30` is refused before a
+# module is built (building it, even on the meta device, would loop for hours). The weights then
+# have to match the (bounded) modules tensor by tensor.
+SIZE_MAXIMA: dict[str, int] = {
+    "preprocessor.features": 1024, "preprocessor.n_fft": 65536, "preprocessor.n_window_size": 65536,
+    "preprocessor.n_window_stride": 65536, "preprocessor.pad_to": 65536,
+    "encoder.n_layers": 256, "encoder.d_model": 16384, "encoder.n_heads": 256,
+    "encoder.ff_expansion_factor": 64, "encoder.subsampling_factor": 64,
+    "encoder.subsampling_conv_channels": 16384, "encoder.conv_kernel_size": 1023,
+    "encoder.pos_emb_max_len": 1 << 20,
+    "decoder.vocab_size": 1 << 20, "decoder.prednet.pred_hidden": 16384, "decoder.prednet.pred_rnn_layers": 64,
+    "joint.jointnet.encoder_hidden": 16384, "joint.jointnet.pred_hidden": 16384,
+    "joint.jointnet.joint_hidden": 16384, "joint.num_classes": 1 << 20, "joint.num_extra_outputs": 256,
+    "decoding.durations": 256, "ctc.feat_in": 16384, "ctc.num_classes": 1 << 20,
+    "model_defaults.num_prompts": 1 << 16,
+}
+# SIZE_MAXIMA's keys -> (the config part, its field) they are read from.
+_SIZE_FIELDS = {
+    "preprocessor.features": ("preprocessor", "features"), "preprocessor.n_fft": ("preprocessor", "n_fft"),
+    "preprocessor.n_window_size": ("preprocessor", "n_window_size"),
+    "preprocessor.n_window_stride": ("preprocessor", "n_window_stride"), "preprocessor.pad_to": ("preprocessor", "pad_to"),
+    "encoder.n_layers": ("encoder", "n_layers"), "encoder.d_model": ("encoder", "d_model"),
+    "encoder.n_heads": ("encoder", "n_heads"), "encoder.ff_expansion_factor": ("encoder", "ff_expansion_factor"),
+    "encoder.subsampling_factor": ("encoder", "subsampling_factor"),
+    "encoder.subsampling_conv_channels": ("encoder", "conv_channels"),
+    "encoder.conv_kernel_size": ("encoder", "conv_kernel_size"), "encoder.pos_emb_max_len": ("encoder", "pos_emb_max_len"),
+    "decoder.vocab_size": ("transducer", "vocab_size"), "decoder.prednet.pred_hidden": ("transducer", "pred_hidden"),
+    "decoder.prednet.pred_rnn_layers": ("transducer", "pred_rnn_layers"),
+    "joint.jointnet.encoder_hidden": ("transducer", "joint_enc_hidden"),
+    "joint.jointnet.pred_hidden": ("transducer", "joint_pred_hidden"),
+    "joint.jointnet.joint_hidden": ("transducer", "joint_hidden"), "joint.num_classes": ("transducer", "num_classes"),
+    "joint.num_extra_outputs": ("transducer", "num_extra_outputs"), "decoding.durations": ("transducer", "durations"),
+    "ctc.feat_in": ("ctc", "feat_in"), "ctc.num_classes": ("ctc", "num_classes"),
+    "model_defaults.num_prompts": ("prompt", "num_prompts"),
+}
+
+
+def check_sizes(config: ParakeetConfig) -> None:
+    """A ValueError naming the key of the first structural size of `config` above SIZE_MAXIMA (a
+    list's size: its length), or below 0."""
+    for key, (part, name) in _SIZE_FIELDS.items():
+        obj = getattr(config, part)
+        value = None if obj is None else getattr(obj, name)
+        if value is None:
+            continue
+        size = len(value) if isinstance(value, (list, tuple)) else value
+        if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size <= SIZE_MAXIMA[key]:
+            raise ValueError(f"{key} = {short(size)} is out of the range this code accepts (0 to {SIZE_MAXIMA[key]}, "
+                             "far above any published model)")
 
 
 def _frontend(cfg: dict) -> FrontEndConfig:

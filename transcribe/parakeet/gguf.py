@@ -313,6 +313,23 @@ def read_state_dict(f: GGUFFile, schema: str, joint_index: int, hook: Optional[T
     return sd
 
 
+def _check_layer_count(f: GGUFFile, k: Keys, schema: str, n_layers: int) -> None:
+    """encoder.n_layers must be the number of encoder layers whose tensors the file holds (checked
+    from the tensor names before a module is built: a count claiming more is an error naming the
+    first missing layer's tensors, never a loop over the claimed count)."""
+    prefix = "enc.blocks." if schema == TRANSCRIBE_CPP else "encoder.layers."
+    have = set()
+    for name in f.tensors:
+        if name.startswith(prefix):
+            index = name[len(prefix):].split(".", 1)[0]
+            if index.isdigit():
+                have.add(int(index))
+    if n_layers != len(have) or have != set(range(len(have))):
+        missing = next((i for i in range(len(have) + 1) if i not in have), len(have))
+        raise _err(f, f"{k._full('encoder.n_layers')} = {n_layers}, but the file holds tensors for {len(have)} encoder "
+                      f"layers" + (f" (tensors {prefix}{missing}.* are missing)" if missing < n_layers else ""))
+
+
 def _squeezed(shape) -> tuple:
     return tuple(d for d in shape if d != 1)
 
@@ -448,6 +465,7 @@ def read(path, hook: Optional[TensorHook] = None, int8: Optional[bool] = False):
         k = _Keys(f, "parakeet." if schema == PARAKEET_CPP else "stt.parakeet.")
         joint_index = joint_index_of(f, schema)
         cfg = build_config(f, k, schema, joint_index)
+        _check_layer_count(f, k, schema, cfg["encoder"]["n_layers"])
         try:
             with torch.device("meta"):
                 model = ParakeetModel(cfg)

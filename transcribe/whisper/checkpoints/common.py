@@ -240,8 +240,28 @@ def reference_tokenizer_json(n_vocab: int, where: str) -> str:
             f"put a tokenizer.json beside the checkpoint") from None
 
 
+# The largest value each dimension may have: far above every published Whisper (large-v3: 128 mels,
+# 1500 audio / 448 text positions, width 1280, 20 heads, 32 layers, 51866 tokens), so a real model
+# never meets them, and a hostile checkpoint's `n_text_layer = 2**30` is refused before a module (or
+# a set of its layer numbers) is made.
+DIM_MAXIMA = {"n_mels": 1024, "n_audio_ctx": 65536, "n_audio_state": 16384, "n_audio_head": 256,
+              "n_audio_layer": 256, "n_vocab": 1 << 20, "n_text_ctx": 65536, "n_text_state": 16384,
+              "n_text_head": 256, "n_text_layer": 256}
+
+
+def check_dims(dims: dict, where: str) -> None:
+    """A ModelError naming the first dimension that is not an integer from 1 to its DIM_MAXIMA bound."""
+    for key, top in DIM_MAXIMA.items():
+        value = dims.get(key)
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ModelError(f"{where}: dims {key} = {value!r:.80} is out of the range this code accepts "
+                             f"(1 to {top}, far above any published Whisper)")
+
+
 def state_dict_fits(sd: dict, dims: dict, where: str) -> None:
-    """Check the shapes that fix the dims against the weights, so a mismatch names the tensor."""
+    """Check the dims against their bounds (`check_dims`), then the shapes that fix them against the
+    weights, so a mismatch names the tensor."""
+    check_dims(dims, where)
     expect = {
         "encoder.conv1.weight": [dims["n_audio_state"], dims["n_mels"], 3],
         "encoder.conv2.weight": [dims["n_audio_state"], dims["n_audio_state"], 3],
@@ -256,7 +276,7 @@ def state_dict_fits(sd: dict, dims: dict, where: str) -> None:
             raise ModelError(f"{where}: {name} has shape {list(t.shape)}, but the dims ask for {shape}")
     for side, n in (("encoder", dims["n_audio_layer"]), ("decoder", dims["n_text_layer"])):
         have = {int(k.split(".")[2]) for k in sd if k.startswith(f"{side}.blocks.")}
-        if have != set(range(n)):
+        if len(have) != n or have != set(range(n)):
             raise ModelError(f"{where}: the weights hold {side} blocks {sorted(have)[:8]}, but the dims ask for {n}")
     for key, heads in (("n_audio", dims["n_audio_head"]), ("n_text", dims["n_text_head"])):
         if heads <= 0 or dims[f"{key}_state"] % heads:
