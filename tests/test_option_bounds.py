@@ -225,6 +225,6 @@ def test_the_websocket_refuses_before_a_session(server, query, words):
                 pass  # closed with an error code: read below
             return messages, ws.close_code
 
-    messages, code = asyncio.run(run())
+    messages, code = asyncio.run(asyncio.wait_for(run(), 60))  # refused at once: a session would wait for audio
     assert [m["type"] for m in messages] == ["error"] and words in messages[0]["message"], messages
     assert code == 1003
