@@ -118,8 +118,13 @@ class WhisperOptions:
         if self.batched and self.prefix:
             raise OptionValueError("prefix", "prefix forces the start of the first window of the sequential "
                                    "loop; batched=True has no first window to force it on (use initial_prompt)")
-        for name in ("initial_prompt", "prefix"):
-            text(name, getattr(self, name), MAX_PROMPT_CHARS, why="a window's prompt holds its last 223 tokens")
+        for name in ("initial_prompt", "prefix"):  # text, or token ids
+            value = getattr(self, name)
+            if isinstance(value, (list, tuple)):
+                if len(value) > MAX_PROMPT_CHARS:
+                    raise OptionValueError(name, f"{name} must be at most {MAX_PROMPT_CHARS} tokens, got {len(value)}")
+            else:
+                text(name, value, MAX_PROMPT_CHARS, why="a window's prompt holds its last 223 tokens")
         for name in ("prepend_punctuations", "append_punctuations"):
             text(name, getattr(self, name), 1000, allow_none=False)
         sample_rate(self.sample_rate)
