@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
+import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
@@ -74,12 +76,92 @@ def build(options_class, model_name: str, kind: str, given: dict):
 
 # ------------------------------------------------------------------------------ value checks
 
-def positive_int(name: str, value, allow_none: bool = True) -> None:
-    """Raises OptionValueError unless `value` is an integer of at least 1 (or None when allowed)."""
+# Bounds every family shares (each family's own maxima are in its options.py, said in its help texts).
+# An array input's rate (the WebSocket's bounds too): audio is recorded at 8-384 kHz; a rate far outside is a
+# wrong argument, and resampling 1 Hz "audio" to 16 kHz multiplies its size 16,000 times.
+SAMPLE_RATES = (1000, 384000)
+# Inputs (or windows) a call decodes together: far above what fills any accelerator (8-64 are usual); a larger
+# batch only asks for memory at once.
+MAX_BATCH_SIZE = 512
+# Beams (and Whisper's samples per window): openai-whisper decodes with 5, NeMo's beams are 4-8; accuracy stops
+# improving by about 10, while a search's time and memory grow with each (Whisper's 1,000 beams: 291 s for 11 s
+# of audio; Parakeet's 10^9: 9 GB in 4 s).
+MAX_BEAM = 64
+WHY_BEAM = "accuracy stops improving by about 10; time and memory grow with each"
+
+
+def positive_int(name: str, value, allow_none: bool = True, most: Optional[int] = None, why: str = "") -> None:
+    """Raises OptionValueError unless `value` is an integer of at least 1 and at most `most` (None: no
+    maximum), or None when allowed; `why` says why the maximum is what it is."""
+    integer(name, value, 1, most, allow_none, why)
+
+
+def integer(name: str, value, least: int, most: Optional[int] = None, allow_none: bool = True,
+            why: str = "") -> None:
+    """Raises OptionValueError unless `value` is an integer (not a bool) in [least, most] (None: no
+    maximum), or None when allowed; `why` says why the maximum is what it is."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise OptionValueError(name, f"{name} must be a positive integer, got {value!r}")
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise OptionValueError(name, f"{name} must be an integer, got {_shown(value)}")
+    if value < least:
+        word = "a positive integer" if least == 1 else f"at least {least}"
+        raise OptionValueError(name, f"{name} must be {word}{_because(why)}, got {value}")
+    if most is not None and value > most:
+        raise OptionValueError(name, f"{name} must be at most {most}{_because(why)}, got {value}")
+
+
+def number(name: str, value, least: Optional[float] = None, most: Optional[float] = None, allow_none: bool = True,
+           above: bool = False, why: str = "") -> float:
+    """`value` as a float, or None when allowed: raises OptionValueError unless it is a finite real number
+    (not a bool, NaN or infinity) in [least, most] ((least, most] with `above`; a None bound is no bound);
+    `why` says why the bounds are what they are."""
+    if value is None and allow_none:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise OptionValueError(name, f"{name} must be a number, got {_shown(value)}")
+    v = float(value)
+    if not math.isfinite(v):
+        raise OptionValueError(name, f"{name} must be a finite number, got {v}")
+    low = least is not None and (v <= least if above else v < least)
+    if low or (most is not None and v > most):
+        raise OptionValueError(name, f"{name} must lie in {_interval(least, most, above)}{_because(why)}, "
+                               f"got {value:g}")
+    return v
+
+
+def sample_rate(value) -> None:
+    """The `sample_rate` of array inputs: None (the model's) or a whole number of Hz in SAMPLE_RATES."""
+    integer("sample_rate", value, SAMPLE_RATES[0], SAMPLE_RATES[1],
+            why=" (audio is recorded at 8-384 kHz; a rate far outside is a wrong argument)")
+
+
+def text(name: str, value, most: int, allow_none: bool = True, why: str = "") -> None:
+    """Raises OptionValueError unless `value` is a string of at most `most` characters (or None when allowed)."""
+    if value is None and allow_none:
+        return
+    if not isinstance(value, str):
+        raise OptionValueError(name, f"{name} must be text, got {_shown(value)}")
+    if len(value) > most:
+        raise OptionValueError(name, f"{name} must be at most {most} characters{_because(why)}, got {len(value)}")
+
+
+def _interval(least, most, above: bool) -> str:
+    if most is None:
+        return f"{'>' if above else '>='} {least:g}" if least is not None else "any"
+    if least is None:
+        return f"<= {most:g}"
+    return f"{'(' if above else '['}{least:g}, {most:g}]"
+
+
+def _because(why: str) -> str:
+    return why if not why or why.startswith(" ") else f" ({why})"
+
+
+def _shown(value) -> str:
+    """A value in a message, cut short (a hostile value may be long)."""
+    r = repr(value)
+    return r if len(r) <= 60 else r[:57] + "..."
 
 
 def boolean(name: str, value) -> None:

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..options import option
+from ..options import MAX_BATCH_SIZE, boolean, number, option, positive_int, sample_rate
 
 MAX_PIECE_S = (10.0, 200.0)  # the editor holds about 3.5-4 minutes
 
@@ -18,7 +18,7 @@ class GraniteOptions:
     transcribe.pauses). sample_rate: the rate of array inputs (default 16 kHz); files carry their own.
     word_timestamps (Whisper's option) is accepted: words come with the timestamps here."""
 
-    batch_size: int = option(8, help="pieces run together", command=False, form=None)
+    batch_size: int = option(8, help=f"pieces run together (at most {MAX_BATCH_SIZE})", command=False, form=None)
     timestamps: bool = option(True, help="segment, word and token times", command=False, form=None)
     sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
     max_piece_s: float = option(90.0, help="cut inputs longer than this at pauses (10-200 s)", parse=float,
@@ -30,12 +30,12 @@ class GraniteOptions:
     def __post_init__(self):
         from ..pauses import DETECTORS
 
-        if isinstance(self.batch_size, bool) or not isinstance(self.batch_size, int) or self.batch_size < 1:
-            raise OptionValueError("batch_size", "batch_size must be a positive integer")
-        low, high = MAX_PIECE_S
-        if not low <= float(self.max_piece_s) <= high:
-            raise OptionValueError("max_piece_s", f"max_piece_s must be within 10-200 s (the editor holds about 3.5 "
-                                   f"minutes), got {self.max_piece_s}")
+        positive_int("batch_size", self.batch_size, allow_none=False, most=MAX_BATCH_SIZE)
+        boolean("timestamps", self.timestamps)
+        boolean("word_timestamps", self.word_timestamps)
+        sample_rate(self.sample_rate)
+        number("max_piece_s", self.max_piece_s, *MAX_PIECE_S, allow_none=False,
+               why="seconds; the editor holds about 3.5 minutes")
         if self.detector not in DETECTORS:
             raise OptionValueError("detector", f"unknown pause detector {self.detector!r} (one of "
                                    f"{', '.join(DETECTORS)})")
