@@ -21,7 +21,7 @@ from transcribe import audio
 from transcribe.audio import AudioLimitError, load_audio, model_input
 from transcribe.errors import AudioError, TranscribeError
 
-from .conftest import SHARED
+from .conftest import AUDIO, SHARED
 
 ROOT = Path(transcribe.__file__).resolve().parent.parent
 
@@ -337,3 +337,16 @@ def test_cli_exits_2_on_huge_samples(tmp_path, capsys):
     rc = cli.main([str(path), "--model", str(MODELS / "parakeet-tiny" / "tiny-tdt-fit.nemo")])
     assert rc == 2
     assert "loud.wav: a sample of magnitude 3e+38 is beyond the largest accepted (16,777,216)" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("offset,value", [(34, 255), (34, 0), (20, 0x1234)], ids=["bits-255", "bits-0", "format-tag-0x1234"])
+def test_a_wav_no_decoder_takes_is_an_audio_error(tmp_path, offset, value):
+    """A WAV header libsndfile refuses (a bit depth or format tag no decoder has) goes on to PyAV, which
+    gives its stream no codec context: a clear AudioError, not PyAV's AttributeError (found by
+    tools/fuzz_hostile.py)."""
+    data = bytearray((AUDIO / "jfk.wav").read_bytes())
+    data[offset:offset + 2] = value.to_bytes(2, "little")
+    bad = tmp_path / "bad.wav"
+    bad.write_bytes(bytes(data))
+    with pytest.raises(AudioError, match="bad.wav"):
+        load_audio(str(bad), 16000)

@@ -469,9 +469,13 @@ def _decode_av(f, name: str, target: _Target, promise) -> "tuple[_Collector, Opt
             raise _NotDecodable("no audio stream found")
         stream = streams[0]
         stream.thread_type = "AUTO"
+        try:
+            rate = stream.sample_rate
+        except AttributeError:  # PyAV gives a stream no codec context when FFmpeg has no decoder for it
+            raise _NotDecodable("no decoder for its audio codec") from None
         promise = promise or container_promise(container, f, start)
-        if stream.sample_rate:
-            check_rate(stream.sample_rate, name)
+        if rate:
+            check_rate(rate, name)
         if container.duration and container.duration > 0:
             _check_declared(name, container.duration / 1e6, target)
         out = _Collector(name, target)
