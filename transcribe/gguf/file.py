@@ -241,3 +241,19 @@ def _ggml_name(qtype: int) -> str:
     except ValueError:
         return "unknown"
 
+
+def missing_layers(f: GGUFFile, prefix: str, n_layers: int, what: str = "such layers") -> Optional[str]:
+    """Why a file's layer count `n_layers` does not match the layers whose tensors (`prefix`N.*) it holds,
+    or None when it does: checked from the tensor names before a model is built, so a count claiming
+    more is an error naming the first missing layer's tensors, never a loop over the claimed count."""
+    have = set()
+    for name in f.tensors:
+        if name.startswith(prefix):
+            index = name[len(prefix):].split(".", 1)[0]
+            if index.isdigit():
+                have.add(int(index))
+    if n_layers == len(have) and have == set(range(len(have))):
+        return None
+    missing = next((i for i in range(len(have) + 1) if i not in have), len(have))
+    return (f"{n_layers}, but the file holds tensors for {len(have)} {what}"
+            + (f" (tensors {prefix}{missing}.* are missing)" if missing < n_layers else ""))

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelError
+from ..gguf.file import missing_layers
 from .frontend import HOP, N_FFT, N_MELS, SAMPLE_RATE, WIN_LENGTH, GraniteFrontEnd
 from .tokenizer import GraniteTokenizer
 
@@ -394,19 +395,10 @@ def read_gguf(path: Path, dtype: torch.dtype = torch.float32, int8: Optional[str
 
 
 def _check_layer_count(f, where: str, key: str, prefix: str, n_layers: int) -> None:
-    """The file's `key` must be the number of layers whose tensors (`prefix`N.*) it holds: checked
-    from the tensor names before a module is built, so a count claiming more is an error naming the
-    first missing layer's tensors, never a loop over the claimed count."""
-    have = set()
-    for name in f.tensors:
-        if name.startswith(prefix):
-            index = name[len(prefix):].split(".", 1)[0]
-            if index.isdigit():
-                have.add(int(index))
-    if n_layers != len(have) or have != set(range(len(have))):
-        missing = next((i for i in range(len(have) + 1) if i not in have), len(have))
-        raise ModelError(f"{where}: {key} = {n_layers}, but the file holds tensors for {len(have)} such layers"
-                         + (f" (tensors {prefix}{missing}.* are missing)" if missing < n_layers else ""))
+    """The file's `key` must be the number of layers whose tensors it holds (gguf.file.missing_layers)."""
+    problem = missing_layers(f, prefix, n_layers)
+    if problem:
+        raise ModelError(f"{where}: {key} = {problem}")
 
 
 def load_gguf(path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None):

@@ -41,7 +41,7 @@ from typing import Callable, Optional
 import torch
 
 from ..errors import ModelError
-from ..gguf.file import GGUFFile, Keys
+from ..gguf.file import GGUFFile, Keys, missing_layers
 from ..search.transducer import DEFAULT_MAX_SYMBOLS
 from ..text.sentencepiece import (BPE, CONTROL, NORMAL, UNIGRAM, UNKNOWN, USER_DEFINED, PiecesTokenizer,
                                   is_special_shape)
@@ -314,20 +314,12 @@ def read_state_dict(f: GGUFFile, schema: str, joint_index: int, hook: Optional[T
 
 
 def _check_layer_count(f: GGUFFile, k: Keys, schema: str, n_layers: int) -> None:
-    """encoder.n_layers must be the number of encoder layers whose tensors the file holds (checked
-    from the tensor names before a module is built: a count claiming more is an error naming the
-    first missing layer's tensors, never a loop over the claimed count)."""
-    prefix = "enc.blocks." if schema == TRANSCRIBE_CPP else "encoder.layers."
-    have = set()
-    for name in f.tensors:
-        if name.startswith(prefix):
-            index = name[len(prefix):].split(".", 1)[0]
-            if index.isdigit():
-                have.add(int(index))
-    if n_layers != len(have) or have != set(range(len(have))):
-        missing = next((i for i in range(len(have) + 1) if i not in have), len(have))
-        raise _err(f, f"{k._full('encoder.n_layers')} = {n_layers}, but the file holds tensors for {len(have)} encoder "
-                      f"layers" + (f" (tensors {prefix}{missing}.* are missing)" if missing < n_layers else ""))
+    """encoder.n_layers must be the number of encoder layers whose tensors the file holds
+    (gguf.file.missing_layers)."""
+    problem = missing_layers(f, "enc.blocks." if schema == TRANSCRIBE_CPP else "encoder.layers.", n_layers,
+                             "encoder layers")
+    if problem:
+        raise _err(f, f"{k._full('encoder.n_layers')} = {problem}")
 
 
 def _squeezed(shape) -> tuple:
