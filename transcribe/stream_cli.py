@@ -32,7 +32,6 @@ import time
 from typing import Iterator, Optional
 
 from . import surfaces
-from .audio import MAX_RATE, MIN_RATE
 from .cli_args import add_option_flags, flag
 from .errors import OptionsNotTaken, TranscribeError
 from .loading import FAMILIES
@@ -297,6 +296,8 @@ def _skip_wav_header(data: bytes, read) -> tuple[bytes, int, int, Optional[int]]
             if fmt not in (1, 0xFFFE) or bits != 16 or channels < 1 or rate < 1:
                 raise TranscribeError(f"<stdin>: a WAV stream must be 16-bit PCM (format {fmt}, {bits} bits, "
                                       f"{channels} channels, {rate} Hz); or send raw s16le 16 kHz mono")
+            from .audio import MAX_RATE, MIN_RATE  # (here: the command's --help imports no numpy)
+
             if not MIN_RATE <= rate <= MAX_RATE or channels > MAX_CHANNELS:
                 raise TranscribeError(f"<stdin>: its WAV header says {rate} Hz and {channels} channels; a stream "
                                       f"takes {MIN_RATE}-{MAX_RATE} Hz and 1-{MAX_CHANNELS} channels")
