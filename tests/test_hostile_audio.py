@@ -350,3 +350,65 @@ def test_a_wav_no_decoder_takes_is_an_audio_error(tmp_path, offset, value):
     bad.write_bytes(bytes(data))
     with pytest.raises(AudioError, match="bad.wav"):
         load_audio(str(bad), 16000)
+
+
+def _m4a(path: Path, seconds: float, rate: int = 16000, codec: str = "aac", **options) -> bytes:
+    """A tone of `seconds` as one audio track in MP4 (PyAV's muxer; `options` such as movflags)."""
+    import av
+
+    x = (0.3 * np.sin(np.arange(int(seconds * rate)) * 0.05)).astype(np.float32)
+    with av.open(str(path), "w", format="mp4", options=options) as out:
+        stream = out.add_stream(codec, rate=rate, layout="mono")
+        frame = av.AudioFrame.from_ndarray(x[None, :], format="flt", layout="mono")
+        frame.sample_rate = rate
+        for packet in list(stream.encode(frame)) + list(stream.encode(None)):
+            out.mux(packet)
+    return path.read_bytes()
+
+
+def _stts_deltas(data: bytes, delta: int) -> bytes:
+    """`data` with every sample delta of its time-to-sample table (`stts`) set to `delta`."""
+    at = data.index(b"stts")
+    entries = int.from_bytes(data[at + 8:at + 12], "big")
+    out = bytearray(data)
+    for k in range(entries):
+        struct.pack_into(">I", out, at + 16 + 8 * k, delta)
+    return bytes(out)
+
+
+def test_an_mp4_whose_sample_table_is_absurd_is_refused(tmp_path):
+    """Issue 36 item 15: an MP4 whose `stts` gives each AAC frame 2^31 - 1 ticks decodes 0.064 s of its
+    2.1 s (FFmpeg stops at the first packet past the track's end); its track header (`mdhd`) still says
+    2.1 s, so the file is refused as truncated or corrupt, not transcribed short."""
+    good = _m4a(tmp_path / "tone.m4a", 2.1)
+    assert abs(len(load_audio(good, 16000)) / 16000 - 2.1) < 0.1
+    bad = tmp_path / "stts.m4a"
+    bad.write_bytes(_stts_deltas(good, 0x7FFFFFFF))
+    with pytest.raises(AudioError, match=r"stts\.m4a: truncated or corrupt: its MP4 header promises 2\.1\d s of "
+                                         r"audio, the file holds 0\.0\d s"):
+        load_audio(str(bad), 16000)
+
+
+def test_an_mp4_cut_short_is_refused_with_both_lengths(tmp_path):
+    """A fast-start MP4 (its `moov` first) cut in its `mdat`: FFmpeg's error came with no length; now the
+    track header's duration is given with where decoding stopped."""
+    data = _m4a(tmp_path / "fast.m4a", 5.0, movflags="faststart")
+    assert data.index(b"moov") < data.index(b"mdat")
+    with pytest.raises(AudioError, match=r"truncated or corrupt: its MP4 header promises 5\.0\d s of audio, decoding "
+                                         r"stopped at 2\.\d\d s"):
+        load_audio(data[:len(data) // 2], 16000)
+
+
+@pytest.mark.parametrize("codec", ["aac", "mp3", "libopus", "alac"])
+@pytest.mark.parametrize("seconds", [0.3, 2.1, 7.0])
+def test_whole_mp4s_still_decode(tmp_path, codec, seconds):
+    """The MP4 check refuses none of the files FFmpeg writes whole: what a track header leaves out of the
+    frames (an encoder's priming and padding, a frame at most) is well inside its 0.25 s slack."""
+    import av
+
+    if codec not in av.codecs_available:
+        pytest.skip(f"this FFmpeg has no {codec} encoder")
+    rate = 16000 if codec != "libopus" else 48000
+    data = _m4a(tmp_path / "tone.m4a", seconds, rate, codec)
+    got = len(load_audio(data, 16000)) / 16000
+    assert seconds - 0.01 <= got <= seconds + 0.2  # all of it; an encoder pads to whole frames (AAC at 16 kHz: 64 ms)

@@ -16,7 +16,7 @@ its mono float32 output at the target rate.
 Every failure raises `transcribe.errors.AudioError` with a one-line message that begins with the
 name of the input (``"talk.mp3: ..."``). A truncated file is one: where the header tells the length
 (a WAV's data size unless it is 0 or a pipe's placeholder, an AIFF's, AU's or FLAC's, an MP3's
-Xing/Info frame count, a Matroska/WebM audio file's duration) and less of it decodes, the message
+Xing/Info frame count, a Matroska/WebM audio file's duration, an MP4 audio track's) and less of it decodes, the message
 gives both. Ogg, and MP3 or FLAC written to a pipe, tell no length.
 
 Hostile input is bounded (`check_rate`, `check_samples`, `max_seconds`): a rate outside
@@ -473,7 +473,7 @@ def _decode_av(f, name: str, target: _Target, promise) -> "tuple[_Collector, Opt
             rate = stream.sample_rate
         except AttributeError:  # PyAV gives a stream no codec context when FFmpeg has no decoder for it
             raise _NotDecodable("no decoder for its audio codec") from None
-        promise = promise or container_promise(container, f, start)
+        promise = promise or container_promise(container, stream, f, start)
         if rate:
             check_rate(rate, name)
         if container.duration and container.duration > 0:
@@ -592,7 +592,7 @@ def _complete(out: "_Collector", promise: Optional[Promise], name: str) -> np.nd
     """The decoded audio, or an AudioError when less of it decoded than its header promises."""
     if _short_of(out, promise):
         raise AudioError(
-            f"{name}: truncated: {promise.what} promises {promise.seconds:.2f} s of audio, the file holds "
+            f"{name}: {promise.short}: {promise.what} promises {promise.seconds:.2f} s of audio, the file holds "
             f"{out.seconds:.2f} s ({promise.seconds - out.seconds:.2f} s missing)")
     return out.finish()
 

@@ -1,5 +1,5 @@
-"""What a file's header promises: the seconds of audio its WAV, AIFF, AU, FLAC, MP3 (Xing/Info) or
-Matroska/WebM header declares, so that audio.py can refuse a truncated file (less decodes than that)."""
+"""What a file's header promises: the seconds of audio its WAV, AIFF, AU, FLAC, MP3 (Xing/Info),
+Matroska/WebM or MP4 header declares, so that audio.py can refuse a truncated file (less decodes than that)."""
 from __future__ import annotations
 
 import os
@@ -8,10 +8,12 @@ from typing import NamedTuple, Optional
 
 class Promise(NamedTuple):
     """The audio a file's header declares: `seconds`, less than `slack` of it may be missing (rounding,
-    an encoder's padding); `what` names the header in a message."""
+    an encoder's padding); `what` names the header in a message, `short` what a file is whose audio
+    falls short of it (an MP4's sample table can be damaged as well as its data cut)."""
     seconds: float
     slack: float
     what: str
+    short: str = "truncated"
 
 
 # Data sizes a writer that cannot seek back leaves in a header (0, 0xFFFFFFFF; arecord's and sox's
@@ -118,18 +120,33 @@ def _aiff_promise(f, start: int) -> Optional[Promise]:
     return Promise(frames / rate, 0.5 / rate, "its AIFF header")
 
 
-def container_promise(container, f, start: int) -> Optional[Promise]:
+def container_promise(container, stream, f, start: int) -> Optional[Promise]:
     """What FFmpeg read of the length from a header that tells it: an MP3's Xing/Info/VBRI frame count;
-    a Matroska/WebM file's Duration (audio alone: the segment's duration is its longest stream's).
-    Not a length estimated from the bit rate and the file's size, which a cut file shortens too."""
+    a Matroska/WebM file's Duration (audio alone: the segment's duration is its longest stream's); an
+    MP4/MOV audio track's own duration (its `mdhd`, which a damaged time-to-sample table or a cut
+    `mdat` does not shorten). Not a length estimated from the bit rate and the file's size, which a
+    cut file shortens too."""
     duration = container.duration
     if not duration or duration <= 0:
         return None
     name = container.format.name
+    if "mp4" in name.split(","):
+        track = _track_seconds(stream)
+        return None if track is None else Promise(track, 0.25, "its MP4 header", "truncated or corrupt")
     if name == "mp3" and _mp3_vbr_header(f, start):
         return Promise(duration / 1e6, 0.25, "its MP3 (Xing/Info) header")
     if "matroska" in name.split(",") and len(container.streams) == 1:
         return Promise(duration / 1e6, 0.25, "its Matroska/WebM header")
+    return None
+
+
+def _track_seconds(stream) -> Optional[float]:
+    """A stream's duration in seconds as its container declares it, or None."""
+    try:
+        if stream.duration and stream.duration > 0 and stream.time_base:
+            return float(stream.duration * stream.time_base)
+    except (TypeError, ValueError, ZeroDivisionError):
+        pass
     return None
 
 
