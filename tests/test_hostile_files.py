@@ -186,10 +186,11 @@ def test_a_named_pipe_is_read_as_a_stream(tmp_path):
 
 def test_a_named_pipe_no_one_writes_to_is_an_error_not_a_hang(tmp_path, monkeypatch):
     import transcribe.audio as audio
+    import transcribe.audio_source as audio_source
 
     fifo = tmp_path / "idle.wav"
     os.mkfifo(fifo)
-    monkeypatch.setattr(audio, "STREAM_WAIT_S", 0.2)
+    monkeypatch.setattr(audio_source, "STREAM_WAIT_S", 0.2)
     with pytest.raises(audio.AudioError, match="nothing was written to this pipe"):
         _within(30, lambda: audio.load_audio(str(fifo)))
 

@@ -244,11 +244,11 @@ class _Pipe:
 
 
 def test_streams_that_cannot_seek_are_read_with_a_bound(monkeypatch):
-    from transcribe import audio
+    from transcribe import audio, audio_source
 
     data = (AUDIO / "jfk.wav").read_bytes()
     assert len(audio.load_audio(_Pipe(data), 16000)) == 176000
-    monkeypatch.setattr(audio, "MAX_STREAM_BYTES", 100_000)
+    monkeypatch.setattr(audio_source, "MAX_STREAM_BYTES", 100_000)
     with pytest.raises(transcribe.AudioError, match=r"<file object>: more than .* GiB from a stream that cannot seek"):
         audio.load_audio(_Pipe(data), 16000)
     monkeypatch.setattr(sys, "stdin", type("S", (), {"buffer": _Pipe(data)})())

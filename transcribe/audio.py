@@ -32,7 +32,10 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 
+from . import audio_limits, audio_source
 from .audio_header import Promise, container_promise, header_promise
+from .audio_limits import (MAX_AMPLITUDE, MAX_RATE, MIN_RATE, AudioLimitError, check_rate, check_samples,  # noqa: F401
+                           set_max_audio_seconds, too_long)
 from .errors import AudioError
 
 __all__ = ["load_audio", "decode_bytes", "decode_stream", "RESAMPLE_QUALITY"]
@@ -47,93 +50,8 @@ _BLOCK = 1 << 16
 # output, in resident and in virtual memory, where a list of blocks joined at the end held twice it.
 _GROWTH = 4
 
-# The most bytes read from a stream that cannot seek (standard input, a pipe), which is held in
-# memory whole: 2 GiB, about 18 hours of 16 kHz 16-bit mono or 3 hours of 48 kHz stereo WAV.
-MAX_STREAM_BYTES = 2 << 30
-
-# Sample rates accepted, of a file, an array or a stream, and as a target (Hz). Below 1 kHz no
-# speech survives (narrow-band telephony, the lowest rate speech is recorded at, is 8 kHz), and a header
-# that says 1 Hz is a damaged or hostile file whose resampling would multiply it x16,000 in memory;
-# 768 kHz is the highest rate any recorder, interface or PCM format in use offers (DXD-class studio
-# PCM is 352.8/384 kHz, the top DACs 768 kHz): a header beyond it is not a recording.
-MIN_RATE = 1_000
-MAX_RATE = 768_000
-
-# The largest |sample| accepted (after integer formats are scaled to [-1, 1)): 2**24. Floating-point
-# audio is nominally in [-1, 1]; a float array of unscaled int16 or int24 PCM (a common slip) is at most
-# 2**24, the largest integer float32 holds exactly, and still decodes: Parakeet's features are
-# normalized (its text on such input is unchanged even at 1e12), Whisper's are not (its text degrades
-# from about 100x full scale on) but it runs. Beyond 2**24 a sample is in no audio scale (unscaled int32
-# PCM: scale it), and from about 1e17 the power spectra overflow float32: Whisper failed in its sampling
-# (inf/nan probabilities, not a TranscribeError), Parakeet emitted noise tokens. Refused at load time.
-MAX_AMPLITUDE = float(1 << 24)
-
-# The default limit on decoded audio, in seconds, for `load_audio` calls that give none (None: no
-# limit). The library, the CLI and the API leave it unset: a user transcribes long files on purpose,
-# and decoding costs memory linear in the duration (4 bytes a sample at the target rate, no more).
-# A server sets it once at start-up (`set_max_audio_seconds`), so that one small upload that decodes
-# to hours of audio is refused before or while it decodes, not after filling memory.
-_max_seconds: Optional[float] = None
-
-# How long a named pipe given by path is waited on for its writer's first bytes.
-STREAM_WAIT_S = 10.0
-
 # Leading bytes of the containers that libsndfile reads well.
 _SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"RIFX", b"fLaC", b"OggS", b"FORM", b".snd", b"BW64")
-
-
-class AudioLimitError(AudioError):
-    """Audio refused by a limit (duration, rate, amplitude): no other decoder is tried."""
-
-
-def set_max_audio_seconds(seconds: Optional[float]) -> None:
-    """Sets the process-wide limit on decoded audio that `load_audio` applies when its caller gives
-    none (None or inf: no limit, the default). A server calls it once, at start-up."""
-    global _max_seconds
-    _max_seconds = _positive_seconds(seconds)
-
-
-def _positive_seconds(seconds) -> Optional[float]:
-    if seconds is None or seconds == float("inf"):  # inf: no limit, as None
-        return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(seconds) or seconds <= 0:
-        raise AudioError(f"max_seconds must be a positive number of seconds or None, got {seconds!r}")
-    return float(seconds)
-
-
-def check_rate(rate, name: str) -> None:
-    """An AudioLimitError unless `rate` (Hz) is within [MIN_RATE, MAX_RATE]."""
-    if not (MIN_RATE <= rate <= MAX_RATE):
-        shown = f"{int(rate):,}" if float(rate).is_integer() else f"{rate:g}"
-        raise AudioLimitError(f"{name}: a sample rate of {shown} Hz is outside the rates accepted "
-                              f"({MIN_RATE:,} to {MAX_RATE:,} Hz)")
-
-
-def check_samples(x: np.ndarray, name: str) -> None:
-    """An AudioError for NaN or infinite samples, an AudioLimitError for one beyond MAX_AMPLITUDE."""
-    if x.size == 0:
-        return
-    peak = float(np.max(np.abs(x)))  # NaN propagates through max
-    if not np.isfinite(peak):
-        raise AudioError(f"{name}: contains NaN or infinite samples")
-    if peak > MAX_AMPLITUDE:
-        raise AudioLimitError(f"{name}: a sample of magnitude {peak:.3g} is beyond the largest accepted "
-                              f"({MAX_AMPLITUDE:,.0f}): floating-point audio is expected in [-1, 1]")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.2f} s"
-    return f"{seconds / 3600:.2f} h" if seconds >= 3600 else f"{seconds / 60:.1f} min"
-
-
-def _too_long(name: str, limit: float, seconds: Optional[float] = None, what: str = "declares") -> AudioLimitError:
-    """The error for audio over `limit` seconds: `what` (its header, an array) says `seconds` of it, or
-    (seconds None) decoding passed the limit and stopped there."""
-    if seconds is None:
-        return AudioLimitError(f"{name}: longer than the limit of {_duration(limit)} of audio (decoding stopped there)")
-    return AudioLimitError(f"{name}: {what} {_duration(seconds)} of audio, over the limit of {_duration(limit)}")
 
 
 def model_input(source, model_rate: int, sample_rate: Optional[int] = None) -> np.ndarray:
@@ -195,7 +113,7 @@ def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] =
         raise AudioError(f"sample_rate must be a positive integer, got {sample_rate!r}")
     sample_rate = int(sample_rate)
     check_rate(sample_rate, "sample_rate")
-    limit = _max_seconds if max_seconds is None else _positive_seconds(max_seconds)
+    limit = audio_limits.max_seconds_or_default(max_seconds)
     return _load(source, _Target(sample_rate, limit), source_rate)
 
 
@@ -214,7 +132,7 @@ def _load(source, target: "_Target", source_rate) -> np.ndarray:
     if isinstance(source, str) and source == "-":
         name = "<stdin>"
         try:
-            data = _read_bounded(sys.stdin.buffer, name)
+            data = audio_source.read_bounded(sys.stdin.buffer, name)
         except (OSError, AttributeError, ValueError) as e:
             raise AudioError(f"{name}: cannot read standard input: {e}") from None
         return _decode(io.BytesIO(data), name, target)
@@ -236,7 +154,7 @@ def decode_bytes(data: bytes, name: str, sample_rate: int = 16000, max_seconds: 
     """An encoded file held in memory, decoded as `load_audio` decodes a file (with its limits: None is
     the process's default); errors name it `name`."""
     check_rate(sample_rate, "sample_rate")
-    limit = _max_seconds if max_seconds is None else _positive_seconds(max_seconds)
+    limit = audio_limits.max_seconds_or_default(max_seconds)
     return _decode(io.BytesIO(data), name, _Target(int(sample_rate), limit))
 
 
@@ -271,59 +189,15 @@ def decode_stream(fileobj, name: str):
 
 
 def _from_path(path: str, target: _Target) -> np.ndarray:
-    problem, stream = source_problem(path)
+    problem, stream = audio_source.source_problem(path)
     if problem:
         raise AudioError(f"{path}: {problem}")
     try:
-        f = _open_stream(path) if stream else open(path, "rb")
+        f = audio_source.open_pipe(path) if stream else open(path, "rb")
     except OSError as e:
         raise AudioError(f"{path}: cannot open: {e.strerror or e}") from None
     with f:
         return _from_fileobj(f, path, target) if stream else _decode(f, path, target)
-
-
-def source_problem(path: str) -> "tuple[Optional[str], bool]":
-    """Why the file `path` cannot be read as audio (None when it can: a regular file, or a stream), and
-    whether it is a stream (a named pipe, `<(...)`'s /dev/fd/N, a socket: read whole, bounded by
-    MAX_STREAM_BYTES, then decoded). Only stat()s it: a named pipe without a writer is not waited on."""
-    import errno
-    import stat
-
-    try:
-        mode = os.stat(path).st_mode
-    except OSError as e:
-        if e.errno == errno.ENOENT and os.path.islink(path):
-            return "a symbolic link to a file that does not exist", False
-        if e.errno == errno.ENOENT:
-            return "no such file", False
-        return (e.strerror or str(e)).lower(), False  # too many levels of symbolic links, permission denied
-    if stat.S_ISREG(mode):
-        return None, False
-    if stat.S_ISFIFO(mode) or stat.S_ISSOCK(mode):
-        return None, True
-    if stat.S_ISDIR(mode):
-        return "is a directory, not an audio file", False
-    kind = "a character device" if stat.S_ISCHR(mode) else "a block device" if stat.S_ISBLK(mode) else "special"
-    return f"not a regular file ({kind}); give an audio file, or pipe it to '-'", False
-
-
-def _open_stream(path: str):
-    """A named pipe opened for reading, waiting at most STREAM_WAIT_S for a writer's first bytes (or its
-    closing the pipe): a pipe no one writes to is an AudioError, never a hang."""
-    import fcntl
-    import select
-
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)  # does not wait for a writer
-    try:
-        poller = select.poll()
-        poller.register(fd, select.POLLIN)
-        if not poller.poll(STREAM_WAIT_S * 1000):  # data, or a writer that came and went (POLLHUP)
-            raise AudioError(f"{path}: nothing was written to this pipe in {STREAM_WAIT_S:g} s")
-        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) & ~os.O_NONBLOCK)  # then block for data
-        return os.fdopen(fd, "rb")
-    except BaseException:
-        os.close(fd)
-        raise
 
 
 def _from_fileobj(fileobj, name: str, target: _Target) -> np.ndarray:
@@ -336,7 +210,7 @@ def _from_fileobj(fileobj, name: str, target: _Target) -> np.ndarray:
         return _decode(fileobj, name, target)
     # A pipe or socket: both decoders want to seek, so take the bytes first.
     try:
-        data = _read_bounded(fileobj, name)
+        data = audio_source.read_bounded(fileobj, name)
     except (OSError, ValueError) as e:
         raise AudioError(f"{name}: cannot read: {e}") from None
     if isinstance(data, str):
@@ -390,24 +264,6 @@ def _decode(f, name: str, target: _Target) -> np.ndarray:
     return _complete(out, promise or av_promise, name)
 
 
-def _read_bounded(f, name: str, limit: Optional[int] = None) -> bytes:
-    """All of a non-seekable stream, or an AudioError once it passes `limit` bytes."""
-    limit = MAX_STREAM_BYTES if limit is None else limit
-    chunks, n = [], 0
-    while True:
-        chunk = f.read(min(1 << 20, limit + 1 - n))
-        if not chunk:
-            break
-        if isinstance(chunk, str):
-            raise AudioError(f"{name}: file object is open in text mode; open it with 'rb'")
-        chunks.append(chunk)
-        n += len(chunk)
-        if n > limit:
-            raise AudioError(f"{name}: more than {limit / (1 << 30):.3g} GiB from a stream that cannot seek; "
-                             "save it to a file and give its path")
-    return b"".join(chunks)
-
-
 # libsndfile's frame count when the header does not tell it (SF_COUNT_MAX: a FLAC written to a pipe).
 _SF_UNKNOWN = (1 << 63) - 1
 
@@ -450,7 +306,7 @@ def _check_declared(name: str, seconds: float, target: _Target) -> None:
     duration FFmpeg read from the container (estimated from the bit rate where the header has none: a
     file that long at its own bit rate is over the limit too)."""
     if target.max_seconds is not None and seconds > target.max_seconds:
-        raise _too_long(name, target.max_seconds, seconds, "its header declares")
+        raise too_long(name, target.max_seconds, seconds, "its header declares")
 
 
 def _decode_av(f, name: str, target: _Target, promise) -> "tuple[_Collector, Optional[Promise]]":
@@ -547,7 +403,7 @@ def _from_array(source, target: _Target, source_rate) -> np.ndarray:
                          f"[channels, samples] array, got shape {tuple(x.shape)}")
     n = x.shape[0] if x.ndim == 1 else max(x.shape)  # a 2-D array's samples are its longer axis
     if target.max_seconds is not None and n / source_rate > target.max_seconds:
-        raise _too_long(name, target.max_seconds, n / source_rate, "holds")
+        raise too_long(name, target.max_seconds, n / source_rate, "holds")
     dt = x.dtype
     if dt.kind == "f":
         x = x.astype(np.float32, copy=False)
@@ -632,7 +488,7 @@ class _Collector:
             return
         check_samples(mono, self.name)
         if self.limit is not None and self.seconds + mono.size / rate > self.limit:
-            raise _too_long(self.name, self.limit)
+            raise too_long(self.name, self.limit)
         if rate != self.seen_rate:
             check_rate(rate, self.name)
             # Source samples a resampler call takes: about _BLOCK samples out, whatever the ratio.

@@ -198,7 +198,7 @@ def _run(args) -> int:
     except OptionsNotTaken as e:
         _say(f"error: {e.spelled(flag)}")
         return 2
-    from .audio import source_problem
+    from .audio_source import source_problem
 
     # Inputs that are not there, with the reason (no such file, a symbolic-link loop, a link to nothing);
     # stat only (a named pipe is not waited on). A directory or a device fails in its turn, saying why.

@@ -72,6 +72,6 @@ def lm_problem(lm) -> "str | None":
         return None
     if os.path.isdir(lm):
         return f"--lm {lm}: is a directory, not a language model file"
-    from .audio import source_problem
+    from .audio_source import source_problem
 
     return f"--lm {lm}: {source_problem(lm)[0] or 'not a regular file'}"

@@ -296,7 +296,7 @@ def _skip_wav_header(data: bytes, read) -> tuple[bytes, int, int, Optional[int]]
             if fmt not in (1, 0xFFFE) or bits != 16 or channels < 1 or rate < 1:
                 raise TranscribeError(f"<stdin>: a WAV stream must be 16-bit PCM (format {fmt}, {bits} bits, "
                                       f"{channels} channels, {rate} Hz); or send raw s16le 16 kHz mono")
-            from .audio import MAX_RATE, MIN_RATE  # (here: the command's --help imports no numpy)
+            from .audio_limits import MAX_RATE, MIN_RATE  # (here: the command's --help imports no numpy)
 
             if not MIN_RATE <= rate <= MAX_RATE or channels > MAX_CHANNELS:
                 raise TranscribeError(f"<stdin>: its WAV header says {rate} Hz and {channels} channels; a stream "
@@ -413,7 +413,7 @@ def _container_pieces(data: bytes, read, kind: str) -> Iterator[tuple[object, in
     """A container on standard input, decoded with PyAV as it arrives (mono at its own rate). MP4 (its
     index usually comes last) and a container PyAV cannot follow without seeking are read whole, then
     decoded as a file is."""
-    from . import audio
+    from . import audio, audio_source
 
     if kind != "MP4":
         src = _Replay(data, read)
@@ -429,7 +429,7 @@ def _container_pieces(data: bytes, read, kind: str) -> Iterator[tuple[object, in
             if started:
                 raise
         data = b"".join(src.kept)  # nothing decoded: all of it again, and the rest, as a file
-    whole = data + audio._read_bounded(_Reader(read), "<stdin>", audio.MAX_STREAM_BYTES - len(data))
+    whole = data + audio_source.read_bounded(_Reader(read), "<stdin>", audio_source.MAX_STREAM_BYTES - len(data))
     pcm = audio.decode_bytes(whole, "<stdin>", SAMPLE_RATE)
     step = int(PIECE_S * SAMPLE_RATE)
     for start in range(0, len(pcm), step):

@@ -143,7 +143,7 @@ class StreamingSession:
         for NaN or infinite samples, one beyond audio.MAX_AMPLITUDE, or a rate outside the accepted."""
         if self._finished:
             raise TranscribeError("this stream is finalized: call reset() to start a new one")
-        from .audio import check_rate, check_samples
+        from .audio_limits import check_rate, check_samples
 
         samples = _as_float32(pcm)
         # As every input is (audio.py): NaN / inf, or a sample beyond audio.MAX_AMPLITUDE, is refused

@@ -97,7 +97,7 @@ def _is_stream(path: str) -> bool:
 
 def _why_not(path: str) -> str:
     """Why an argument names no input: no such file or directory, a symbolic-link loop, a device..."""
-    from ..audio import source_problem
+    from ..audio_source import source_problem
 
     problem = source_problem(path)[0]
     return "no such file or directory" if problem in (None, "no such file") else problem

@@ -141,7 +141,7 @@ def main(argv: Optional[list[str]] = None) -> int:
 
     logging.basicConfig(level=getattr(logging, args.log_level.upper()), format="transcribe: %(message)s")
     configure_process(args.workers_threads)  # the server is a program of its own
-    from ..audio import set_max_audio_seconds
+    from ..audio_limits import set_max_audio_seconds
 
     set_max_audio_seconds(args.max_audio_minutes * 60)  # every upload this process decodes
     models = {}
