@@ -577,6 +577,9 @@ def test_websocket_refusals(guarded):
     assert messages[-1]["type"] == "error" and code == 1003
     messages, code = asyncio.run(run(auth, "not json"))
     assert messages[-1]["type"] == "error" and code == 1003
+    # The rates a stream may declare are the rates any file is accepted at (audio_limits.MAX_RATE: 768 kHz).
+    messages, code = asyncio.run(run(auth, json.dumps({"type": "start", "model": "tiny.en", "sample_rate": 768_001})))
+    assert messages[-1]["type"] == "error" and "between 1000 and 768000" in messages[-1]["message"] and code == 1003
 
 
 # ---------------------------------------------------------------------------------------------- load

@@ -1,11 +1,11 @@
 """The limits every audio input is held to (issue 36): sample rates, sample magnitudes, and the decoded
 duration a process accepts when its caller gives none. A limit passed raises AudioLimitError, after which
-no other decoder is tried."""
+no other decoder is tried. No numpy at import: the options and the command's --help take the bounds."""
 from __future__ import annotations
 
+import math
+import numbers
 from typing import Optional
-
-import numpy as np
 
 from .errors import AudioError
 
@@ -35,7 +35,7 @@ _max_seconds: Optional[float] = None
 
 
 class AudioLimitError(AudioError):
-    """Audio refused by a limit (duration, rate, amplitude): no other decoder is tried."""
+    """Audio refused by a limit (duration, rate, amplitude): no other decoder is tried. No numpy at import: the options and the command's --help take the bounds."""
 
 
 def set_max_audio_seconds(seconds: Optional[float]) -> None:
@@ -53,8 +53,8 @@ def max_seconds_or_default(seconds) -> Optional[float]:
 def positive_seconds(seconds) -> Optional[float]:
     if seconds is None or seconds == float("inf"):  # inf: no limit, as None
         return None
-    if isinstance(seconds, bool) or not isinstance(seconds, (int, float, np.integer, np.floating)) \
-            or not np.isfinite(seconds) or seconds <= 0:
+    if isinstance(seconds, bool) or not isinstance(seconds, numbers.Real) \
+            or not math.isfinite(seconds) or seconds <= 0:
         raise AudioError(f"max_seconds must be a positive number of seconds or None, got {seconds!r}")
     return float(seconds)
 
@@ -67,12 +67,14 @@ def check_rate(rate, name: str) -> None:
                               f"({MIN_RATE:,} to {MAX_RATE:,} Hz)")
 
 
-def check_samples(x: np.ndarray, name: str) -> None:
+def check_samples(x, name: str) -> None:
     """An AudioError for NaN or infinite samples, an AudioLimitError for one beyond MAX_AMPLITUDE."""
     if x.size == 0:
         return
+    import numpy as np
+
     peak = float(np.max(np.abs(x)))  # NaN propagates through max
-    if not np.isfinite(peak):
+    if not math.isfinite(peak):
         raise AudioError(f"{name}: contains NaN or infinite samples")
     if peak > MAX_AMPLITUDE:
         raise AudioLimitError(f"{name}: a sample of magnitude {peak:.3g} is beyond the largest accepted "

@@ -16,6 +16,7 @@ import numbers
 from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
+from .audio_limits import MAX_RATE, MIN_RATE
 from .errors import OptionsNotTaken, OptionValueError
 
 
@@ -77,9 +78,10 @@ def build(options_class, model_name: str, kind: str, given: dict):
 # ------------------------------------------------------------------------------ value checks
 
 # Bounds every family shares (each family's own maxima are in its options.py, said in its help texts).
-# An array input's rate (the WebSocket's bounds too): audio is recorded at 8-384 kHz; a rate far outside is a
-# wrong argument, and resampling 1 Hz "audio" to 16 kHz multiplies its size 16,000 times.
-SAMPLE_RATES = (1000, 384000)
+# An array input's rate (the WebSocket's bounds too): the rates any file is accepted at (audio_limits.py: no
+# recording is below 1 kHz or above 768 kHz); a rate far outside is a wrong argument, and resampling 1 Hz
+# "audio" to 16 kHz multiplies its size 16,000 times.
+SAMPLE_RATES = (MIN_RATE, MAX_RATE)
 # Inputs (or windows) a call decodes together: far above what fills any accelerator (8-64 are usual); a larger
 # batch only asks for memory at once.
 MAX_BATCH_SIZE = 512
@@ -133,7 +135,7 @@ def number(name: str, value, least: Optional[float] = None, most: Optional[float
 def sample_rate(value) -> None:
     """The `sample_rate` of array inputs: None (the model's) or a whole number of Hz in SAMPLE_RATES."""
     integer("sample_rate", value, SAMPLE_RATES[0], SAMPLE_RATES[1],
-            why=" (audio is recorded at 8-384 kHz; a rate far outside is a wrong argument)")
+            why=" (no recording is below 1 kHz or above 768 kHz; a rate far outside is a wrong argument)")
 
 
 def text(name: str, value, most: int, allow_none: bool = True, why: str = "") -> None:

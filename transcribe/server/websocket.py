@@ -46,6 +46,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect, WebSocketState
 
 from .. import surfaces
 from ..errors import TranscribeError
+from ..options import SAMPLE_RATES
 from ..streaming import StreamMessages
 from .engine import Engine, NoSuchModel
 
@@ -158,8 +159,8 @@ async def _serve(ws: WebSocket, engine: Engine, idle_s: float = IDLE_S) -> None:
         rate = int(config.pop("sample_rate", 16000))
     except (TypeError, ValueError):
         raise _BadMessage("sample_rate must be an integer") from None
-    if not 1000 <= rate <= 384000:
-        raise _BadMessage(f"sample_rate must lie between 1000 and 384000; got {rate}")
+    if not SAMPLE_RATES[0] <= rate <= SAMPLE_RATES[1]:
+        raise _BadMessage(f"sample_rate must lie between {SAMPLE_RATES[0]} and {SAMPLE_RATES[1]}; got {rate}")
     encoding = str(config.pop("encoding", "pcm_s16le"))
     if encoding not in ENCODINGS:
         raise _BadMessage(f"encoding must be one of {', '.join(ENCODINGS)}; got {encoding!r}")
