@@ -149,14 +149,15 @@ def _command(*args: str) -> subprocess.CompletedProcess:
                           text=True, timeout=300)
 
 
+# The command names its flags (`--beam-size`), not the Python option (`beam_size`).
 @pytest.mark.parametrize("args,words", [
-    (["--beam-size", "1000000000"], "beam_size must be at most 64"),  # Whisper (the default model)
-    (["--patience", "nan"], "patience must be a finite number"),
-    (["--beam-size", "5", "--patience", "inf"], "patience must be a finite number"),
-    (["--temperature", "0", "--temperature-increment", "0.000001"], "temperature_increment"),
-    (["--model", str(PARAKEET_MODEL), "--beam-size", "1000000000"], "beam_size must be at most 64"),
+    (["--beam-size", "1000000000"], "error: --beam-size must be at most 64"),  # Whisper (the default model)
+    (["--patience", "nan"], "error: --patience must be a finite number"),
+    (["--beam-size", "5", "--patience", "inf"], "error: --patience must be a finite number"),
+    (["--temperature", "0", "--temperature-increment", "0.000001"], "error: --temperature-increment"),
+    (["--model", str(PARAKEET_MODEL), "--beam-size", "1000000000"], "error: --beam-size must be at most 64"),
     (["--model", str(PARAKEET_MODEL), "--beam-size", "4", "--hotwords", "a", "--hotword-weight", "nan"],
-     "hotword_weight must be a finite number"),
+     "error: --hotword-weight must be a finite number"),
 ], ids=["whisper-beam", "whisper-patience-nan", "whisper-patience-inf", "whisper-step", "parakeet-beam",
         "parakeet-hotword-weight"])
 def test_the_command_refuses_in_one_line(args, words):
@@ -166,6 +167,34 @@ def test_the_command_refuses_in_one_line(args, words):
     assert len(lines) == 1 and words in lines[0], r.stderr
     assert "usage" not in r.stderr and "Traceback" not in r.stderr and "internal error" not in r.stderr
     assert r.stdout == ""  # nothing transcribed
+
+
+@pytest.mark.parametrize("model", [None, str(PARAKEET_MODEL)], ids=["whisper", "parakeet"])
+def test_the_command_refuses_a_value_before_loading_the_model(model, monkeypatch, capsys):
+    """A local model's family checks the values of its options before the model loads (minutes for a
+    large one): no Worker is made."""
+    from transcribe import cli
+    from transcribe.jobs import work
+
+    def no_load(*a, **k):
+        raise AssertionError("the model was loaded before its options were checked")
+
+    monkeypatch.setattr(work, "Worker", no_load)
+    rc = cli.main([str(SAMPLE), "--beam-size", "65"] + (["--model", model] if model else []))
+    assert rc == 2
+    assert capsys.readouterr().err.strip().endswith("error: --beam-size must be at most 64 (accuracy stops "
+                                                    "improving by about 10; time and memory grow with each), got 65")
+
+
+def test_a_batch_job_refuses_a_value_naming_its_flag(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "transcribe", "batch", str(SAMPLE), "-o", str(tmp_path / "out"),
+                        "--model", str(PARAKEET_MODEL), "--beam-size", "65"], cwd=REPO, capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == ["transcribe batch: error: --beam-size must be at most 64 (accuracy stops "
+                                             "improving by about 10; time and memory grow with each), got 65"]
+    assert r.stderr.strip().splitlines() == ["transcribe batch: error: --beam-size must be at least 1, got 0"] or \
+        "error: --beam-size" in r.stderr and "beam_size" not in r.stderr, r.stderr
 
 
 # ---------------------------------------------------------------------------------------------- the server

@@ -24,12 +24,12 @@ from typing import Optional
 import transcribe
 
 from . import stream_cli
-from .errors import OptionsNotTaken, TranscribeError
+from .errors import OptionsNotTaken, OptionValueError, TranscribeError
 from .loading import check_options_offline
 from .runtime import configure_process, openmp_waiting
 from .writers import no_room
 from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
-from .cli_args import flag, lm_problem, positive_int as _positive_int
+from .cli_args import flag, lm_problem, positive_int as _positive_int, value_flag
 
 PROG = "transcribe"
 FORMATS = ("txt", "json", "srt", "vtt")
@@ -196,7 +196,10 @@ def _run(args) -> int:
     try:  # a local model's options, before PyTorch is imported
         check_options_offline(args.model, _decoding_options(args))
     except OptionsNotTaken as e:
-        _say(f"error: {e.spelled(flag)}")
+        _say(f"error: {_one_line(e.spelled(flag))}")
+        return 2
+    except OptionValueError as e:
+        _say(f"error: {_one_line(e.spelled(value_flag))}")
         return 2
     from .audio_source import source_problem
 
@@ -231,7 +234,9 @@ def _worker(args, formats: list[str]):
     try:
         return Worker(options)
     except OptionsNotTaken as e:
-        _say(f"error: {e.spelled(flag)}")
+        _say(f"error: {_one_line(e.spelled(flag))}")
+    except OptionValueError as e:
+        _say(f"error: {_one_line(e.spelled(value_flag))}")
     except TranscribeError as e:
         _say(f"error: {_one_line(str(e))}")
     return None

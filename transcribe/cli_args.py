@@ -47,6 +47,12 @@ def flag(option: str) -> str:
     return surfaces.flag(option)
 
 
+def value_flag(option: str) -> str:
+    """The command's flag that sets a decoding option, to name it where its value is refused
+    (errors.OptionValueError.spelled)."""
+    return surfaces.own_flag(option)
+
+
 def decoding_options(args) -> dict:
     """The family-specific options the user gave (only those, so other families are not bothered), with
     what their flags imply (Surface.implies)."""

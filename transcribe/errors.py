@@ -65,6 +65,15 @@ class OptionValueError(TranscribeError):
     def __reduce__(self):  # raised in a worker process, re-raised in the job's
         return type(self), (self.option, str(self))
 
+    def spelled(self, spell) -> str:
+        """The message with the option's name that begins it (`beam_size must be at most 64`) written as
+        `spell(name)` gives it (`--beam-size` for the command, the form field for the server); a message
+        that speaks of it in words ("cannot transcribe language 'de'") is left as it is."""
+        message = str(self)
+        if self.option and message.startswith(self.option + " "):
+            return spell(self.option) + message[len(self.option):]
+        return message
+
 
 class OptionsNotTaken(TranscribeError):
     """Options a model cannot honour: every surface (the Python API, the command, the server, batch jobs,

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .errors import ModelError, OptionsNotTaken
+from .errors import ModelError
 from .hub import ALIASES, DEFAULT_MODEL, resolve
 
 _DTYPES = {
@@ -60,13 +60,13 @@ class Family:
 
     def check_options(self, model_name: str, options) -> None:
         """Raises errors.OptionsNotTaken for the keyword options the family's recognizers do not take
-        (the fields of its Options), with the words the loaded model would use: the command checks a local
-        model's options with it before PyTorch is imported."""
-        from .options import names
+        (the fields of its Options) and errors.OptionValueError for a value its Options refuse (a beam
+        past its maximum), with the words the loaded model would use: the command checks a local model's
+        options with it before PyTorch is imported. What needs the model (a head it has, a language it
+        knows) is checked once it is loaded."""
+        from .options import build
 
-        refused = set(options) - names(self.options)
-        if refused:
-            raise OptionsNotTaken(model_name, self.kind, refused)
+        build(self.options, model_name, self.kind, dict(options))
 
     def fastest_cpu_dtype(self, cpu_family: str) -> Optional[str]:
         """dtype="auto" on a CPU: the family's fastest precision measured on such a CPU (its module's
@@ -166,8 +166,8 @@ def family_of(path) -> Optional[str]:
 
 
 def check_options_offline(name: Optional[str], options: dict) -> None:
-    """Raises errors.OptionsNotTaken for options the family of the model `name` does not take, when that
-    family is known without loading it or using the network (the default model, a local path): the
+    """Raises errors.OptionsNotTaken for options the family of the model `name` does not take, and
+    errors.OptionValueError for a value its options refuse, when that family is known without loading it or using the network (the default model, a local path): the
     command and batch jobs check so before loading (minutes for a large model); the loaded model
     checks again, and alone for a hub id."""
     if not options or not _resolves_offline(name):

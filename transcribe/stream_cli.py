@@ -32,8 +32,8 @@ import time
 from typing import Iterator, Optional
 
 from . import surfaces
-from .cli_args import add_option_flags, flag
-from .errors import OptionsNotTaken, TranscribeError
+from .cli_args import add_option_flags, flag, value_flag
+from .errors import OptionsNotTaken, OptionValueError, TranscribeError
 from .loading import FAMILIES
 from .options import names
 from .runtime import configure_process
@@ -139,6 +139,8 @@ def run(args) -> int:
             session = model.stream(**options)
         except OptionsNotTaken as e:
             problem = _one_line(e.spelled(flag))
+        except OptionValueError as e:
+            problem = _one_line(e.spelled(value_flag))
         except TranscribeError as e:
             problem = _one_line(str(e))
     if problem is not None:

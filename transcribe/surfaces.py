@@ -113,6 +113,13 @@ def kinds(families=None) -> tuple:
     return tuple(f.kind for f in _families(families))
 
 
+def own_flag(name: str, families=None) -> str:
+    """The flag that sets the option itself (`temperature_increment` -> `--temperature-increment`), to name
+    an option whose value is refused: the user typed that one, where another flag may imply it too."""
+    d = command_options(families).get(name)
+    return d.flag if d is not None else flag(name, families)
+
+
 def flag(name: str, families=None) -> str:
     """The command's flag of an option (`initial_prompt` -> `--initial-prompt`). An option the command
     passes because another flag implies it (Surface.implies) is named by that flag: the user typed that

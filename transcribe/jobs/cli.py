@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Optional
 
-from ..errors import OptionsNotTaken, TranscribeError
+from ..errors import OptionsNotTaken, OptionValueError, TranscribeError
 
 PROG = "transcribe batch"
 EXIT_SOME_FAILED = 3
@@ -112,10 +112,11 @@ def main(argv: Optional[list[str]] = None) -> int:
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted; finished inputs are in {args.output_dir} (--resume goes on)", file=sys.stderr)
         return 130
-    except OptionsNotTaken as e:  # named by the command's flags, in the words of every surface
-        from ..cli_args import flag
+    except (OptionsNotTaken, OptionValueError) as e:  # named by the command's flags, in the words of every surface
+        from ..cli_args import flag, value_flag
 
-        print(f"{PROG}: error: {e.spelled(flag)}", file=sys.stderr)
+        print(f"{PROG}: error: {_one_line(e.spelled(value_flag if isinstance(e, OptionValueError) else flag))}",
+              file=sys.stderr)
         return 2
     except TranscribeError as e:
         print(f"{PROG}: error: {_one_line(str(e))}", file=sys.stderr)

@@ -288,7 +288,7 @@ async def _checked_options(engine: Engine, model, fields: dict, task: str):
     except OptionsNotTaken as e:
         raise ApiError(400, e.spelled(field_name), field_name(e.names[0]), "unsupported_option") from None
     except OptionValueError as e:
-        raise ApiError(400, str(e), field_name(e.option), "invalid_value") from None
+        raise ApiError(400, e.spelled(field_name), field_name(e.option) if e.option else None, "invalid_value") from None
     except TranscribeError as e:
         raise ApiError(400, str(e), None, "invalid_value") from None
     return options, fmt, grains, stream
