@@ -78,6 +78,7 @@ class Family:
 FAMILIES = (
     Family("granite", "transcribe.granite"),
     Family("whisper", "transcribe.whisper"),
+    Family("canary", "transcribe.canary"),  # before Parakeet: both read .nemo files (Canary's config alone)
     Family("parakeet", "transcribe.parakeet"),
 )
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import tarfile
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -35,8 +35,17 @@ _MAX_INFLATE = 1032
 class NemoCheckpoint:
     config: dict
     state_dict: dict
-    tokenizer: Optional[bytes]  # SentencePiece model bytes
+    tokenizer: Optional[bytes]  # the SentencePiece model of tokenizer.model_path (None for an aggregate)
     source: str
+    files: dict = field(default_factory=dict)  # name -> bytes of every tokenizer model the config names
+
+
+def check_bpe_tokenizer(config: dict, path) -> None:
+    """A ModelError unless the config's tokenizer is one SentencePiece model (Parakeet's kind)."""
+    tok = config.get("tokenizer")
+    if isinstance(tok, dict) and tok.get("type") not in (None, "bpe"):
+        raise ModelError(f"{path}: tokenizer.type = {excerpt(tok['type'])} is not implemented "
+                         "(bpe: a SentencePiece model)")
 
 
 def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
@@ -84,15 +93,39 @@ def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
             config = _parse_config(read(CONFIG, "config"), path)
             weights = tar.extractfile(members[WEIGHTS])
             state = _load_weights(weights, path, members[WEIGHTS].size)
-            tok_name = _tokenizer_member(config)
-            tokenizer = None
-            if tok_name is not None:
+            files = {}
+            for tok_name in _tokenizer_members(config):
                 if tok_name not in members:
                     raise ModelError(f"{path}: tokenizer file {tok_name} named in the config is missing")
-                tokenizer = read(tok_name, "tokenizer")
+                files[tok_name] = read(tok_name, "tokenizer")
         except (tarfile.TarError, OSError, EOFError) as e:
             raise ModelError(f"{path}: corrupt or truncated .nemo archive ({e})") from None
-    return NemoCheckpoint(config, state, tokenizer, str(path))
+    main = _tokenizer_member(config)
+    return NemoCheckpoint(config, state, files.get(main) if main else None, str(path), files)
+
+
+def read_config(path: str | os.PathLike) -> Optional[dict]:
+    """The config of a `.nemo` archive or a NeMo directory, read alone (the weights are not read), or None
+    when `path` is neither or its config cannot be read: how a family tells its models from others'."""
+    path = Path(path)
+    try:
+        if path.is_dir():
+            if (path / CONFIG).is_file():
+                if (path / CONFIG).stat().st_size > MAX_SMALL_MEMBER:
+                    return None
+                return _parse_config((path / CONFIG).read_bytes(), path)
+            nemos = sorted(path.glob("*.nemo"))
+            return read_config(nemos[0]) if len(nemos) == 1 else None
+        with tarfile.open(path, "r:*") as tar:
+            for m in tar:
+                if m.isfile() and Path(m.name).name == CONFIG:
+                    if m.size > MAX_SMALL_MEMBER:
+                        return None
+                    f = tar.extractfile(m)
+                    return _parse_config(f.read(m.size), path) if f is not None else None
+    except (tarfile.TarError, OSError, EOFError, ModelError):
+        return None
+    return None
 
 
 def _read_dir(path: Path) -> NemoCheckpoint:
@@ -109,16 +142,16 @@ def _read_dir(path: Path) -> NemoCheckpoint:
     config = _parse_config(cfg_path.read_bytes(), path)
     with open(w_path, "rb") as f:
         state = _load_weights(f, path, w_path.stat().st_size)
-    tok_name = _tokenizer_member(config)
-    tokenizer = None
-    if tok_name is not None:
+    files = {}
+    for tok_name in _tokenizer_members(config):
         cands = [path / tok_name] + sorted(path.glob("*" + tok_name))
         found = next((c for c in cands if c.is_file()), None)
         if found is None:
             raise ModelError(f"{path}: tokenizer file {tok_name} named in the config is missing")
         _check_small(path, found.name, found.stat().st_size, "tokenizer")
-        tokenizer = found.read_bytes()
-    return NemoCheckpoint(config, state, tokenizer, str(path))
+        files[tok_name] = found.read_bytes()
+    main = _tokenizer_member(config)
+    return NemoCheckpoint(config, state, files.get(main) if main else None, str(path), files)
 
 
 def _load_config_yaml(data: bytes, path):
@@ -135,10 +168,6 @@ def _parse_config(data: bytes, path) -> dict:
     cfg = _load_config_yaml(data, path)
     if not isinstance(cfg, dict) or "encoder" not in cfg:
         raise ModelError(f"{path}: {CONFIG} has no encoder section; not a NeMo ASR model")
-    tok = cfg.get("tokenizer")
-    if isinstance(tok, dict) and tok.get("type") not in (None, "bpe"):
-        raise ModelError(f"{path}: tokenizer.type = {excerpt(tok['type'])} is not implemented "
-                         "(bpe: a SentencePiece model)")
     return cfg
 
 
@@ -182,8 +211,24 @@ def _load_weights(f, path, size: int) -> dict:
 
 
 def _tokenizer_member(cfg: dict) -> Optional[str]:
-    tok = cfg.get("tokenizer") or {}
-    mp = tok.get("model_path")
+    tok = cfg.get("tokenizer")
+    return _member_name(tok.get("model_path")) if isinstance(tok, dict) else None
+
+
+def _tokenizer_members(cfg: dict) -> list[str]:
+    """The file names of the SentencePiece models the tokenizer section names: its own model_path, and
+    each sub-tokenizer's of an aggregate (`langs`)."""
+    tok = cfg.get("tokenizer")
+    if not isinstance(tok, dict):
+        return []
+    names = [_member_name(tok.get("model_path"))]
+    langs = tok.get("langs")
+    if isinstance(langs, dict):
+        names += [_member_name(sub.get("model_path")) for sub in langs.values() if isinstance(sub, dict)]
+    return list(dict.fromkeys(n for n in names if n))
+
+
+def _member_name(mp) -> Optional[str]:
     if not mp:
         return None
     mp = str(mp)

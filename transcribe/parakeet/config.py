@@ -416,11 +416,11 @@ _SIZE_FIELDS = {
 }
 
 
-def check_sizes(config: ParakeetConfig) -> None:
+def check_sizes(config) -> None:
     """A ValueError naming the key of the first structural size of `config` above SIZE_MAXIMA (a
     list's size: its length), or below 0."""
     for key, (part, name) in _SIZE_FIELDS.items():
-        obj = getattr(config, part)
+        obj = getattr(config, part, None)  # (a Canary config has the front end and the encoder only)
         value = None if obj is None else getattr(obj, name)
         if value is None:
             continue
@@ -428,6 +428,16 @@ def check_sizes(config: ParakeetConfig) -> None:
         if isinstance(size, bool) or not isinstance(size, (int, float)) or not 0 <= size <= SIZE_MAXIMA[key]:
             raise ValueError(f"{key} = {short(size)} is out of the range this code accepts (0 to {SIZE_MAXIMA[key]}, "
                              "far above any published model)")
+
+
+def frontend_config(cfg: dict) -> FrontEndConfig:
+    """The `preprocessor` section, checked (Canary's is the same NeMo section)."""
+    return _frontend(cfg)
+
+
+def encoder_config(cfg: dict, n_mels: int) -> EncoderConfig:
+    """The `encoder` section, checked against the front end's `n_mels` (Canary's is the same NeMo section)."""
+    return _encoder(cfg, n_mels)
 
 
 def _frontend(cfg: dict) -> FrontEndConfig:

@@ -26,7 +26,7 @@ import torch
 from ..errors import ModelError
 from ..gguf import quants
 from ..gguf.writer import KV, parse_value, write
-from .checkpoint import NemoCheckpoint, read_nemo
+from .checkpoint import NemoCheckpoint, check_bpe_tokenizer, read_nemo
 from .gguf_names import to_transcribe_cpp
 
 SCHEMAS = ("parakeet.cpp", "transcribe.cpp")
@@ -496,6 +496,7 @@ def export(model: str | os.PathLike | NemoCheckpoint, out: str | os.PathLike, sc
         raise ExportError(f"unknown schema {schema!r} (choose from {', '.join(SCHEMAS)})")
     q = _qtype(qtype)
     ck = model if isinstance(model, NemoCheckpoint) else read_nemo(model)
+    check_bpe_tokenizer(ck.config, ck.source)
     info = _resolve(ck)
     sd = ck.state_dict
     if schema == "parakeet.cpp":

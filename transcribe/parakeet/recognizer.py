@@ -12,7 +12,7 @@ import torch
 from ..errors import ModelError, OptionsNotTaken, TranscribeError
 from ..recognizer import Recognizer
 from . import KIND
-from .checkpoint import read_nemo
+from .checkpoint import check_bpe_tokenizer, read_nemo
 from . import beams
 from .model import ParakeetModel
 from .options import BUFFERED_ONLY, ParakeetOptions, ParakeetStreamOptions
@@ -68,6 +68,7 @@ class ParakeetASR(Recognizer):
         applies to the encoder, the front end stays in float32; int8 quantizes the encoder's,
         predictor's and joint's matrix products (`ParakeetModel.quantize_int8`)."""
         ckpt = read_nemo(path)
+        check_bpe_tokenizer(ckpt.config, path)
         if ckpt.tokenizer is None:
             raise ModelError(f"{path}: the config names no SentencePiece tokenizer (tokenizer.model_path)")
         try:

@@ -1,0 +1,36 @@
+"""NVIDIA Canary (NeMo `EncDecMultiTaskModel`): a FastConformer encoder (Parakeet's), a Transformer decoder
+driven by a prompt of special tokens (NeMo's `canary` and `canary2` formats), greedy and NeMo's beam search;
+speech recognition and speech translation. `detect` and `load` are this family's entry in
+`transcribe.loading.FAMILIES`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["KIND", "Options", "PIECE_S", "detect", "load"]
+
+# The family contract (loading.Family): the name in messages and the options of transcribe().
+KIND = "Canary"
+from .options import CanaryOptions as Options  # noqa: E402
+StreamOptions = None
+# Batch jobs cut inputs longer than this into pieces at pauses (the decoder's 1,024 positions hold the prompt
+# and about 4 minutes of fast speech; NeMo's own transcribe() cuts long audio into 40 s chunks).
+PIECE_S = 40.0
+
+
+def detect(path: Path) -> Optional[str]:
+    """"nemo" for a `.nemo` archive or NeMo directory whose config is an AED multitask model; else None
+    (reads the archive's config alone)."""
+    if not (path.is_file() or path.is_dir()):
+        return None
+    from ..parakeet.checkpoint import read_config
+    from .config import is_canary
+
+    cfg = read_config(path)
+    return "nemo" if isinstance(cfg, dict) and is_canary(cfg) else None
+
+
+def load(path: Path, name: str, device, dtype, kind: str):
+    from .recognizer import CanaryASR
+
+    return CanaryASR.load(path, name, device, dtype)
