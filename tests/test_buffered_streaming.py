@@ -29,7 +29,7 @@ import transcribe
 from transcribe.buffered import BufferedSession, WindowToken, check_windows
 from transcribe.errors import TranscribeError
 from transcribe.parakeet.buffered import buffered_session
-from transcribe.parakeet.checkpoint import read_nemo
+from transcribe.nemo.checkpoint import read_nemo
 from transcribe.text.sentencepiece import WORD_START, SentencePieceTokenizer
 
 from .conftest import AUDIO, TINY

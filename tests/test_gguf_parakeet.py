@@ -217,7 +217,7 @@ def test_cache_aware_streaming_equals_the_nemo_source(model):
 # The config built from the metadata against the .nemo's own
 
 def test_config_matches_the_nemo_config():
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
 
     for model in MODELS_:
         src = read_nemo(TINY / f"{model}.nemo").config
@@ -243,7 +243,7 @@ def test_config_matches_the_nemo_config():
 # The tokenizer from the metadata
 
 def _nemo_tokenizer(path):
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
     from transcribe.text.sentencepiece import SentencePieceTokenizer
 
     return SentencePieceTokenizer(read_nemo(path).tokenizer)
@@ -334,7 +334,7 @@ def test_tensor_hook_sees_every_tensor_once():
     what it returns is used; the names are the .nemo's state-dict names."""
     from transcribe.gguf.file import GGUFFile
     from transcribe.parakeet import gguf as pg
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
 
     src = read_nemo(TINY / "tiny-tdt-fit.nemo").state_dict
     want = {k for k in src if not k.endswith("num_batches_tracked") and not k.startswith("preprocessor.")}

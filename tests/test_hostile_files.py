@@ -270,7 +270,7 @@ def _nemo_with_weights(tmp_path, weights: bytes):
 
 def test_a_raw_pickle_nemo_is_told_as_such(tmp_path, capsys):
     from transcribe.errors import ModelError
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
 
     with pytest.raises(ModelError) as e:
         read_nemo(_nemo_with_weights(tmp_path, _raw_pickle()))
@@ -283,7 +283,7 @@ def test_a_cut_short_torch_checkpoint_is_still_corrupt_not_a_raw_pickle(tmp_path
     import torch
 
     from transcribe.errors import ModelError, raw_pickle
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
 
     legacy = io.BytesIO()
     torch.save({"w": torch.zeros(4)}, legacy, _use_new_zipfile_serialization=False)  # torch < 1.6's format
@@ -304,7 +304,7 @@ def test_a_raw_pickle_whisper_checkpoint_is_told_as_such(tmp_path):
 
 def test_a_corrupt_checkpoint_gets_no_advice_to_load_it_unsafely(tmp_path):
     from transcribe.errors import ModelError
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
 
     with pytest.raises(ModelError, match="corrupt or truncated") as e:
         read_nemo(_nemo_with_weights(tmp_path, b"(garbage that is no pickle" * 4))  # protocol-0 looking, not one

@@ -19,8 +19,8 @@ import pytest
 import torch
 
 from transcribe.audio import load_audio
-from transcribe.parakeet.checkpoint import read_nemo
-from transcribe.parakeet.frontend import NemoMelFrontEnd
+from transcribe.nemo.checkpoint import read_nemo
+from transcribe.nemo.frontend import NemoMelFrontEnd
 from transcribe.parakeet.live_features import LiveMelFeatures
 from transcribe.parakeet.config import FrontEndConfig, settings
 

@@ -21,7 +21,7 @@ import yaml
 
 import transcribe
 from transcribe.errors import ModelError
-from transcribe.parakeet import checkpoint as nemo_checkpoint
+from transcribe.nemo import checkpoint as nemo_checkpoint
 from transcribe.parakeet.config import HARMLESS_KEYS
 from transcribe.whisper.checkpoints.ctranslate2 import HARMLESS_FLAGS, read_ctranslate2
 from transcribe.whisper.checkpoints.openai_pt import read_openai_pt
@@ -106,7 +106,7 @@ NEMO_ERRORS = [
     (CTC, "preprocessor.log_zero_guard_value", "huge", r"preprocessor\.log_zero_guard_value"),
     (CTC, "preprocessor.n_window_size", 400, r"window_size and n_window_size"),
     (CTC, "sample_rate", 8000, r"sample_rate = 8000 disagrees"),
-    (CTC, "target", "nemo.collections.asr.models.EncDecMultiTaskModel", r"target = .*EncDecMultiTaskModel"),
+    (CTC, "target", "nemo.collections.asr.models.EncDecClassificationModel", r"target = .*EncDecClassificationModel"),
     (CTC, "tokenizer.type", "wpe", r"tokenizer\.type = 'wpe' is not implemented"),
     # encoder
     (CTC, "encoder.no_such_key", [1, 2], r"encoder\.no_such_key = \[1, 2\]"),

@@ -258,7 +258,7 @@ def test_one_hour_file_transcribes_in_bounded_memory():
 def test_own_mel_filterbank_equals_the_stored_one(path):
     """Configs without a stored filterbank get ours: it must equal what NeMo stores (librosa's)."""
     from transcribe.mel import mel_filterbank
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
 
     ck = read_nemo(path)
     stored = ck.state_dict["preprocessor.featurizer.fb"][0]

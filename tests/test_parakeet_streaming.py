@@ -240,7 +240,7 @@ def test_caches_do_not_grow():
 def test_language_prompt_applies_to_every_chunk():
     """A prompt model (Nemotron 3.5 ASR's kind, tiny): every chunk's encoder output is conditioned
     on the language, so the stream decodes as the offline model conditioned on it does."""
-    from transcribe.parakeet.checkpoint import read_nemo
+    from transcribe.nemo.checkpoint import read_nemo
     from transcribe.parakeet.model import ParakeetModel
     from transcribe.parakeet.recognizer import ParakeetASR
     from transcribe.text.sentencepiece import SentencePieceTokenizer

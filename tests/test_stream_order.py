@@ -28,7 +28,7 @@ from transcribe.audio import load_audio
 from transcribe.results import Word
 from transcribe.streaming import CommitToken, StreamEvent, StreamingSession
 from transcribe.text.sentencepiece import SentencePieceTokenizer
-from transcribe.parakeet.checkpoint import read_nemo
+from transcribe.nemo.checkpoint import read_nemo
 
 from .conftest import AUDIO, MODELS, REPO, TINY, two_utterances_wav
 

@@ -11,7 +11,7 @@ from transcribe.errors import TranscribeError
 from transcribe.streaming import CommitToken, StreamingSession, _as_float32
 from transcribe.text.detok import IncrementalText
 from transcribe.text.sentencepiece import SentencePieceTokenizer
-from transcribe.parakeet.checkpoint import read_nemo
+from transcribe.nemo.checkpoint import read_nemo
 
 from .conftest import SHARED
 

@@ -23,7 +23,7 @@ def detect(path: Path) -> Optional[str]:
     (reads the archive's config alone)."""
     if not (path.is_file() or path.is_dir()):
         return None
-    from ..parakeet.checkpoint import read_config
+    from ..nemo.checkpoint import read_config
     from .config import is_canary
 
     cfg = read_config(path)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..parakeet.config import EncoderConfig, FrontEndConfig, check_sizes, encoder_config, frontend_config, short
+from ..nemo.config import EncoderConfig, FrontEndConfig, check_sizes, encoder_config, frontend_config, short
 
 # The model class (the config's `target`) this family builds.
 MODEL_CLASSES = ("EncDecMultiTaskModel",)

@@ -17,8 +17,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..parakeet.conformer import ConformerEncoder
-from ..parakeet.frontend import NemoMelFrontEnd
+from ..nemo.conformer import ConformerEncoder
+from ..nemo.frontend import NemoMelFrontEnd
 from .config import CanaryConfig, DecoderConfig, parse_config
 
 _ACT = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "silu": F.silu}

@@ -67,7 +67,7 @@ class CanaryASR(Recognizer):
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "CanaryASR":
         """A `.nemo` file or NeMo directory -> a recognizer on `device`; `dtype` (bfloat16, float16) applies to
         the encoder and the decoder, the front end stays in float32."""
-        from ..parakeet.checkpoint import read_nemo
+        from ..nemo.checkpoint import read_nemo
         from .tokenizer import from_nemo
 
         ckpt = read_nemo(path)

@@ -26,7 +26,7 @@ from typing import Optional, Sequence
 import torch
 import torch.nn.functional as F
 
-from .conformer import ConformerEncoder, ConformerLayer, _MASK_VALUE, _rel_shift_block, sinusoid_table
+from ..nemo.conformer import ConformerEncoder, ConformerLayer, _MASK_VALUE, _rel_shift_block, sinusoid_table
 
 
 @dataclass(frozen=True)

@@ -340,7 +340,7 @@ def _check_frontend(f: GGUFFile, sd: dict, model) -> None:
     FB_RTOL / FB_ATOL, see there); then the model uses the stored ones, as it does a .nemo's (NeMo's
     buffers: the same bits as the checkpoint the file was made from). A file without them (transcribe.cpp)
     gets ours."""
-    from .frontend import NemoMelFrontEnd
+    from ..nemo.frontend import NemoMelFrontEnd
 
     fresh = NemoMelFrontEnd(model.config.preprocessor)
     fit_shapes(sd, {"preprocessor.featurizer.fb": fresh.fb, "preprocessor.featurizer.window": fresh.window})

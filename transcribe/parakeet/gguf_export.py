@@ -26,7 +26,7 @@ import torch
 from ..errors import ModelError
 from ..gguf import quants
 from ..gguf.writer import KV, parse_value, write
-from .checkpoint import NemoCheckpoint, check_bpe_tokenizer, read_nemo
+from ..nemo.checkpoint import NemoCheckpoint, check_bpe_tokenizer, read_nemo
 from .gguf_names import to_transcribe_cpp
 
 SCHEMAS = ("parakeet.cpp", "transcribe.cpp")

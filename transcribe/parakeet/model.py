@@ -18,8 +18,8 @@ from ..quant import Int8Linear, quantize_linears
 from ..search.transducer import DEFAULT_MAX_SYMBOLS
 
 from .config import ParakeetConfig, parse_config
-from .frontend import NemoMelFrontEnd
-from .conformer import MODEL_DEFAULT, ConformerEncoder
+from ..nemo.frontend import NemoMelFrontEnd
+from ..nemo.conformer import MODEL_DEFAULT, ConformerEncoder
 
 
 class _LSTM(nn.Module):

@@ -12,7 +12,7 @@ import torch
 from ..errors import ModelError, OptionsNotTaken, TranscribeError
 from ..recognizer import Recognizer
 from . import KIND
-from .checkpoint import check_bpe_tokenizer, read_nemo
+from ..nemo.checkpoint import check_bpe_tokenizer, read_nemo
 from . import beams
 from .model import ParakeetModel
 from .options import BUFFERED_ONLY, ParakeetOptions, ParakeetStreamOptions

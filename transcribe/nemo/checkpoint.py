@@ -15,7 +15,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
-import torch
 import yaml
 
 from ..config_yaml import YAMLBoundError, excerpt, load_yaml
@@ -193,6 +192,8 @@ def _head(f) -> bytes:
 
 
 def _load_weights(f, path, size: int) -> dict:
+    import torch  # (here: reading a config alone, to tell families apart, imports no torch)
+
     try:
         sd = torch.load(f, map_location="cpu", weights_only=True)
     except Exception as e:  # torch raises RuntimeError / UnpicklingError / EOFError with long texts

@@ -363,8 +363,8 @@ class ConformerEncoder(nn.Module):
     `self_attention_model` selects full or local (`rel_pos_local_attn`) context."""
 
     def __init__(self, config: EncoderConfig):
-        # `config` holds NeMo's settings, checked (parakeet/config.py); settings that do not change
-        # inference are dropped by `config.parse_config` (`config.HARMLESS_KEYS`), any other is an
+        # `config` holds NeMo's settings, checked (nemo/config.py); settings that do not change
+        # inference are dropped (`config.HARMLESS_KEYS`), any other is an
         # error there.
         super().__init__()
         self.config = config

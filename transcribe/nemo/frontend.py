@@ -30,8 +30,8 @@ class NemoMelFrontEnd(nn.Module):
     [B, samples] and lengths; output [B, n_mels, T] and lengths."""
 
     def __init__(self, config: FrontEndConfig = FrontEndConfig()):
-        # `config` holds NeMo's settings, checked (parakeet/config.py); settings that do not change
-        # inference are dropped by `config.parse_config` (`config.HARMLESS_KEYS`), any other is an
+        # `config` holds NeMo's settings, checked (nemo/config.py); settings that do not change
+        # inference are dropped (`config.HARMLESS_KEYS`), any other is an
         # error there.
         super().__init__()
         self.config = config
