@@ -24,8 +24,9 @@ tables and inputs assume about the published models (each change is printed and 
     converter refuses head.num_classes != tokenizer.vocab_size; the published models' vocabularies are
     multiples of 8. Its own fallback then names ids 922..927 `<unused_N>` (NORMAL).
 Step 3 writes `<gguf stem>.ref.json` next to each file: transcribe_cpp.Model(path, backend="cpu") ->
-session(n_threads=1) -> run(pcm, task, language, target_language, pnc, timestamps) for every clip and task
-of RUNS, with the text, raw text and every token row (id, piece, p).
+session(n_threads=1) -> run(pcm, **kwargs) for every clip of CLIPS and task of TASKS (text and raw text,
+compared with NeMo's references.json and with nemo_xscaling_off.json; the runtime returns no token rows for
+Canary), the same runs with an f32 KV cache, the option probes of PROBES on jfk.wav, and input-length edges.
 """
 from __future__ import annotations
 
@@ -253,6 +254,14 @@ def refs(files: list[Path]) -> int:
                         runs.append({"audio": rel, "audio_sha256": sha256(SHARED / rel), "n_samples": int(pcm.shape[0]),
                                      "task": name, "run_kwargs": kw, **res})
                         print(path.name, rel, name, res.get("text", res.get("error")), flush=True)
+            # the same runs with an f32 KV cache (the default "auto" is f16 on CPU)
+            with model.session(n_threads=1, kv_type="f32") as s32:
+                for run in runs:
+                    try:
+                        run["kv_f32_raw_text"] = s32.run(load_pcm(run["audio"]), **run["run_kwargs"]).raw_text
+                    except T.TranscribeError as e:
+                        run["kv_f32_raw_text"] = f"{type(e).__name__}: {e}"
+            with model.session(n_threads=1) as session:
                 jfk = load_pcm(CLIPS[0])
                 for name, kw in PROBES:
                     try:
@@ -280,7 +289,8 @@ def refs(files: list[Path]) -> int:
             "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
                        f"{T.native_commit()}, provider {T.native_provider()})",
             "how": "tools/canary_gguf_reference.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
-                   "model.session(n_threads=1) -> session.run(pcm float32 16 kHz mono, **run_kwargs); "
+                   "model.session(n_threads=1) (kv_type auto = f16 KV on CPU) -> session.run(pcm float32 16 kHz mono, **run_kwargs); "
+                   "kv_f32_raw_text: the same run in a session with kv_type='f32'; "
                    "result.text, raw_text; Canary returns no token rows (n_tokens 0), so ids "
                    "are not available from the runtime; raw_text is compared with NeMo's Hypothesis.text",
             "gguf": path.relative_to(REPO).as_posix(), "gguf_sha256": sha256(path), "gguf_bytes": path.stat().st_size,
