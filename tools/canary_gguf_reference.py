@@ -285,6 +285,17 @@ def refs(files: list[Path]) -> int:
                         res = {"rc": 1, "error": f"{type(e).__name__}: {e}"}
                     edges.append({"input": label, "n_samples": int(pcm.shape[0]), **res})
                     print(path.name, label, res, flush=True)
+            # output-length cap: sessions with a lowered n_ctx (decoder self-KV) on jfk.wav (ASR en: 41 tokens + EOS)
+            for n_ctx in (20, 50, 51):
+                with model.session(n_threads=1, n_ctx=n_ctx) as s_ctx:
+                    try:
+                        res = {"rc": 0, "raw_text": s_ctx.run(jfk, language="en", timestamps="none").raw_text}
+                    except T.TranscribeError as e:
+                        part = getattr(e, "partial_result", None)
+                        res = {"rc": 1, "error": f"{type(e).__name__}: {e}",
+                               "partial_raw_text": part.raw_text if part is not None else None}
+                    edges.append({"input": f"jfk.wav, session n_ctx={n_ctx}", "n_samples": int(jfk.shape[0]), **res})
+                    print(path.name, n_ctx, res, flush=True)
         doc = {
             "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
                        f"{T.native_commit()}, provider {T.native_provider()})",
