@@ -225,6 +225,29 @@ def teacher_forced(model, inputs, seq: list[int], n_prompt: int) -> dict:
             "teacher_forced_mean_logprob": (logp.sum() / len(logp)).item()}
 
 
+def position_table_vs_nemo() -> dict:
+    """Compare transformers' CanaryPositionalEmbedding with the fixed table NeMo stores (and uses) in
+    ../shared/models/canary-tiny/canary-tiny.nemo (transf_decoder._embedding.position_embedding.pos_enc)."""
+    import io
+    import tarfile
+
+    from transformers.models.canary.modeling_canary import CanaryPositionalEmbedding
+    nemo = SHARED / "models" / "canary-tiny" / "canary-tiny.nemo"
+    if not nemo.exists():
+        return {"skipped": "canary-tiny.nemo not found"}
+    with tarfile.open(nemo) as tf:
+        member = next(n for n in tf.getnames() if n.endswith("model_weights.ckpt"))
+        sd = torch.load(io.BytesIO(tf.extractfile(member).read()), map_location="cpu", weights_only=True)
+    pe = sd["transf_decoder._embedding.position_embedding.pos_enc"]
+    length, d = pe.shape
+    hf = CanaryPositionalEmbedding(length, d)(torch.arange(length))
+    blocks = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])
+    return {"nemo_table_shape": [length, d],
+            "max_abs_diff_hf_vs_nemo": (hf - pe).abs().max().item(),
+            "max_abs_diff_hf_vs_nemo_channels_as_sin_block_then_cos_block": (hf - pe[:, blocks]).abs().max().item(),
+            "nemo_row1_first6": pe[1, :6].tolist(), "hf_row1_first6": hf[1, :6].tolist()}
+
+
 def strip_after_eos(ids: list[int], eos: int) -> list[int]:
     return ids[: ids.index(eos) + 1] if eos in ids else ids
 
@@ -314,6 +337,7 @@ def refs() -> None:
 
     cfg = model.config
     sd = {k: list(v.shape) for k, v in model.state_dict().items()}
+    pos_check = position_table_vs_nemo()
     from safetensors import safe_open
     with safe_open(str(MODEL_DIR / "model.safetensors"), "pt") as f:
         stored = {k: list(f.get_slice(k).get_shape()) for k in f.keys()}
@@ -332,6 +356,7 @@ def refs() -> None:
         "generation_config": model.generation_config.to_diff_dict(),
         "state_dict_shapes": sd, "safetensors_keys_and_shapes": stored,
         "tied_proj_out_is_embed": model.proj_out.weight.data_ptr() == model.model.decoder.embed_tokens.weight.data_ptr(),
+        "decoder_position_table_vs_nemo_canary_tiny": pos_check,
         "results": results,
     }
     REF_DIR.mkdir(parents=True, exist_ok=True)
