@@ -168,9 +168,10 @@ def build() -> None:
     from transformers.convert_slow_tokenizer import CanaryConverter
 
     set_determinism()
-    if MODEL_DIR.exists():
-        shutil.rmtree(MODEL_DIR)
-    MODEL_DIR.mkdir(parents=True)
+    MODEL_DIR.mkdir(parents=True, exist_ok=True)
+    for old in MODEL_DIR.iterdir():  # everything save_pretrained wrote last time; the README stays
+        if old.name != "README.md":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
     with tempfile.TemporaryDirectory() as tmp:
         sp_model = train_spm(Path(tmp), "canary_spm", SPM_VOCAB, SPECIALS)
         tok_obj = CanaryConverter(str(sp_model)).converted()

@@ -178,9 +178,10 @@ def build() -> None:
                               CohereAsrProcessor, TokenizersBackend)
 
     set_determinism()
-    if MODEL_DIR.exists():
-        shutil.rmtree(MODEL_DIR)
-    MODEL_DIR.mkdir(parents=True)
+    MODEL_DIR.mkdir(parents=True, exist_ok=True)
+    for old in MODEL_DIR.iterdir():  # everything save_pretrained wrote last time; the README stays
+        if old.name != "README.md":
+            shutil.rmtree(old) if old.is_dir() else old.unlink()
     with tempfile.TemporaryDirectory() as tmp:
         train_spm(Path(tmp))
         # the published repo's tokenizer files are tokenizer.model + a tokenizer_config naming a class
