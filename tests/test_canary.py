@@ -1,0 +1,169 @@
+"""Canary (NeMo EncDecMultiTaskModel) against NeMo's own outputs on the tiny canary2-format model of
+../shared/models/canary-tiny (made and decoded by NeMo 3.0.0: its README says how): token ids exactly for
+greedy ASR with and without punctuation, en->de translation, the beam of 4 and its 4-best list, timestamps
+and a padded batch; stage tensors within float32 tolerances.
+
+Tolerances: the front end and encoder run the same float32 operations as NeMo in another order (FFT,
+matrix products, attention kernels), so tensors agree to about 1e-5 relative per stage and the decoder's
+logits to about 1e-4; beam scores are sums of up to ~40 log-probabilities, each within ~1e-5, so they agree
+within 1e-3."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import transcribe
+from transcribe.errors import OptionValueError, OptionsNotTaken
+
+from .conftest import AUDIO, SHARED
+
+CANARY = SHARED / "models" / "canary-tiny"
+MODEL = CANARY / "canary-tiny.nemo"
+REFS = json.loads((CANARY / "references.json").read_text())
+CLIPS = REFS["clips"]
+
+
+def _path(clip: str) -> Path:
+    return AUDIO / clip if clip == "jfk.wav" else AUDIO / "dev" / clip
+
+
+@pytest.fixture(scope="module")
+def model():
+    return transcribe.load_model(str(MODEL))
+
+
+# kind -> the options that make NeMo's decoding config of that run (max_generation_delta -1: NeMo's greedy
+# strategy, bounded by the decoder's table only; beam_size 1: NeMo's default, a beam of one).
+KINDS = {
+    "greedy_asr_en_pnc": dict(max_generation_delta=-1),
+    "greedy_asr_en_nopnc": dict(max_generation_delta=-1, pnc=False),
+    "greedy_ast_en_de": dict(max_generation_delta=-1, target_language="de"),
+    "beam4_asr_en_pnc": dict(beam_size=4),
+    "greedy_timestamps_asr_en_pnc": dict(max_generation_delta=-1, word_timestamps=True),
+    "default_decoding_asr_en_pnc": dict(beam_size=1),
+}
+CASES = [(k, c["clip"]) for k in KINDS for c in REFS["results"][k]["per_clip"]]
+
+
+def _ref(kind: str, clip: str) -> dict:
+    return next(c for c in REFS["results"][kind]["per_clip"] if c["clip"] == clip)
+
+
+@pytest.mark.parametrize("kind,clip", CASES, ids=[f"{k}-{c}" for k, c in CASES])
+def test_token_ids_and_text_equal_nemo(model, kind, clip):
+    ref = _ref(kind, clip)
+    t = model.transcribe(str(_path(clip)), **KINDS[kind])
+    assert [tok.id for tok in t.tokens] == ref["output_ids"]
+    assert t.text == ref["text"].strip()
+    assert t.language == ("de" if "en_de" in kind else "en")
+
+
+def test_the_prompts_are_nemo_s(model):
+    from transcribe.canary.prompt import Request
+
+    for kind, kw in KINDS.items():
+        req = Request(None, kw.get("target_language"), None, kw.get("pnc"), None, kw.get("word_timestamps", False))
+        assert list(model.prompts.build(req).ids) == _ref(kind, "jfk.wav")["prompt_ids"], kind
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_timestamps_give_nemo_s_words_and_segments(model, clip):
+    ref = _ref("greedy_timestamps_asr_en_pnc", clip)["timestamp"]
+    t = model.transcribe(str(_path(clip)), max_generation_delta=-1, word_timestamps=True)
+    assert [w.word for w in t.words] == [w["word"] for w in ref["word"]]
+    for got, want in zip(t.words, ref["word"]):  # offsets x 80 ms: the same products
+        assert (got.start, got.end) == pytest.approx((want["start"], want["end"]), abs=1e-9)
+    assert [s.text for s in t.segments] == [s["segment"] for s in ref["segment"]]
+    for got, want in zip(t.segments, ref["segment"]):
+        assert (got.start, got.end) == pytest.approx((want["start"], want["end"]), abs=1e-9)
+        assert got.words and got.words[0].start == got.start
+
+
+@pytest.mark.parametrize("clip", CLIPS)
+def test_the_n_best_list_equals_nemo_s(model, clip):
+    ref = _ref("beam4_nbest_asr_en_pnc", clip)
+    t = model.transcribe(str(_path(clip)), beam_size=4, nbest=4)
+    got = t.nbest.hypotheses
+    want = sorted(ref["nbest"], key=lambda h: -h["score"])  # length penalty 0: NeMo's best is the top score
+    assert [[tok.id for tok in h.tokens] for h in got] == [h["output_ids"] for h in want]
+    assert [h.score for h in got] == pytest.approx([h["score"] for h in want], abs=1e-3)
+    assert [h.text for h in got] == [h["text"].strip() for h in want]
+    assert [tok.id for tok in t.tokens] == want[0]["output_ids"] == ref["nbest"][int(ref["best_index"])]["output_ids"]
+
+
+def test_a_batch_gives_each_input_what_it_gives_alone(model):
+    """NeMo's padded batch of four (one call): the same ids as each clip alone, here and in NeMo."""
+    batch = REFS["results"]["greedy_asr_en_pnc_batch4"]["per_clip"]
+    paths = [str(_path(c["clip"])) for c in batch]
+    got = model.transcribe(paths, batch_size=4, max_generation_delta=-1)
+    assert [[tok.id for tok in t.tokens] for t in got] == [c["output_ids"] for c in batch]
+    beams = model.transcribe(paths, batch_size=4, beam_size=4, nbest=4)
+    alone = [model.transcribe(p, beam_size=4, nbest=4) for p in paths]
+    for b, a in zip(beams, alone):
+        assert [[x.id for x in h.tokens] for h in b.nbest.hypotheses] == [[x.id for x in h.tokens] for h in a.nbest.hypotheses]
+        assert [h.score for h in b.nbest.hypotheses] == pytest.approx([h.score for h in a.nbest.hypotheses], abs=1e-4)
+
+
+def test_stage_tensors_equal_nemo_s(model):
+    from safetensors.torch import load_file
+
+    st = load_file(str(CANARY / "canary-tiny_stages.safetensors"))
+    m = model.model
+    audio = st["audio"]
+    lengths = torch.tensor([audio.shape[1]])
+    with torch.inference_mode():
+        mel, mel_len = m.preprocessor(audio, lengths)
+        assert mel.shape == st["mel"].shape and int(mel_len) == int(st["mel_len"])
+        assert torch.allclose(mel, st["mel"], atol=2e-3, rtol=1e-4)  # log-mel, normalized per feature
+        states, enc_len = m.encode(audio, lengths)
+        assert torch.allclose(states, st["encoder_states_projected"], atol=2e-4, rtol=1e-4)
+        state = m.start(states, enc_len)
+        logits = m.step(st["prompt_ids"], state)
+    assert torch.allclose(logits, st["first_step_logits"], atol=2e-4, rtol=1e-4)
+    logp = torch.log_softmax(logits, dim=-1)
+    assert torch.allclose(logp, st["first_step_logprobs"], atol=2e-4, rtol=1e-4)
+
+
+def test_the_greedy_log_probs_are_nemo_s_teacher_forced_ones(model):
+    ref = _ref("greedy_asr_en_pnc", "jfk.wav")
+    t = model.transcribe(str(_path("jfk.wav")), max_generation_delta=-1)
+    assert [tok.logprob for tok in t.tokens] == pytest.approx(ref["teacher_forced_logprobs"][:len(t.tokens)], abs=1e-4)
+
+
+def test_short_inputs_are_padded_to_one_second_as_nemo_does(model):
+    x = transcribe.load_audio(str(_path("jfk.wav")))[:8000]
+    padded = np.concatenate([np.zeros(4000, np.float32), x, np.zeros(4000, np.float32)])
+    assert [t.id for t in model.transcribe(x).tokens] == [t.id for t in model.transcribe(padded).tokens]
+
+
+def test_the_model_s_languages_and_refusals(model):
+    assert model.languages == ["de", "en", "es", "fr"]
+    with pytest.raises(OptionValueError, match="language 'xx' is not one of the model's languages"):
+        model.transcribe(str(_path("jfk.wav")), language="xx")
+    with pytest.raises(OptionValueError, match="translate needs a target_language other than"):
+        model.transcribe(str(_path("jfk.wav")), task="translate", target_language="en")
+    with pytest.raises(OptionValueError, match="task transcribe keeps the spoken language"):
+        model.transcribe(str(_path("jfk.wav")), task="transcribe", target_language="de")
+    with pytest.raises(OptionsNotTaken, match="is a Canary model and does not take head"):
+        model.transcribe(str(_path("jfk.wav")), head="ctc")
+    # translate without a target from English has no default (English is the default target)
+    with pytest.raises(OptionValueError, match="translate needs a target_language"):
+        model.transcribe(str(_path("jfk.wav")), task="translate")
+
+
+def test_translate_from_another_language_defaults_to_english(model):
+    from transcribe.canary.prompt import Request
+
+    p = model.prompts.build(Request(language="de", task="translate"))
+    assert (p.source, p.target) == ("de", "en")
+
+
+def test_the_model_s_decoding_config_is_the_default(model):
+    """canary-tiny's config: a beam of 1 bounded by 50 tokens over the encoder frames (NeMo's
+    `default_decoding`)."""
+    ref = _ref("default_decoding_asr_en_pnc", "jfk.wav")
+    assert [t.id for t in model.transcribe(str(_path("jfk.wav"))).tokens] == ref["output_ids"]
+    d = model.model.config.decoding
+    assert (d.strategy, d.beam_size, d.beam_delta, d.length_penalty) == ("beam", 1, 50, 0.0)
