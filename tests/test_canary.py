@@ -34,6 +34,17 @@ def model():
     return transcribe.load_model(str(MODEL))
 
 
+_DONE: dict = {}
+
+
+def _run(model, kind: str, clip: str):
+    """The transcript of a reference's run, made once (fleurs_en_004 with timestamps runs to NeMo's length
+    limit: 1015 tokens)."""
+    if (kind, clip) not in _DONE:
+        _DONE[kind, clip] = model.transcribe(str(_path(clip)), **KINDS[kind])
+    return _DONE[kind, clip]
+
+
 # kind -> the options that make NeMo's decoding config of that run (max_generation_delta -1: NeMo's greedy
 # strategy, bounded by the decoder's table only; beam_size 1: NeMo's default, a beam of one).
 KINDS = {
@@ -54,7 +65,7 @@ def _ref(kind: str, clip: str) -> dict:
 @pytest.mark.parametrize("kind,clip", CASES, ids=[f"{k}-{c}" for k, c in CASES])
 def test_token_ids_and_text_equal_nemo(model, kind, clip):
     ref = _ref(kind, clip)
-    t = model.transcribe(str(_path(clip)), **KINDS[kind])
+    t = _run(model, kind, clip)
     assert [tok.id for tok in t.tokens] == ref["output_ids"]
     assert t.text == ref["text"].strip()
     assert t.language == ("de" if "en_de" in kind else "en")
@@ -71,7 +82,7 @@ def test_the_prompts_are_nemo_s(model):
 @pytest.mark.parametrize("clip", CLIPS)
 def test_timestamps_give_nemo_s_words_and_segments(model, clip):
     ref = _ref("greedy_timestamps_asr_en_pnc", clip)["timestamp"]
-    t = model.transcribe(str(_path(clip)), max_generation_delta=-1, word_timestamps=True)
+    t = _run(model, "greedy_timestamps_asr_en_pnc", clip)
     assert [w.word for w in t.words] == [w["word"] for w in ref["word"]]
     for got, want in zip(t.words, ref["word"]):  # offsets x 80 ms: the same products
         assert (got.start, got.end) == pytest.approx((want["start"], want["end"]), abs=1e-9)
@@ -128,7 +139,7 @@ def test_stage_tensors_equal_nemo_s(model):
 
 def test_the_greedy_log_probs_are_nemo_s_teacher_forced_ones(model):
     ref = _ref("greedy_asr_en_pnc", "jfk.wav")
-    t = model.transcribe(str(_path("jfk.wav")), max_generation_delta=-1)
+    t = _run(model, "greedy_asr_en_pnc", "jfk.wav")
     assert [tok.logprob for tok in t.tokens] == pytest.approx(ref["teacher_forced_logprobs"][:len(t.tokens)], abs=1e-4)
 
 
@@ -167,3 +178,71 @@ def test_the_model_s_decoding_config_is_the_default(model):
     assert [t.id for t in model.transcribe(str(_path("jfk.wav"))).tokens] == ref["output_ids"]
     d = model.model.config.decoding
     assert (d.strategy, d.beam_size, d.beam_delta, d.length_penalty) == ("beam", 1, 50, 0.0)
+
+
+# ---------------------------------------------------------------------------------------------- surfaces
+
+def _cli_json(capsys, *args) -> dict:
+    from transcribe.cli import main
+
+    assert main([str(_path("jfk.wav")), "--model", str(MODEL), "--format", "json", *args]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_the_command_gives_nemo_s_ids(capsys):
+    """The issue's commands: the default search, translation and the 4-best list, with the reference's ids."""
+    out = _cli_json(capsys)
+    assert [t["id"] for t in out["tokens"]] == _ref("greedy_asr_en_pnc", "jfk.wav")["output_ids"]
+    out = _cli_json(capsys, "--task", "translate", "--language", "en", "--target-language", "de")
+    assert [t["id"] for t in out["tokens"]] == _ref("greedy_ast_en_de", "jfk.wav")["output_ids"]
+    assert out["language"] == "de"
+    out = _cli_json(capsys, "--beam-size", "4", "--nbest", "4")
+    want = sorted(_ref("beam4_nbest_asr_en_pnc", "jfk.wav")["nbest"], key=lambda h: -h["score"])
+    assert [[t["id"] for t in h["tokens"]] for h in out["nbest"]["hypotheses"]] == [h["output_ids"] for h in want]
+    out = _cli_json(capsys, "--no-pnc")
+    assert [t["id"] for t in out["tokens"]] == _ref("greedy_asr_en_nopnc", "jfk.wav")["output_ids"]
+    out = _cli_json(capsys, "--word-timestamps")
+    ref = _ref("greedy_timestamps_asr_en_pnc", "jfk.wav")["timestamp"]["word"]
+    assert [(w["word"], w["start"], w["end"]) for w in out["words"]] == \
+        [(w["word"], pytest.approx(w["start"]), pytest.approx(w["end"])) for w in ref]
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--language", "xx"], "language 'xx' is not one of the model's languages (de, en, es, fr)"),
+    (["--task", "translate", "--target-language", "en"], "translate needs a target_language"),
+    (["--head", "ctc"], "canary-tiny.nemo is a Canary model and does not take --head"),
+    (["--beam-size", "65"], "--beam-size must be at most 64"),
+    (["--temperature", "0.5"], "is a Canary model and does not take --temperature"),
+], ids=["language", "translate-same", "other-family", "beam-bound", "whisper-option"])
+def test_the_command_refuses_bad_options_in_one_line(capsys, args, words):
+    from transcribe.cli import main
+
+    assert main([str(_path("jfk.wav")), "--model", str(MODEL), *args]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and words in err[0], err
+
+
+def test_the_server_serves_canary_transcriptions_and_translations(tmp_path):
+    pytest.importorskip("fastapi", reason="the server tests need the test extra")
+    from .test_server import Server, multipart
+
+    s = Server(["--model", str(MODEL)], tmp_path)
+    try:
+        wav = _path("jfk.wav").read_bytes()
+        body, headers = multipart({"model": MODEL.name, "response_format": "verbose_json"}, {"file": ("a.wav", wav)})
+        status, _, raw = s.request("POST", "/v1/audio/transcriptions", body, headers)
+        assert status == 200, raw
+        assert json.loads(raw)["text"] == _ref("greedy_asr_en_pnc", "jfk.wav")["text"].strip()
+        body, headers = multipart({"model": MODEL.name, "language": "de", "target_language": "en",
+                                   "response_format": "json"}, {"file": ("a.wav", wav)})
+        status, _, raw = s.request("POST", "/v1/audio/translations", body, headers)
+        assert status == 200, raw  # German speech (as the model is told) into English
+        # a target language of its own is Canary's speech translation on either endpoint
+        body, headers = multipart({"model": MODEL.name, "target_language": "de"}, {"file": ("a.wav", wav)})
+        status, _, raw = s.request("POST", "/v1/audio/transcriptions", body, headers)
+        assert status == 200 and json.loads(raw)["text"] == _ref("greedy_ast_en_de", "jfk.wav")["text"].strip()
+        body, headers = multipart({"model": MODEL.name, "language": "xx"}, {"file": ("a.wav", wav)})
+        status, _, raw = s.request("POST", "/v1/audio/transcriptions", body, headers)
+        assert status == 400 and json.loads(raw)["error"]["param"] == "language"
+    finally:
+        s.stop()
