@@ -246,3 +246,31 @@ def test_the_server_serves_canary_transcriptions_and_translations(tmp_path):
         assert status == 400 and json.loads(raw)["error"]["param"] == "language"
     finally:
         s.stop()
+
+
+# ---------------------------------------------------------------------------------------------- long inputs
+
+def test_a_long_input_is_cut_at_pauses_and_joined(model):
+    """Three dev clips with a second of silence between them, cut into pieces of at most 10 s: the pieces
+    fall in the silences, and the joined transcript is the pieces' transcripts end to end (ids in order,
+    times shifted by each piece's start)."""
+    from transcribe import long_input
+
+    clips = [_path(c) for c in CLIPS[1:]]
+    gap = np.zeros(16000, np.float32)
+    parts = [transcribe.load_audio(str(c)) for c in clips]
+    pcm = np.concatenate([parts[0], gap, parts[1], gap, parts[2]])
+    spans = long_input.cut_spans(pcm, 16000, 10.0, "auto", grain=model.model.frame_stride)
+    assert len(spans) == 3
+    edges = np.cumsum([len(parts[0]), len(gap), len(parts[1]), len(gap)])
+    assert edges[0] <= spans[1][0] <= edges[1] and edges[2] <= spans[2][0] <= edges[3]  # in the silences
+    whole = model.transcribe(pcm, max_piece_s=10.0, word_timestamps=True)
+    alone = [model.transcribe(pcm[a:b], word_timestamps=True) for a, b in spans]
+    assert [t.id for t in whole.tokens] == [t.id for p in alone for t in p.tokens]
+    assert whole.text == " ".join(p.text for p in alone)
+    shifted = [round(w.start + a / 16000, 3) for p, (a, _) in zip(alone, spans) for w in p.words]
+    assert [w.start for w in whole.words] == pytest.approx(shifted, abs=1e-3)
+    assert whole.duration == pytest.approx(len(pcm) / 16000)
+    # under the limit: one piece, the same as without cutting
+    assert [t.id for t in model.transcribe(parts[0], max_piece_s=40.0).tokens] == \
+        [t.id for t in model.transcribe(parts[0]).tokens]

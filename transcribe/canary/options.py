@@ -13,6 +13,9 @@ from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, boolean, integer, num
 from .prompt import TASKS
 
 MAX_LENGTH_PENALTY = 10.0  # Google NMT's alpha: 0-1 are usual
+# Pieces of a long input: the published models are trained on utterances of up to 40 s (NeMo's own
+# transcribe() cuts long audio into 40 s chunks); the encoder's position table holds 400 s.
+MAX_PIECE_S = (10.0, 200.0)
 
 
 @dataclass(frozen=True)
@@ -26,7 +29,9 @@ class CanaryOptions:
     times). Search: greedy, or NeMo's beam search with beam_size N (nbest <= N of its hypotheses come back
     in `Transcript.nbest`), length_penalty NeMo's alpha (default: the model's, 0); max_generation_delta
     bounds the output by the encoder's frames + delta tokens (-1: only by the decoder's position table;
-    default: the delta of the model's decoding config, 50 in the published ones)."""
+    default: the delta of the model's decoding config, 50 in the published ones). Long inputs: cut at pauses
+    (detector) into pieces of at most max_piece_s (default 40 s), decoded in batches and joined (times
+    shifted to the input's; an N-best list comes only with an input decoded in one piece)."""
 
     batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
     timestamps: bool = option(True, help="segment times", command=False, form=None)
@@ -54,8 +59,18 @@ class CanaryOptions:
                                                  "to the decoder's table; default: the model's)", parse=int,
                                                  command=False, form=None)
     sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
+    max_piece_s: float = option(40.0, help="cut inputs longer than this at pauses (10-200 s)", parse=float,
+                                command=False)
+    detector: str = option("auto", help="the pause detector: auto, energy or silero", command=False, form=None)
 
     def __post_init__(self):
+        from ..pauses import DETECTORS
+
+        number("max_piece_s", self.max_piece_s, *MAX_PIECE_S, allow_none=False,
+               why="seconds; Canary models are trained on utterances of up to 40 s")
+        if self.detector not in DETECTORS:
+            raise OptionValueError("detector", f"unknown pause detector {self.detector!r} (one of "
+                                   f"{', '.join(DETECTORS)})")
         integer("max_generation_delta", self.max_generation_delta, -1, 1 << 16)
         positive_int("batch_size", self.batch_size, most=MAX_BATCH_SIZE)
         boolean("timestamps", self.timestamps)

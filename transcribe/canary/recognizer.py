@@ -7,6 +7,7 @@ encoder frames only). Inputs shorter than one second are padded to one second on
 `transcribe()` pads them (lhotse's `pad_min_duration`)."""
 from __future__ import annotations
 
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import torch
 from ..errors import ModelError
 from ..recognizer import Recognizer
 from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript, Word
+from .. import long_input
 from ..search import aed
 from . import KIND
 from .config import max_new_tokens
@@ -25,6 +27,8 @@ from .model import CanaryModel
 from .options import CanaryOptions
 from .prompt import Prompt, PromptBuilder, Request
 from .tokenizer import CanaryTokenizer
+
+log = logging.getLogger("transcribe")
 
 # A batch holds at most this much padded audio (its longest input times its size).
 MAX_BATCH_AUDIO_S = 8 * 60.0
@@ -128,31 +132,38 @@ class CanaryASR(Recognizer):
     def _transcribe(self, items: list, opts: CanaryOptions) -> list[Transcript]:
         prompt, search = self._plan(opts)
         batch_size = self.default_batch_size if opts.batch_size is None else opts.batch_size
+        rate = self.sample_rate
         out: list[Optional[Transcript]] = [None] * len(items)
         for group in self.groups(items, opts.sample_rate):
-            for batch in self._batches(group, batch_size):
-                pcm = [p for _, p in batch]
-                for (i, _), t in zip(batch, self._transcribe_batch(pcm, prompt, search, opts)):
-                    out[i] = t
+            pieces = []  # (input index, start sample, pcm)
+            for i, pcm in group:
+                spans = long_input.cut_spans(pcm, rate, opts.max_piece_s, opts.detector, grain=self.model.frame_stride)
+                if len(spans) > 1:
+                    log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / rate, len(spans))
+                pieces += [(i, a, pcm[a:b]) for a, b in spans]
+            results: list = [None] * len(pieces)
+            for batch in long_input.batches(range(len(pieces)), lambda k: len(pieces[k][2]), batch_size,
+                                            MAX_BATCH_AUDIO_S, rate):
+                for k, t in zip(batch, self._transcribe_batch([pieces[k][2] for k in batch], prompt, search, opts)):
+                    results[k] = t
+            for i, pcm in group:
+                mine = [(p, r) for p, r in zip(pieces, results) if p[0] == i]
+                if len(mine) == 1:
+                    out[i] = mine[0][1]
+                    continue
+                out[i] = long_input.join([r for _, r in mine], [(a, a + len(x)) for (_, a, x), _ in mine], rate,
+                                         len(pcm), digits=3, clip=True)
         return out  # type: ignore[return-value]
 
-    def _batches(self, group: list[tuple[int, np.ndarray]], batch_size: int):
-        items = sorted(group, key=lambda x: -len(x[1]))
-        batch: list = []
-        for item in items:
-            padded_s = len(batch[0][1] if batch else item[1]) * (len(batch) + 1) / self.sample_rate
-            if batch and (len(batch) >= batch_size or padded_s > MAX_BATCH_AUDIO_S):
-                yield batch
-                batch = []
-            batch.append(item)
-        if batch:
-            yield batch
+    def _pad_left(self, n: int) -> int:
+        """Samples of silence put before an input of `n` samples (half of what it lacks of MIN_INPUT_S)."""
+        return max(int(round(MIN_INPUT_S * self.sample_rate)) - n, 0) // 2
 
     def _padded(self, pcm: np.ndarray) -> np.ndarray:
         short = int(round(MIN_INPUT_S * self.sample_rate)) - len(pcm)
         if short <= 0:
             return pcm
-        left = short // 2
+        left = self._pad_left(len(pcm))
         return np.concatenate([np.zeros(left, np.float32), pcm, np.zeros(short - left, np.float32)])
 
     @torch.inference_mode()
@@ -189,21 +200,27 @@ class CanaryASR(Recognizer):
         out = []
         for hyps, p in zip(self.decode(pcm, prompt, search), pcm):
             duration = len(p) / self.sample_rate
-            t = self._to_transcript(hyps[0], duration, prompt, opts)
+            # times count from the input's start, not from the silence a short input was padded with
+            t = self._to_transcript(hyps[0], duration, prompt, opts, self._pad_left(len(p)) / self.sample_rate)
             if search.beam_size is not None and opts.nbest is not None:
                 t.nbest = self._nbest(hyps[:search.nbest], duration, search)
             out.append(t)
         return out
 
-    def _to_transcript(self, hyp: aed.AEDHypothesis, duration: float, prompt: Prompt,
-                       opts: CanaryOptions) -> Transcript:
+    def _to_transcript(self, hyp: aed.AEDHypothesis, duration: float, prompt: Prompt, opts: CanaryOptions,
+                       shift: float = 0.0) -> Transcript:
         tok = self.tokenizer
+
+        def sec(frames: float) -> float:  # NeMo's time of a timestamp token (in the padded input, less its padding)
+            t = self.model.frame_seconds(frames)
+            return min(max(t - shift, 0.0), duration) if shift else t
+
         text = tok.text(hyp.ids)
         words: list[Word] = []
         segments: list[Segment] = []
-        spans = self._token_times(hyp.ids) if opts.word_timestamps else None
+        spans = self._token_times(hyp.ids, sec) if opts.word_timestamps else None
         if opts.word_timestamps:
-            words, text = self._words(text)
+            words, text = self._words(text, sec)
             if opts.timestamps:
                 segments = _segments(words)
         elif opts.timestamps and text.strip():
@@ -217,7 +234,7 @@ class CanaryASR(Recognizer):
         return Transcript(text=text, duration=duration, segments=segments, words=words, tokens=tokens,
                           model=self.name, language=prompt.target)
 
-    def _words(self, text: str) -> tuple[list[Word], str]:
+    def _words(self, text: str, sec) -> tuple[list[Word], str]:
         """NeMo's word times from the timestamp tokens: `<|s|> word <|e|>` (offsets in encoder frames),
         and the text without them (the words joined by spaces); the text as it is where no pair is found."""
         text = text.strip()
@@ -227,14 +244,12 @@ class CanaryASR(Recognizer):
         for m in _WORD_TIMES.finditer(text):
             word = m.group(2).strip()
             if word:
-                words.append(Word(word, self.model.frame_seconds(int(m.group(1))),
-                                  self.model.frame_seconds(int(m.group(3)))))
+                words.append(Word(word, sec(int(m.group(1))), sec(int(m.group(3)))))
         return words, " ".join(w.word for w in words)
 
-    def _token_times(self, ids: list[int]) -> list[tuple[float, float]]:
+    def _token_times(self, ids: list[int], sec) -> list[tuple[float, float]]:
         """Each token's span: between the timestamp tokens around it (a timestamp token at its own time)."""
         stamps = self.tokenizer.timestamps
-        sec = self.model.frame_seconds
         marks = [(k, stamps[i]) for k, i in enumerate(ids) if i in stamps]
         out = []
         for k, i in enumerate(ids):
