@@ -19,9 +19,14 @@ PIECE_S = 40.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"nemo" for a `.nemo` archive or NeMo directory whose config is an AED multitask model; else None
-    (reads the archive's config alone)."""
-    if not (path.is_file() or path.is_dir()):
+    """"gguf" for a transcribe.cpp GGUF file of the `canary` architecture; "nemo" for a `.nemo` archive or
+    NeMo directory whose config is an AED multitask model (its config read alone); else None."""
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        if is_gguf(path):
+            return "gguf" if architecture(path) == "canary" else None
+    elif not path.is_dir():
         return None
     from ..nemo.checkpoint import read_config
     from .config import is_canary
@@ -31,6 +36,10 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
+    if kind == "gguf":
+        from .gguf import load as load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import CanaryASR
 
     return CanaryASR.load(path, name, device, dtype)

@@ -89,10 +89,17 @@ class CanaryASR(Recognizer):
             tokenizer = from_nemo(ckpt.config, ckpt.files, str(path))
         except ValueError as e:
             raise ModelError(f"{path}: {e}") from None
+        return cls.finish(model, tokenizer, name, device, dtype)
+
+    @classmethod
+    def finish(cls, model: CanaryModel, tokenizer: CanaryTokenizer, name: str, device,
+               dtype: Optional[torch.dtype] = None) -> "CanaryASR":
+        """A model with its weights (float32) and its tokenizer -> the recognizer: batch norm folded, eval
+        mode, on `device`, the encoder and decoder in `dtype`. Every loader ends here."""
         model.encoder.fold_batch_norm()
         model.eval().to(device)
         if dtype == torch.int8:
-            raise ModelError(f"{path}: int8 is not implemented for Canary models (float32, bfloat16, float16)")
+            raise ModelError(f"{name}: int8 is not implemented for Canary models (float32, bfloat16, float16)")
         if dtype is not None and dtype != torch.float32:
             model.encoder.to(dtype)
             if model.encoder_decoder_proj is not None:

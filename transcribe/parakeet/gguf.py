@@ -79,7 +79,7 @@ TensorHook = Callable[[GGUFFile, str, str], Optional[torch.Tensor]]
 def schema_of(f: GGUFFile) -> str:
     if f.arch != "parakeet":
         raise ModelError(f"{f.path}: a GGUF file of architecture {f.arch!r}, which this package does not read "
-                         "(parakeet, granite_speech_nar)")
+                         "(parakeet, canary, granite_speech_nar)")
     cpp = any(k.startswith("parakeet.") for k in f.meta)
     stt = any(k.startswith("stt.parakeet.") for k in f.meta)
     if cpp == stt:

@@ -10,22 +10,11 @@ from __future__ import annotations
 import re
 from typing import Optional
 
-# (NeMo pattern, transcribe.cpp pattern): `{i}` a layer index, `{n}` an LSTM layer, `{j}` the joint
-# output layer's Sequential index (1 or 2, found by role).
-_TABLE = (
-    ("encoder.pre_encode.", "enc.pre_encode."),
-    ("encoder.layers.{i}.norm_feed_forward1.", "enc.blocks.{i}.norm_ff1."),
-    ("encoder.layers.{i}.feed_forward1.", "enc.blocks.{i}.ff1."),
-    ("encoder.layers.{i}.norm_feed_forward2.", "enc.blocks.{i}.norm_ff2."),
-    ("encoder.layers.{i}.feed_forward2.", "enc.blocks.{i}.ff2."),
-    ("encoder.layers.{i}.norm_self_att.", "enc.blocks.{i}.norm_attn."),
-    ("encoder.layers.{i}.self_attn.", "enc.blocks.{i}.attn."),
-    ("encoder.layers.{i}.norm_conv.", "enc.blocks.{i}.norm_conv."),
-    ("encoder.layers.{i}.conv.pointwise_conv1.", "enc.blocks.{i}.conv.pointwise1."),
-    ("encoder.layers.{i}.conv.depthwise_conv.", "enc.blocks.{i}.conv.depthwise."),
-    ("encoder.layers.{i}.conv.pointwise_conv2.", "enc.blocks.{i}.conv.pointwise2."),
-    ("encoder.layers.{i}.conv.batch_norm.", "enc.blocks.{i}.conv.bn."),
-    ("encoder.layers.{i}.norm_out.", "enc.blocks.{i}.norm_out."),
+from ..nemo.gguf_names import ENCODER_TABLE, apply, rules
+
+# (NeMo pattern, transcribe.cpp pattern): the encoder's (nemo/gguf_names.py), then the heads': `{n}` an
+# LSTM layer, `{j}` the joint output layer's Sequential index (1 or 2, found by role).
+_TABLE = ENCODER_TABLE + (
     ("decoder.prediction.embed.", "pred.embed."),
     ("decoder.prediction.dec_rnn.lstm.weight_ih_l{n}", "pred.lstm.{n}.Wx"),
     ("decoder.prediction.dec_rnn.lstm.weight_hh_l{n}", "pred.lstm.{n}.Wh"),
@@ -40,29 +29,8 @@ NEMO_LSTM_BIAS = re.compile(r"^decoder\.prediction\.dec_rnn\.lstm\.bias_(ih|hh)_
 NOT_STORED = ("preprocessor.", "ctc_decoder.")
 
 
-def _regex(pattern: str) -> re.Pattern:
-    out = re.escape(pattern)
-    for name in ("i", "n", "j"):
-        out = out.replace(re.escape("{" + name + "}"), rf"(?P<{name}>\d+)")
-    return re.compile("^" + out)
-
-
-_TO_TCPP = [(_regex(n), t) for n, t in _TABLE]
-_TO_NEMO = [(_regex(t), n) for n, t in _TABLE]
-
-
-def _apply(name: str, rules, fill: dict) -> Optional[str]:
-    for regex, target in rules:
-        m = regex.match(name)
-        if m:
-            groups = {**fill, **{k: v for k, v in m.groupdict().items() if v is not None}}
-            out = target
-            for k, v in groups.items():
-                out = out.replace("{" + k + "}", str(v))
-            if "{" in out:
-                return None
-            return out + name[m.end():]
-    return None
+_TO_TCPP = rules(_TABLE, True)
+_TO_NEMO = rules(_TABLE, False)
 
 
 def to_transcribe_cpp(nemo_name: str) -> Optional[str]:
@@ -71,7 +39,7 @@ def to_transcribe_cpp(nemo_name: str) -> Optional[str]:
     `pred.lstm.{n}.bias` is their sum)."""
     if nemo_name.startswith(NOT_STORED) or nemo_name.endswith("num_batches_tracked") or NEMO_LSTM_BIAS.match(nemo_name):
         return None
-    return _apply(nemo_name, _TO_TCPP, {})
+    return apply(nemo_name, _TO_TCPP)
 
 
 def to_nemo(tcpp_name: str, joint_index: int = 1) -> Optional[str]:
@@ -79,4 +47,4 @@ def to_nemo(tcpp_name: str, joint_index: int = 1) -> Optional[str]:
     `joint_index`); None for the summed LSTM bias (see `LSTM_BIAS`) and for names not in the table."""
     if LSTM_BIAS.match(tcpp_name):
         return None
-    return _apply(tcpp_name, _TO_NEMO, {"j": joint_index})
+    return apply(tcpp_name, _TO_NEMO, {"j": joint_index})

@@ -1,0 +1,100 @@
+"""transcribe.cpp's Canary GGUF files (tests/models/gguf/canary: made from canary-tiny.nemo by its own
+converter and quantizer; README there) against its runtime's outputs: the same text on every run, and the
+token ids NeMo gives for that text (with the encoder's xscaling off, which the schema cannot carry and the
+runtime never applies; see canary/gguf.py). Q8_0 weights are dequantized exactly, so the Q8_0 file's
+decisions are those of its own weights, like the runtime's."""
+import json
+import shutil
+import struct
+from pathlib import Path
+
+import pytest
+
+import transcribe
+from transcribe.errors import ModelError
+
+from .conftest import SHARED
+
+HERE = Path(__file__).parent / "models" / "gguf" / "canary"
+FILES = ["canary-tiny-F32.gguf", "canary-tiny-Q8_0.gguf"]
+OPTIONS = {"asr_en_pnc": {}, "asr_en_nopnc": {"pnc": False}, "ast_en_de": {"target_language": "de"},
+           "asr_en_default": {}}
+
+
+def _runs(name: str) -> list:
+    return json.loads((HERE / name.replace(".gguf", ".ref.json")).read_text())["runs"]
+
+
+CASES = [(f, i) for f in FILES for i in range(len(_runs(f)))]
+
+
+@pytest.fixture(scope="module")
+def models():
+    return {f: transcribe.load_model(str(HERE / f)) for f in FILES}
+
+
+@pytest.mark.parametrize("name,i", CASES, ids=[f"{f[12:-5]}-{r['task']}-{Path(r['audio']).stem}"
+                                               for f, i in CASES for r in [_runs(f)[i]]])
+def test_the_runtime_s_text_and_nemo_s_ids(models, name, i):
+    run = _runs(name)[i]
+    t = models[name].transcribe(str(SHARED / run["audio"]), **OPTIONS[run["task"]])
+    assert t.text == run["text"]
+    assert [tok.id for tok in t.tokens] == run["vs_nemo_xscaling_off"]["nemo_output_ids"]
+
+
+def test_the_file_s_model_is_the_nemo_model_without_xscaling(models):
+    """The F32 file holds the checkpoint's tensors bit for bit: with the .nemo's encoder told not to
+    scale, the two give the same states (to float32 rounding: the .nemo's filterbank is the one stored in
+    its checkpoint, the GGUF's is computed from the settings, equal to a few ulps)."""
+    import torch
+
+    nemo = transcribe.load_model(str(SHARED / "models" / "canary-tiny" / "canary-tiny.nemo"))
+    gguf = models[FILES[0]]
+    assert nemo.model.encoder.xscale is not None and gguf.model.encoder.xscale is None
+    x = transcribe.load_audio(str(SHARED / "audio" / "jfk.wav"))
+    audio, n = torch.from_numpy(x)[None], torch.tensor([len(x)])
+    nemo.model.encoder.xscale = None  # (a model of this test's own)
+    a, _ = nemo.model.encode(audio, n)
+    b, _ = gguf.model.encode(audio, n)
+    assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+    assert gguf.languages == ["de", "en", "es", "fr"]
+
+
+def _edited(tmp_path, key: bytes, new: bytes) -> Path:
+    data = (HERE / FILES[0]).read_bytes()
+    at = data.index(key)
+    out = tmp_path / "edited.gguf"
+    out.write_bytes(data[:at] + new + data[at + len(new):])
+    return out
+
+
+def test_a_key_this_code_does_not_know_is_an_error(tmp_path):
+    path = _edited(tmp_path, b"stt.canary.encoder.use_bias", b"stt.canary.encoder.use_xias")
+    with pytest.raises(ModelError, match="metadata key this code does not implement: stt.canary.encoder.use_xias"):
+        transcribe.load_model(str(path))
+
+
+def test_a_tensor_this_code_does_not_know_is_an_error(tmp_path):
+    path = _edited(tmp_path, b"dec.embed.pos_enc", b"dec.embed.pos_exc")
+    with pytest.raises(ModelError, match="tensor dec.embed.pos_exc is not part of a Canary model"):
+        transcribe.load_model(str(path))
+
+
+def test_a_wrong_special_token_id_is_an_error(tmp_path):
+    data = (HERE / FILES[0]).read_bytes()
+    key = b"stt.canary.special.pnc_id"
+    at = data.index(key) + len(key) + 4  # the value's type (u32), then the value
+    out = tmp_path / "edited.gguf"
+    out.write_bytes(data[:at] + struct.pack("<I", 6) + data[at + 4:])
+    with pytest.raises(ModelError, match=r"stt.canary.special.pnc_id = 6 is not the id of <\|pnc\|>"):
+        transcribe.load_model(str(out))
+
+
+def test_the_command_reads_the_file(capsys, tmp_path):
+    from transcribe.cli import main
+
+    path = tmp_path / "m.gguf"
+    shutil.copy(HERE / FILES[1], path)
+    assert main([str(SHARED / "audio" / "jfk.wav"), "--model", str(path), "--no-pnc"]) == 0
+    assert capsys.readouterr().out.strip() == \
+        "the junction of valencia creek and the avon river are a short distance upstream"
