@@ -69,8 +69,8 @@ def _edited(tmp_path, key: bytes, new: bytes) -> Path:
 
 
 def test_a_key_this_code_does_not_know_is_an_error(tmp_path):
-    path = _edited(tmp_path, b"stt.canary.encoder.use_bias", b"stt.canary.encoder.use_xias")
-    with pytest.raises(ModelError, match="metadata key this code does not implement: stt.canary.encoder.use_xias"):
+    path = _edited(tmp_path, b"stt.canary.tokenizer.single_sp", b"stt.canary.tokenizer.single_xp")
+    with pytest.raises(ModelError, match="metadata key this code does not implement: stt.canary.tokenizer.single_xp"):
         transcribe.load_model(str(path))
 
 
