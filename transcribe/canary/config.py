@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..nemo.config import EncoderConfig, FrontEndConfig, check_sizes, encoder_config, frontend_config, short
+from ..nemo.transformer import DecoderConfig
 
 # The model class (the config's `target`) this family builds.
 MODEL_CLASSES = ("EncDecMultiTaskModel",)
@@ -37,21 +38,6 @@ HARMLESS_KEYS = {
 # refused before a module is built.
 SIZE_MAXIMA = {"hidden_size": 16384, "inner_size": 65536, "num_layers": 256, "num_attention_heads": 256,
                "max_sequence_length": 1 << 16, "num_classes": 1 << 20}
-
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    """NeMo's `TransformerDecoderNM` (`transf_decoder`) and its `TokenClassifier` head."""
-
-    vocab_size: int      # the embedding's and the head's rows (`head.num_classes`)
-    hidden: int
-    inner: int
-    layers: int
-    heads: int
-    max_positions: int   # the fixed sinusoidal table's length: prompt and output together
-    activation: str = "relu"
-    pre_ln: bool = True
-    final_norm: bool = True  # pre_ln_final_layer_norm
 
 
 @dataclass(frozen=True)

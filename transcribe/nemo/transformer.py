@@ -1,0 +1,188 @@
+"""NeMo's Transformer decoder (`TransformerDecoderNM`: token embedding + fixed sinusoidal positions + layer
+norm, pre-LN or post-LN blocks of self-attention, cross-attention and feed-forward, a final layer norm) and
+its `TokenClassifier` head, run with a key/value cache (`DecoderState`): the prompt in one call, then one
+token a step, each at its own position of the position table, as NeMo's generators feed it (NeMo caches each
+layer's input states and recomputes keys and values from them; the products are the same). Shared by the
+AED families built on NeMo's modules (Canary, Cohere Transcribe).
+
+Module and parameter names follow NeMo's state dict (`_embedding.*`, `_decoder.layers.{i}.{layer_norm_1,
+first_sub_layer,...}`, `mlp.layer0.*`), so a checkpoint loads without renaming."""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Optional
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+
+@dataclass(frozen=True)
+class DecoderConfig:
+    """NeMo's `TransformerDecoderNM` and its `TokenClassifier` head."""
+
+    vocab_size: int      # the embedding's and the head's rows
+    hidden: int
+    inner: int
+    layers: int
+    heads: int
+    max_positions: int   # the position table's length: prompt and output together
+    activation: str = "relu"
+    pre_ln: bool = True
+    final_norm: bool = True  # pre_ln_final_layer_norm
+
+
+_ACT = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "silu": F.silu}
+
+
+class _Attention(nn.Module):
+    """NeMo's `MultiHeadAttention` (query_net, key_net, value_net, out_projection)."""
+
+    def __init__(self, hidden: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.query_net = nn.Linear(hidden, hidden)
+        self.key_net = nn.Linear(hidden, hidden)
+        self.value_net = nn.Linear(hidden, hidden)
+        self.out_projection = nn.Linear(hidden, hidden)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, h = x.shape
+        return x.view(b, t, self.heads, h // self.heads).transpose(1, 2)
+
+    def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.split(self.key_net(x)), self.split(self.value_net(x))
+
+    def attend(self, x: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+        q = self.split(self.query_net(x))
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
+        b, _, t, d = out.shape
+        return self.out_projection(out.transpose(1, 2).reshape(b, t, self.heads * d))
+
+
+class _FeedForward(nn.Module):
+    """NeMo's `PositionWiseFF` (dense_in, activation, dense_out)."""
+
+    def __init__(self, hidden: int, inner: int, activation: str):
+        super().__init__()
+        self.dense_in = nn.Linear(hidden, inner)
+        self.dense_out = nn.Linear(inner, hidden)
+        self.act = _ACT[activation]
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.dense_out(self.act(self.dense_in(x)))
+
+
+class _Block(nn.Module):
+    """NeMo's `TransformerDecoderBlock`: self-attention, cross-attention, feed-forward, each with a residual;
+    layer norms before each (pre_ln) or after each residual (post-LN)."""
+
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.pre_ln = c.pre_ln
+        self.layer_norm_1 = nn.LayerNorm(c.hidden, eps=1e-5)
+        self.first_sub_layer = _Attention(c.hidden, c.heads)
+        self.layer_norm_2 = nn.LayerNorm(c.hidden, eps=1e-5)
+        self.second_sub_layer = _Attention(c.hidden, c.heads)
+        self.layer_norm_3 = nn.LayerNorm(c.hidden, eps=1e-5)
+        self.third_sub_layer = _FeedForward(c.hidden, c.inner, c.activation)
+
+    def forward(self, x, cache: list, layer: int, cross: tuple, self_mask, cross_mask) -> torch.Tensor:
+        if self.pre_ln:
+            h = self.layer_norm_1(x)
+            h = x + self.first_sub_layer.attend(h, *self._extend(cache, layer, h), self_mask)
+            c = self.layer_norm_2(h)
+            h = h + self.second_sub_layer.attend(c, *cross, cross_mask)
+            return h + self.third_sub_layer(self.layer_norm_3(h))
+        h = self.layer_norm_1(x + self.first_sub_layer.attend(x, *self._extend(cache, layer, x), self_mask))
+        h = self.layer_norm_2(h + self.second_sub_layer.attend(h, *cross, cross_mask))
+        return self.layer_norm_3(h + self.third_sub_layer(h))
+
+    def _extend(self, cache: list, layer: int, h: torch.Tensor):
+        k, v = self.first_sub_layer.keys_values(h)
+        if cache[layer] is not None:
+            k = torch.cat([cache[layer][0], k], dim=2)
+            v = torch.cat([cache[layer][1], v], dim=2)
+        cache[layer] = (k, v)
+        return k, v
+
+
+class _Embedding(nn.Module):
+    """NeMo's `TransformerEmbedding`: token embedding + the fixed sinusoidal position table (stored in the
+    checkpoint, divided by sqrt(hidden)), then a layer norm."""
+
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.token_embedding = nn.Embedding(c.vocab_size, c.hidden)
+        self.position_embedding = _Positions(c.hidden, c.max_positions)
+        self.layer_norm = nn.LayerNorm(c.hidden, eps=1e-5)
+
+    def forward(self, ids: torch.Tensor, start: int) -> torch.Tensor:
+        table = self.position_embedding.pos_enc
+        if start + ids.shape[1] > table.shape[0]:
+            raise ValueError(f"decoder position {start + ids.shape[1] - 1} is past its table of {table.shape[0]}")
+        pos = table[start:start + ids.shape[1]].to(self.token_embedding.weight.dtype)
+        return self.layer_norm(self.token_embedding(ids) + pos)
+
+
+class _Positions(nn.Module):
+    def __init__(self, hidden: int, length: int):
+        super().__init__()
+        self.register_buffer("pos_enc", sinusoid_positions(hidden, length))
+
+
+def sinusoid_positions(hidden: int, length: int) -> torch.Tensor:
+    """NeMo's `FixedPositionalEncoding` table (for a model built without a checkpoint)."""
+    position = torch.arange(0.0, length).unsqueeze(1)
+    div = torch.exp(-math.log(10000.0) / hidden * torch.arange(0.0, hidden, 2))
+    table = torch.zeros(length, hidden)
+    table[:, 0::2] = torch.sin(position * div)
+    table[:, 1::2] = torch.cos(position * div)
+    return table / math.sqrt(hidden)
+
+
+class _Stack(nn.Module):
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.layers = nn.ModuleList(_Block(c) for _ in range(c.layers))
+        self.final_layer_norm = nn.LayerNorm(c.hidden, eps=1e-5) if c.pre_ln and c.final_norm else None
+
+
+class TransformerDecoder(nn.Module):
+    """NeMo's `TransformerDecoderNM` (`_embedding`, `_decoder`)."""
+
+    def __init__(self, c: DecoderConfig):
+        super().__init__()
+        self.config = c
+        self._embedding = _Embedding(c)
+        self._decoder = _Stack(c)
+
+
+class Head(nn.Module):
+    """NeMo's `TokenClassifier` of one layer (`mlp.layer0`)."""
+
+    def __init__(self, hidden: int, vocab: int):
+        super().__init__()
+        self.mlp = nn.Module()
+        self.mlp.layer0 = nn.Linear(hidden, vocab)
+
+
+@dataclass
+class DecoderState:
+    """What the decoder keeps between steps for a batch of rows: each layer's self-attention keys and
+    values so far, each layer's cross-attention keys and values of the encoder states, the encoder mask,
+    and the next position."""
+
+    self_kv: list
+    cross_kv: list
+    cross_mask: Optional[torch.Tensor]  # [rows, 1, 1, T] bool (True: attend), None when nothing is padded
+    position: int = 0
+
+    def select(self, rows: torch.Tensor) -> "DecoderState":
+        """The state of the rows `rows` (a beam's reordering, or a batch item repeated per beam)."""
+        pick = lambda t: None if t is None else t.index_select(0, rows)  # noqa: E731
+        return DecoderState([None if kv is None else (pick(kv[0]), pick(kv[1])) for kv in self.self_kv],
+                            [(pick(k), pick(v)) for k, v in self.cross_kv], pick(self.cross_mask), self.position)
+
+
