@@ -9,7 +9,6 @@ generators feed it (NeMo caches each layer's input states and recomputes keys an
 products are the same)."""
 from __future__ import annotations
 
-
 import torch
 from torch import nn
 
