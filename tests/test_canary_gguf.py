@@ -98,3 +98,65 @@ def test_the_command_reads_the_file(capsys, tmp_path):
     assert main([str(SHARED / "audio" / "jfk.wav"), "--model", str(path), "--no-pnc"]) == 0
     assert capsys.readouterr().out.strip() == \
         "the junction of valencia creek and the avon river are a short distance upstream"
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+# The identity keys the upstream converter took from its profile for this file (README section 1).
+UPSTREAM_META = {"general.name": "canary-tiny (tiny test model)", "general.version": "tiny", "general.size_label": "tiny",
+                 "general.repo_url": "https://huggingface.co/canary-tiny", "stt.variant": "canary-tiny"}
+
+
+@pytest.fixture(scope="module")
+def unscaled(tmp_path_factory) -> Path:
+    """canary-tiny.nemo with `xscaling: false` (the one setting the schema cannot carry), as the upstream
+    files were made from it in effect (their runtime never scales)."""
+    import io
+    import tarfile
+
+    out = tmp_path_factory.mktemp("noxs") / "canary-tiny.nemo"
+    with tarfile.open(SHARED / "models" / "canary-tiny" / "canary-tiny.nemo") as src, tarfile.open(out, "w") as dst:
+        for m in src.getmembers():
+            data = src.extractfile(m).read() if m.isfile() else None
+            if m.name.endswith("model_config.yaml"):
+                data = data.replace(b"xscaling: true", b"xscaling: false")
+                m.size = len(data)
+            dst.addfile(m, io.BytesIO(data) if data is not None else None)
+    return out
+
+
+@pytest.mark.parametrize("qtype,name", [("f32", FILES[0]), ("q8_0", FILES[1])])
+def test_convert_writes_the_upstream_tools_file_byte_for_byte(tmp_path, unscaled, qtype, name):
+    from transcribe.cli import main
+
+    out = tmp_path / "m.gguf"
+    args = ["convert", str(unscaled), str(out), "--type", qtype]
+    for k, v in UPSTREAM_META.items():
+        args += ["--meta", f"{k}={v}"]
+    assert main(args) == 0
+    assert out.read_bytes() == (HERE / name).read_bytes()
+
+
+@pytest.mark.parametrize("qtype", ["f16", "q4_0"])
+def test_other_types_load(tmp_path, unscaled, models, qtype):
+    """F16 keeps jfk's text; Q4_0 (a 4-bit step per block of 32) moves this fragile tiny model's decisions,
+    so only its weights are checked: within one quantization step (a block's max / 7) of the F32 file's."""
+    from transcribe.canary.gguf_export import export
+
+    out = export(unscaled, tmp_path / f"m-{qtype}.gguf", qtype=qtype)
+    m = transcribe.load_model(str(out))
+    ref = models[FILES[0]]
+    clip = str(SHARED / "audio" / "jfk.wav")
+    if qtype == "f16":
+        assert m.transcribe(clip).text == ref.transcribe(clip).text
+    w, w0 = m.model.log_softmax.mlp.layer0.weight, ref.model.log_softmax.mlp.layer0.weight
+    assert (w - w0).abs().max() <= w0.abs().max() / 7
+    assert m.transcribe(clip).duration == pytest.approx(11.0)
+
+
+def test_convert_refuses_what_the_schema_cannot_carry(tmp_path, capsys):
+    from transcribe.cli import main
+
+    assert main(["convert", str(SHARED / "models" / "canary-tiny" / "canary-tiny.nemo"), str(tmp_path / "x.gguf")]) == 2
+    assert "encoder.xscaling = true cannot be written" in capsys.readouterr().err
+    assert not (tmp_path / "x.gguf").exists()

@@ -43,3 +43,18 @@ def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import CanaryASR
 
     return CanaryASR.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a Canary `.nemo`: transcribe.cpp's `canary` schema (the only one), f32 by
+    default (`gguf_export.export`)."""
+    from ..errors import ModelError
+    from .gguf_export import export
+
+    if schema not in (None, "transcribe.cpp"):
+        raise ModelError(f"--schema {schema}: Canary GGUF files are transcribe.cpp's (its `canary` schema)")
+    if qtype == "bf16":
+        raise ModelError("--type bf16 is not one of transcribe.cpp's Canary types (f32, f16, q8_0, q4_0)")
+    export(path, out, qtype=qtype or "f32", meta=meta)
+    return "transcribe.cpp", qtype or "f32"

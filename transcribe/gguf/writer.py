@@ -5,6 +5,8 @@ Value types: "str", "u32", "i32", "f32", "bool", or ("arr", one of those but "bo
 """
 from __future__ import annotations
 
+import re
+
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -100,3 +102,23 @@ def write(path: Path, kv: KV, tensors: list[tuple[str, torch.Tensor, int]]) -> N
         w.write_tensors_to_file()
     finally:
         w.close()
+
+
+# A type suffix of a GGUF file's name (-F32, -q8_0, -Q4_K_M...).
+_TYPE_SUFFIX = re.compile(r"[-_.](f32|f16|bf16|q\d(_\d|_k(_[sml])?)?)$", re.IGNORECASE)
+
+
+def variant_of(out_path) -> str:
+    """The variant slug from an output file name: its stem without a type suffix (-F32, -Q8_0...)."""
+    stem = Path(out_path).name
+    if stem.lower().endswith(".gguf"):
+        stem = stem[:-5]
+    return _TYPE_SUFFIX.sub("", stem) or stem
+
+
+def size_label(n_params: int) -> str:
+    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n_params >= scale:
+            v = n_params / scale
+            return (f"{v:.0f}" if v >= 10 else f"{v:.1f}").rstrip("0").rstrip(".") + suffix
+    return str(n_params)

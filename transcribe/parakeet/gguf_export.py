@@ -25,7 +25,8 @@ import torch
 
 from ..errors import ModelError
 from ..gguf import quants
-from ..gguf.writer import KV, parse_value, write
+from ..gguf.writer import KV, parse_value, variant_of, write  # noqa: F401 (variant_of: this module's API)
+from ..gguf.writer import size_label as _size_label
 from ..nemo.checkpoint import NemoCheckpoint, check_bpe_tokenizer, read_nemo
 from .gguf_names import to_transcribe_cpp
 
@@ -237,7 +238,6 @@ _TCPP_FILE_TYPE = {quants.F32: 0, quants.F16: 1, quants.Q8_0: 7, quants.Q4_0: 2}
 
 # The published variant profile fields the converter takes from a table; defaults derived here.
 _LICENSE = ("cc-by-4.0", "Creative Commons Attribution 4.0", "https://creativecommons.org/licenses/by/4.0/")
-_TYPE_SUFFIX = re.compile(r"[-_.](f32|f16|bf16|q\d(_\d|_k(_[sml])?)?)$", re.IGNORECASE)
 
 # Block layout of one encoder layer: tensors always present, in the converter's order, then the
 # optional ones (BatchNorm running stats, biases).
@@ -259,22 +259,6 @@ _BLOCK_OPTIONAL = (
     "conv.pointwise1.bias", "conv.depthwise.bias", "conv.pointwise2.bias",
     "ff2.linear1.bias", "ff2.linear2.bias",
 )
-
-
-def variant_of(out_path) -> str:
-    """The variant slug from an output file name: its stem without a type suffix (-F32, -Q8_0...)."""
-    stem = Path(out_path).name
-    if stem.lower().endswith(".gguf"):
-        stem = stem[:-5]
-    return _TYPE_SUFFIX.sub("", stem) or stem
-
-
-def _size_label(n_params: int) -> str:
-    for scale, suffix in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
-        if n_params >= scale:
-            v = n_params / scale
-            return (f"{v:.0f}" if v >= 10 else f"{v:.1f}").rstrip("0").rstrip(".") + suffix
-    return str(n_params)
 
 
 def _token_type(sp, i: int, piece: str) -> int:
