@@ -638,6 +638,88 @@ def stage_verify(args):
     sys.exit(1 if errs else 0)
 
 
+def replay_beam(model, audio, prompt, beam, alpha, max_total, slot_penalty_quirk=True):
+    """NeMo's beam-search arithmetic written out step by step (BeamSearchSequenceGenerator._forward, NeMo 3.0.0),
+    on NeMo's own decoder/head recomputed over whole prefixes (no cache). slot_penalty_quirk=False multiplies back
+    each candidate's own parent penalty instead (what the code's comments intend). Returns (beams, scores)."""
+    import torch
+    from nemo.collections.common.parts import NEG_INF
+
+    tok = model.tokenizer
+    eos, pad = tok.eos_id, tok.pad_id
+    with torch.no_grad():
+        _, _, enc, enc_mask = model(input_signal=audio, input_signal_length=torch.tensor([audio.shape[1]]))
+
+        def last_logprobs(seqs):
+            ids = torch.tensor(seqs)
+            n = ids.shape[0]
+            h = model.transf_decoder(input_ids=ids, decoder_mask=(ids != pad).float(),
+                                     encoder_embeddings=enc.expand(n, -1, -1), encoder_mask=enc_mask.expand(n, -1))
+            return model.log_softmax(hidden_states=h)[:, -1].double()
+
+        def pen(lengths):
+            return ((5.0 + lengths) / 6.0) ** alpha
+
+        s, t = torch.topk(last_logprobs([prompt])[0], beam)
+        beams = [list(prompt) + [int(x)] for x in t]
+        scores = s.clone()
+        plen = torch.full((beam,), float(len(prompt) + 2), dtype=torch.float64)  # prefixes.size(1) + 1
+        finished = torch.zeros(beam, dtype=torch.bool)  # NeMo starts with no beam finished, even after an EOS
+        for _ in range(max_total - len(prompt)):
+            cs, ci = torch.topk(last_logprobs(beams), beam, dim=-1)
+            mult = torch.ones(beam, beam, dtype=torch.float64)
+            for r in range(beam):
+                if finished[r]:
+                    ci[r] = pad
+                    mult[r, 0] = 0.0
+                    mult[r, 1:] = 1.0 - NEG_INF
+            cand = scores[:, None] + cs * mult
+            p = pen(plen)
+            vals, idx = torch.topk((cand / p[:, None]).reshape(-1), beam)
+            parents = idx // beam
+            beams = [beams[int(a)] + [int(ci[int(a), int(b) % beam])] for a, b in zip(parents, idx)]
+            scores = vals * (p if slot_penalty_quirk else p[parents])
+            plen = torch.tensor([1.0 + sum(1 for x in b if x not in (eos, pad)) for b in beams], dtype=torch.float64)
+            finished = torch.tensor([b[-1] in (eos, pad) for b in beams])
+            if bool(finished.all()):
+                break
+        best = int(torch.argmax(scores / pen(plen)))
+    outs = []
+    for b in beams:
+        y = b[len(prompt):]
+        while y and y[-1] in (eos, pad):
+            y.pop()
+        outs.append(y)
+    return outs, [float(x) for x in scores], best
+
+
+def stage_beamcheck(args):
+    """Replay NeMo's beam arithmetic (see replay_beam) for every stored n-best of canary-tiny; compare."""
+    import soundfile as sf
+    import torch
+
+    torch.set_num_threads(1)
+    from nemo.collections.asr.models import EncDecMultiTaskModel
+
+    model = EncDecMultiTaskModel.restore_from(str(CANARY_TINY), map_location="cpu")
+    model.eval()
+    audio = {c.name: torch.from_numpy(sf.read(str(c), dtype="float32")[0])[None] for c in REF_CLIPS}
+    for fname in ["canary-tiny-beam-lenpen.json", "canary-tiny-beam-maxdelta.json"]:
+        refs = json.loads((REFS_OUT / fname).read_text())
+        for kind, res in refs["results"].items():
+            if "nbest" not in res["per_clip"][0]:
+                continue
+            g = res["generator"]
+            for rec in res["per_clip"]:
+                for quirk in (True, False):
+                    outs, scores, best = replay_beam(model, audio[rec["clip"]], rec["prompt_ids"], g["beam_size"],
+                                                     g["len_pen"], rec["max_total_length"], quirk)
+                    same_ids = outs == [n["output_ids"] for n in rec["nbest"]]
+                    err = max(abs(a - n["score"]) for a, n in zip(scores, rec["nbest"]))
+                    print(f"{kind:45s} {rec['clip']:22s} slot_penalty_quirk={quirk!s:5s} ids_equal={same_ids!s:5s} "
+                          f"max_score_err={err:.2e} best {best} vs {rec['best_index']}", flush=True)
+
+
 def stage_longclip(args):
     """canary-tiny on clips longer than its tables: encoder pos_emb_max_len 5000 frames, decoder 1024 positions."""
     import numpy as np
@@ -673,6 +755,7 @@ def stage_longclip(args):
             except Exception as e:  # noqa: BLE001
                 print(strategy, "error:", type(e).__name__, str(e)[:400])
     print("encoder pos_enc.pe rows after:", tuple(enc.pos_enc.pe.shape), "max_audio_length", enc.max_audio_length)
+    R.model.eval()  # transcribe() left the encoder in train mode: BatchNorm would update its running stats
     with torch.no_grad():
         mel, ml = R.model.preprocessor(input_signal=torch.from_numpy(long)[None], length=torch.tensor([len(long)]))
         e, el = enc(audio_signal=mel, length=ml)
@@ -682,7 +765,7 @@ def stage_longclip(args):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--stage", choices=["build", "refs", "verify", "longclip", "all"], default="all")
+    ap.add_argument("--stage", choices=["build", "refs", "verify", "longclip", "beamcheck", "all"], default="all")
     ap.add_argument("--work", default=None, help="scratch folder for tokenizer training (default: a temp dir)")
     ap.add_argument("--steps", type=int, default=500)
     ap.add_argument("--max-minutes", type=float, default=6.0)
@@ -697,7 +780,8 @@ def main():
             print("RUN", " ".join(cmd), flush=True)
             subprocess.run(cmd, check=True)
         return
-    dict(build=stage_build, refs=stage_refs, verify=stage_verify, longclip=stage_longclip)[args.stage](args)
+    dict(build=stage_build, refs=stage_refs, verify=stage_verify, longclip=stage_longclip,
+         beamcheck=stage_beamcheck)[args.stage](args)
 
 
 if __name__ == "__main__":
