@@ -456,6 +456,18 @@ V1_KINDS = [
 ]
 
 
+def error_text(e):
+    """The exception as text; NeMo prints a set of allowed values in hash order: sort it (deterministic)."""
+    import re
+
+    msg = str(e)
+    m = re.search(r"allowed_values=\(([^)]*)\)", msg)
+    if m:
+        vals = sorted(v.strip().strip("'") for v in m.group(1).split(","))
+        msg = msg[: m.start()] + "allowed_values=(sorted) " + repr(vals) + msg[m.end():]
+    return f"{type(e).__name__}: {msg[:400]}"
+
+
 def v1_prompt_probes(R):
     """How transcribe() kwargs reach the canary (v1) prompt: which spellings work, which are dropped."""
     R.set_decoding("greedy")
@@ -477,14 +489,14 @@ def v1_prompt_probes(R):
             p = R.captured["prompts"][0][0].tolist()
             out.append(dict(kwargs=name, prompt_ids=p, prompt_tokens=R.tok(p)))
         except Exception as e:  # noqa: BLE001 - recorded as behaviour
-            out.append(dict(kwargs=name, error=f"{type(e).__name__}: {str(e)[:300]}"))
+            out.append(dict(kwargs=name, error=error_text(e)))
     for name, kw in [("timestamps=True", dict(V1_ASR_PNC, timestamps=True))]:
         try:
             R.transcribe(REF_CLIPS[:1], **kw)
             p = R.captured["prompts"][0][0].tolist()
             out.append(dict(kwargs=name, prompt_ids=p, prompt_tokens=R.tok(p)))
         except Exception as e:  # noqa: BLE001
-            out.append(dict(kwargs=name, error=f"{type(e).__name__}: {str(e)[:300]}"))
+            out.append(dict(kwargs=name, error=error_text(e)))
     return out
 
 
