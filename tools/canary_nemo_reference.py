@@ -54,6 +54,7 @@ MODELS_OUT = REPO / "tests" / "models" / "canary"
 REFS_OUT = REPO / "tests" / "references" / "canary"
 V1_NAME = "tiny-canary1"
 V1_NEMO = MODELS_OUT / f"{V1_NAME}.nemo"
+STAGES_FILE = f"{V1_NAME}_stages.safetensors"
 
 REF_CLIPS = [AUDIO / "jfk.wav", DEV / "ls_61-70968-0002.wav", DEV / "cv_18933160.wav", DEV / "fleurs_en_004.wav"]
 
@@ -529,6 +530,56 @@ def model_facts(R):
     )
 
 
+def v1_stage_tensors(R, prompt_ids):
+    """Stage-by-stage tensors for jfk.wav (like canary-tiny_stages.safetensors, without the audio)."""
+    import soundfile as sf
+    import torch
+    from nemo.collections.asr.models.aed_multitask_models import lens_to_mask
+    from safetensors.torch import load_file
+
+    m = R.model
+    m.eval()
+    x, _ = sf.read(str(REF_CLIPS[0]), dtype="float32")
+    audio = torch.from_numpy(x)[None]
+    fe = m.preprocessor.featurizer
+    saved = (fe.dither, fe.pad_to)
+    fe.dither, fe.pad_to = 0.0, 0
+    prompt = torch.tensor([prompt_ids])
+    with torch.no_grad():
+        mel, mel_len = m.preprocessor(input_signal=audio, length=torch.tensor([audio.shape[1]]))
+        pre, pre_len = m.encoder.pre_encode(x=mel.transpose(1, 2), lengths=mel_len)
+        enc, enc_len = m.encoder(audio_signal=mel, length=mel_len)
+        states = m.encoder_decoder_proj(enc.permute(0, 2, 1))
+        mask = lens_to_mask(enc_len, states.shape[1]).to(states.dtype)
+        dec_h = m.transf_decoder(input_ids=prompt, decoder_mask=torch.ones_like(prompt).float(),
+                                 encoder_embeddings=states, encoder_mask=mask)
+        logp = m.log_softmax(hidden_states=dec_h)
+        with m.log_softmax.with_log_softmax_enabled(False) as clf:
+            logits = clf(hidden_states=dec_h)
+        _, _, states2, _ = m(input_signal=audio, input_signal_length=torch.tensor([audio.shape[1]]))
+    fe.dither, fe.pad_to = saved
+    assert torch.equal(states2, states)
+    ct = CANARY_TINY_DIR / "canary-tiny_stages.safetensors"
+    if ct.exists():  # same preprocessor config; canary-tiny's mel was stored on another machine (see README)
+        print("mel vs canary-tiny_stages.safetensors: max abs diff",
+              float((load_file(str(ct))["mel"] - mel).abs().max()), flush=True)
+    return {
+        "mel": mel.contiguous(),
+        "mel_len": mel_len.to(torch.int64),
+        "pre_encode_out": pre.contiguous(),
+        "pre_encode_len": pre_len.to(torch.int64),
+        "encoder_out": enc.contiguous(),
+        "encoder_len": enc_len.to(torch.int64),
+        "encoder_states": states.contiguous(),
+        "prompt_ids": prompt.to(torch.int64),
+        "decoder_hidden_prompt": dec_h.contiguous(),
+        "decoder_logits_prompt": logits.contiguous(),
+        "decoder_logprobs_prompt": logp.contiguous(),
+        "first_step_logits": logits[:, -1].contiguous(),
+        "first_step_logprobs": logp[:, -1].contiguous(),
+    }
+
+
 def make_v1_refs():
     R = Runner(V1_NEMO)
     refs = dict(nemo_file=rel(V1_NEMO), clips=[c.name for c in REF_CLIPS], results={})
@@ -553,6 +604,9 @@ def make_v1_refs():
             continue
         refs["results"][kind] = run_kind(R, kind, dec, kw, REF_CLIPS)
     refs["results"]["greedy_asr_en_pnc_batch4"] = run_batch(R, V1_ASR_PNC)
+    first = refs["results"]["greedy_asr_en_pnc"]["per_clip"][0]
+    refs["stages"] = v1_stage_tensors(R, first["prompt_ids"])
+    assert int(refs["stages"]["first_step_logits"][0].argmax()) == first["output_ids"][0]
     refs["prompt_probes"] = v1_prompt_probes(R)
     refs["model_facts"] = model_facts(R)
     return refs
@@ -609,8 +663,14 @@ def all_refs():
 
 
 def stage_refs(args):
+    from safetensors.torch import save_file
+
     REFS_OUT.mkdir(parents=True, exist_ok=True)
     for name, refs in all_refs().items():
+        if "stages" in refs:
+            save_file({k: t.detach().clone().contiguous() for k, t in refs.pop("stages").items()},
+                      str(REFS_OUT / STAGES_FILE))
+            print("wrote", REFS_OUT / STAGES_FILE, flush=True)
         (REFS_OUT / name).write_text(json.dumps(refs, indent=1) + "\n")
         print("wrote", REFS_OUT / name, flush=True)
 
@@ -638,8 +698,16 @@ def compare(a, b, path="", tol=1e-5):
 
 
 def stage_verify(args):
+    import torch
+    from safetensors.torch import load_file
+
     errs = []
     for name, refs in all_refs().items():
+        if "stages" in refs:
+            st = load_file(str(REFS_OUT / STAGES_FILE))
+            for k, t in refs.pop("stages").items():
+                if k not in st or not torch.equal(st[k], t):
+                    errs.append(f"{STAGES_FILE}: {k} differs")
         saved = json.loads((REFS_OUT / name).read_text())
         saved.pop("made_by", None)
         refs.pop("made_by", None)
