@@ -4,7 +4,7 @@
 Run from the repository root with the Python of the NeMo virtual environment (NeMo 3.0.0), each stage in its
 own process (`all` runs them one after another in subprocesses):
 
-    .venv-nemo/bin/python tools/canary_nemo_reference.py --stage build      # tiny-canary1.nemo (~10 min CPU)
+    .venv-nemo/bin/python tools/canary_nemo_reference.py --stage build      # tiny-canary1.nemo (~14 min CPU)
     .venv-nemo/bin/python tools/canary_nemo_reference.py --stage refs       # JSON references (both models)
     .venv-nemo/bin/python tools/canary_nemo_reference.py --stage verify     # fresh process: regenerate + compare
     .venv-nemo/bin/python tools/canary_nemo_reference.py --stage longclip   # item 4 probe (prints, writes nothing)
@@ -119,7 +119,8 @@ def v1_cfg(tokdir):
         "tokenizer": {
             "dir": None,
             "type": "agg",
-            "langs": {lang: {"dir": f"{tokdir}/{lang}", "type": "bpe"} for lang in ["spl_tokens", "en", "de", "es", "fr"]},
+            "langs": {lang: {"dir": f"{tokdir}/{lang}", "type": "bpe"}
+                      for lang in ["spl_tokens", "en", "de", "es", "fr"]},
             "custom_tokenizer": {"_target_": "nemo.collections.common.tokenizers.canary_tokenizer.CanaryTokenizer",
                                  "tokenizer": None},
         },
@@ -613,19 +614,25 @@ def make_v1_refs():
 
 
 CT_ASR_PNC = dict(source_lang="en", target_lang="en", pnc="yes")
+
+
+def beam4(return_best, **beam_extra):
+    return dict(strategy="beam", beam_size=4, return_best=return_best, **beam_extra)
+
+
 CT_FILES = {
     "canary-tiny-beam-lenpen.json": [
-        ("beam4_lenpen1.0_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=True, length_penalty=1.0), CT_ASR_PNC),
-        ("beam4_lenpen1.0_nbest_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=False, length_penalty=1.0), CT_ASR_PNC),
-        ("beam4_lenpen0.5_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=True, length_penalty=0.5), CT_ASR_PNC),
-        ("beam4_lenpen0.5_nbest_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=False, length_penalty=0.5), CT_ASR_PNC),
-        ("beam4_len_pen_key_1.0_nbest_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=False, len_pen=1.0), CT_ASR_PNC),
+        ("beam4_lenpen1.0_asr_en_pnc", beam4(True, length_penalty=1.0), CT_ASR_PNC),
+        ("beam4_lenpen1.0_nbest_asr_en_pnc", beam4(False, length_penalty=1.0), CT_ASR_PNC),
+        ("beam4_lenpen0.5_asr_en_pnc", beam4(True, length_penalty=0.5), CT_ASR_PNC),
+        ("beam4_lenpen0.5_nbest_asr_en_pnc", beam4(False, length_penalty=0.5), CT_ASR_PNC),
+        ("beam4_len_pen_key_1.0_nbest_asr_en_pnc", beam4(False, len_pen=1.0), CT_ASR_PNC),
     ],
     "canary-tiny-beam-maxdelta.json": [
-        ("beam4_maxdelta5_nbest_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=False, max_generation_delta=5), CT_ASR_PNC),
-        ("beam4_maxdelta5_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=True, max_generation_delta=5), CT_ASR_PNC),
+        ("beam4_maxdelta5_nbest_asr_en_pnc", beam4(False, max_generation_delta=5), CT_ASR_PNC),
+        ("beam4_maxdelta5_asr_en_pnc", beam4(True, max_generation_delta=5), CT_ASR_PNC),
         ("beam4_maxdelta5_lenpen1.0_nbest_asr_en_pnc",
-         dict(strategy="beam", beam_size=4, return_best=False, max_generation_delta=5, length_penalty=1.0), CT_ASR_PNC),
+         beam4(False, max_generation_delta=5, length_penalty=1.0), CT_ASR_PNC),
     ],
     "canary-tiny-beam-timestamps.json": [
         ("beam4_timestamps_asr_en_pnc", dict(strategy="beam", beam_size=4, return_best=True),
@@ -847,10 +854,10 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--stage", choices=["build", "refs", "verify", "longclip", "beamcheck", "all"], default="all")
     ap.add_argument("--work", default=None, help="scratch folder for tokenizer training (default: a temp dir)")
-    ap.add_argument("--steps", type=int, default=500)
-    ap.add_argument("--max-minutes", type=float, default=6.0)
-    ap.add_argument("--ft-steps", type=int, default=300)
-    ap.add_argument("--ft-max-minutes", type=float, default=4.0)
+    ap.add_argument("--steps", type=int, default=2000)
+    ap.add_argument("--max-minutes", type=float, default=9.0)
+    ap.add_argument("--ft-steps", type=int, default=1000)
+    ap.add_argument("--ft-max-minutes", type=float, default=5.0)
     ap.add_argument("--long-seconds", type=float, default=420.0)
     args = ap.parse_args()
     if args.stage == "all":
