@@ -482,6 +482,9 @@ def v1_prompt_probes(R):
         ("pnc=False (bool)", dict(source_lang="en", target_lang="en", taskname="asr", pnc=False)),
         ("pnc='nopnc'", dict(source_lang="en", target_lang="en", taskname="asr", pnc="nopnc")),
         ("pnc='<|nopnc|>'", dict(source_lang="en", target_lang="en", taskname="asr", pnc="<|nopnc|>")),
+        ("pnc='Yes'", dict(source_lang="en", target_lang="en", taskname="asr", pnc="Yes")),
+        ("pnc='True'", dict(source_lang="en", target_lang="en", taskname="asr", pnc="True")),
+        ("pnc='False'", dict(source_lang="en", target_lang="en", taskname="asr", pnc="False")),
         ("source_lang='<|de|>'", dict(source_lang="<|de|>", target_lang="en", taskname="asr", pnc="yes")),
     ]
     out = []
