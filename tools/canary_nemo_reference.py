@@ -256,6 +256,11 @@ def stage_build(args):
                          max_minutes=args.ft_max_minutes, lr=1e-3, early_weight=5.0, early_tokens=3)
     MODELS_OUT.mkdir(parents=True, exist_ok=True)
     model.eval()
+    from omegaconf import open_dict
+
+    with open_dict(model.cfg):  # the scratch folder's path would otherwise be kept in model_config.yaml
+        for lang in model.cfg.tokenizer.langs:
+            model.cfg.tokenizer.langs[lang].dir = None
     model.save_to(str(V1_NEMO))
     info = dict(phase1=info1, phase2_first3_tokens_x5=info2, versions=versions())
     (MODELS_OUT / f"{V1_NAME}.train_info.json").write_text(json.dumps(info, indent=1) + "\n")
