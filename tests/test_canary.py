@@ -274,3 +274,36 @@ def test_a_long_input_is_cut_at_pauses_and_joined(model):
     # under the limit: one piece, the same as without cutting
     assert [t.id for t in model.transcribe(parts[0], max_piece_s=40.0).tokens] == \
         [t.id for t in model.transcribe(parts[0]).tokens]
+
+
+# ---------------------------------------------------------------------------------------------- streaming
+
+def test_a_stream_of_one_window_is_the_offline_decoding(model):
+    """A window over the whole input decodes it as transcribe() does with timestamps: the stream commits
+    every text token of it (NeMo's offline parsing keeps only the words between two timestamp tokens,
+    canary/streaming.py), so it equals the offline token sequence without the timestamp tokens."""
+    x = transcribe.load_audio(str(_path("jfk.wav")))
+    with model.stream(chunk_s=12.0, left_s=0.0, right_s=0.0) as s:
+        for i in range(0, len(x), 8000):
+            s.feed(x[i:i + 8000])
+        text = s.finalize()
+    off = model.transcribe(x, word_timestamps=True)
+    ids = [t.id for t in off.tokens if t.id not in model.tokenizer.timestamps]
+    assert text == model.tokenizer.text(ids).strip()
+    assert s.windows_decoded == 1
+
+
+def test_a_stream_in_windows_commits_words_once(model):
+    x = np.concatenate([transcribe.load_audio(str(_path(c))) for c in CLIPS[1:3]])
+    with model.stream() as s:
+        for i in range(0, len(x), 4000):
+            s.feed(x[i:i + 4000])
+        text = s.finalize()
+    assert s.windows_decoded >= 3 and text and "<|" not in text
+    assert text == s.committed_text()
+
+
+def test_a_model_without_timestamp_tokens_cannot_stream():
+    v1 = transcribe.load_model(str(Path(__file__).parent / "models" / "canary" / "tiny-canary1.nemo"))
+    with pytest.raises(transcribe.TranscribeError, match="cannot stream: it has no timestamp tokens"):
+        v1.stream()

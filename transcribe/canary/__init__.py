@@ -7,12 +7,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load", "export_gguf"]
 
 # The family contract (loading.Family): the name in messages and the options of transcribe().
 KIND = "Canary"
-from .options import CanaryOptions as Options  # noqa: E402
-StreamOptions = None
+from .options import CanaryOptions as Options, CanaryStreamOptions as StreamOptions  # noqa: E402
 # Batch jobs cut inputs longer than this into pieces at pauses (the decoder's 1,024 positions hold the prompt
 # and about 4 minutes of fast speech; NeMo's own transcribe() cuts long audio into 40 s chunks).
 PIECE_S = 40.0

@@ -92,3 +92,34 @@ class CanaryOptions:
             size = self.beam_size or 1
             raise OptionValueError("nbest", f"nbest ({self.nbest}) cannot exceed beam_size ({size}): a beam of "
                                    f"{size} keeps {size} hypotheses")
+
+
+MAX_WINDOW_S = 40.0  # a stream's window (chunk, left and right context together)
+
+
+@dataclass(frozen=True)
+class CanaryStreamOptions(CanaryOptions):
+    """A live session over windows of the stream (transcribe/canary/streaming.py): chunk_s (seconds decided
+    per window), left_s (context before), right_s (lookahead after), and transcribe's decoding options for
+    every window (the session times words itself: word_timestamps and timestamps are its own)."""
+
+    chunk_s: Optional[float] = option(None, help=f"seconds decided per window (above 0; with left_s and right_s at "
+                                      f"most {MAX_WINDOW_S:g})", parse=float, command=False)
+    left_s: Optional[float] = option(None, help="seconds of context before a window (0 or more)", parse=float,
+                                     command=False)
+    right_s: Optional[float] = option(None, help="seconds of lookahead after a window (0 or more)", parse=float,
+                                      command=False)
+    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the library's
+    # stream() takes the decoding ones
+    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM})",
+                                      parse=parse_positive_int, command=False)
+    nbest: Optional[int] = option(None, help="(not for a stream)", parse=parse_positive_int, command=False, form=None)
+    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.nbest is not None:
+            raise OptionValueError("nbest", "nbest does not apply to a stream (it commits one text)")
+        number("chunk_s", self.chunk_s, 0.0, MAX_WINDOW_S, above=True)
+        number("left_s", self.left_s, 0.0, MAX_WINDOW_S)
+        number("right_s", self.right_s, 0.0, MAX_WINDOW_S)

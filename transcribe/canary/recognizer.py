@@ -24,7 +24,7 @@ from ..search import aed
 from . import KIND
 from .config import max_new_tokens
 from .model import CanaryModel
-from .options import CanaryOptions
+from .options import CanaryOptions, CanaryStreamOptions
 from .prompt import Prompt, PromptBuilder, Request
 from .tokenizer import CanaryTokenizer
 
@@ -54,6 +54,7 @@ class CanaryASR(Recognizer):
     family = "canary"
     kind = KIND
     Options = CanaryOptions
+    StreamOptions = CanaryStreamOptions
 
     def __init__(self, model: CanaryModel, tokenizer: CanaryTokenizer, name: str, device: str = "cpu"):
         self.model = model
@@ -134,6 +135,12 @@ class CanaryASR(Recognizer):
             delta = d.beam_delta if d.strategy == "beam" else d.greedy_delta
         pen = d.length_penalty if opts.length_penalty is None else opts.length_penalty
         return prompt, Search(opts.beam_size, delta, pen, opts.nbest or 1)
+
+    def _stream(self, opts: CanaryStreamOptions):
+        """A live session over buffered windows (`streaming.buffered_session`): models with timestamp tokens."""
+        from .streaming import buffered_session
+
+        return buffered_session(self, opts)
 
     # -- transcription
     def _transcribe(self, items: list, opts: CanaryOptions) -> list[Transcript]:
