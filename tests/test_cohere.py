@@ -231,6 +231,23 @@ def test_a_sentencepiece_tokenizer_model_gives_the_same_text(tmp_path):
             assert sp.text(ref["generated_ids"]) == ref["text"], (run, clip)
 
 
+@pytest.mark.parametrize("language,sep", [("en", " "), ("ja", "")])
+def test_a_long_input_is_cut_at_pauses_and_joined_as_transformers_joins_chunks(model, language, sep):
+    """44 s (jfk.wav four times) is over max_piece_s (35 s): its pieces are decoded alone and their texts
+    joined with a space (without one for ja and zh, as transformers' processor joins its chunks)."""
+    from transcribe import long_input
+
+    x = np.concatenate([_audio("jfk.wav")] * 4)
+    spans = long_input.cut_spans(x, 16000, 35.0, "auto", grain=model.model.frame_stride)
+    assert len(spans) == 2 and all(b - a <= 35 * 16000 for a, b in spans)
+    t = model.transcribe(x, max_new_tokens=5, language=language)
+    parts = [model.transcribe(x[a:b], max_new_tokens=5, language=language) for a, b in spans]
+    assert t.text == sep.join(p.text.strip() for p in parts)
+    assert [tok.id for tok in t.tokens] == [tok.id for p in parts for tok in p.tokens]
+    assert t.duration == pytest.approx(44.0)
+    assert [(sg.start, sg.end) for sg in t.segments] == [pytest.approx((a / 16000, b / 16000)) for a, b in spans]
+
+
 # ---------------------------------------------------------------------------------------------- refusals
 
 def test_bad_options_are_refused_in_one_line(model):
@@ -257,6 +274,19 @@ def test_max_new_tokens_bounds_the_output_and_defaults_to_the_position_table(mod
     assert len(model.transcribe(x, max_new_tokens=3).tokens) == 3
     prompt = model.prompts.build("en", True)
     assert model.max_new(prompt, model.Options()) == model.model.max_positions - 10
+
+
+def test_the_head_is_untied_unless_the_config_ties_it(model, tmp_path):
+    m = model.model
+    emb = m.transf_decoder._embedding.token_embedding.weight
+    assert not torch.equal(m.log_softmax.mlp.layer0.weight, emb)  # cohere-tiny's head is its own tensor
+    d = tmp_path / "cohere-tied"
+    shutil.copytree(MODEL, d)
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["tie_word_embeddings"] = True
+    (d / "config.json").write_text(json.dumps(cfg))
+    tied = transcribe.load_model(str(d)).model
+    assert torch.equal(tied.log_softmax.mlp.layer0.weight, tied.transf_decoder._embedding.token_embedding.weight)
 
 
 def test_a_model_whose_config_this_code_does_not_implement_is_refused(tmp_path):

@@ -40,6 +40,7 @@ class CohereConfig:
     eos: int
     bos: int
     decoder_start: Optional[int]  # generation's decoder_start_token_id (the id of "▁" in the published model)
+    tie: bool = False             # tie_word_embeddings: the head's weight is the token embedding (false published)
 
 
 def read_json(path: Path) -> Optional[dict]:
@@ -146,8 +147,9 @@ def parse_config(cfg: dict, features: dict, generation: Optional[dict] = None) -
                          "(not implemented)")
     _require(s, cfg, "attention_bias", (True,), True)
     act = _require(s, cfg, "hidden_act", ACTIVATIONS, "relu")
-    if cfg.get("tie_word_embeddings", False) not in (False, True):
-        raise ValueError(f"tie_word_embeddings = {short(cfg.get('tie_word_embeddings'))} is not true or false")
+    tie = cfg.get("tie_word_embeddings", False)
+    if tie not in (False, True):
+        raise ValueError(f"tie_word_embeddings = {short(tie)} is not true or false")
     vocab = _int(s, cfg, "vocab_size")
     decoder = DecoderConfig(vocab_size=vocab, hidden=hidden, inner=_int(s, cfg, "intermediate_size"),
                             layers=_int(s, cfg, "num_hidden_layers"), heads=heads,
@@ -166,7 +168,7 @@ def parse_config(cfg: dict, features: dict, generation: Optional[dict] = None) -
     if start is not None and (isinstance(start, bool) or not isinstance(start, int) or not 0 <= start < vocab):
         raise ValueError(f"decoder_start_token_id = {short(start)} is not an id of the {vocab}-piece vocabulary")
     return CohereConfig(pre.sample_rate, pre, dither, encoder, decoder, ids["pad_token_id"], ids["eos_token_id"],
-                        ids["bos_token_id"], start)
+                        ids["bos_token_id"], start, bool(tie))
 
 
 def read_features(path: Path) -> dict:

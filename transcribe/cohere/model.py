@@ -1,7 +1,9 @@
 """Cohere Transcribe's network (transformers' `CohereAsrForConditionalGeneration`): a NeMo mel front end with
 transformers' deterministic dither, NeMo's FastConformer encoder, the linear map to the decoder's width
 (transformers' `decoder.proj`, applied to the encoder output at every decoder call: the same values as once
-here), NeMo's pre-LN Transformer decoder with the position table the checkpoint stores, and an untied head.
+here), NeMo's pre-LN Transformer decoder with the position table the checkpoint stores, and the head: its
+own weight (`tie_word_embeddings` false, as published), or the token embedding when a config ties them, as
+transformers ties them.
 
 Module and parameter names are the checkpoint's (`save_pretrained` writes NeMo's names, the reverse of
 transformers' load-time renames): `encoder.*`, `encoder_decoder_proj.*`, `transf_decoder._embedding.*`,
@@ -73,6 +75,10 @@ class CohereModel(nn.Module):
         """Tensors under the checkpoint's names (the `model.` prefix already removed); KeyError naming
         what is missing, unexpected or of another shape."""
         own = {k: v for k, v in sd.items() if not k.endswith("num_batches_tracked")}
+        if self.config.tie:  # transformers ties the head's weight to the token embedding (a stored one is replaced)
+            emb = own.get("transf_decoder._embedding.token_embedding.weight")
+            if emb is not None:
+                own["log_softmax.mlp.layer0.weight"] = emb
         expected = {k: v for k, v in self.state_dict().items()
                     if not k.startswith("preprocessor.") and not k.endswith("num_batches_tracked")}
         missing = [k for k in expected if k not in own]
