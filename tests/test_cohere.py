@@ -276,6 +276,30 @@ def test_max_new_tokens_bounds_the_output_and_defaults_to_the_position_table(mod
     assert model.max_new(prompt, model.Options()) == model.model.max_positions - 10
 
 
+def test_transformers_in_memory_names_map_onto_the_saved_ones():
+    """The reference lists both: the names the file holds and transformers' module names after loading it."""
+    from transcribe.cohere.checkpoint import is_hf_layout, nemo_name
+
+    hf, saved = REFS["state_dict_shapes"], REFS["safetensors_keys_and_shapes"]
+    assert is_hf_layout(hf) and not is_hf_layout(saved)
+    assert {nemo_name(k, True): v for k, v in hf.items()} == {nemo_name(k, False): v for k, v in saved.items()}
+
+
+def test_a_file_of_transformers_in_memory_names_gives_the_same_ids(tmp_path):
+    from safetensors.torch import load_file, save_file
+
+    from transcribe.cohere.checkpoint import nemo_name
+
+    d = tmp_path / "cohere-hf-names"
+    shutil.copytree(MODEL, d)
+    saved = {nemo_name(k, False): v for k, v in load_file(str(MODEL / "model.safetensors")).items()}
+    save_file({k: saved[nemo_name(k, True)].contiguous() for k in REFS["state_dict_shapes"]},
+              str(d / "model.safetensors"))
+    m = transcribe.load_model(str(d))
+    ref = _ref("greedy_en_pnc", "dev/ls_61-70968-0002.wav")
+    assert [t.id for t in m.transcribe(_audio(ref["clip"]), max_new_tokens=MAX_NEW).tokens] == _without_eos(ref)
+
+
 def test_the_head_is_untied_unless_the_config_ties_it(model, tmp_path):
     m = model.model
     emb = m.transf_decoder._embedding.token_embedding.weight
