@@ -16,7 +16,6 @@ import json
 import shutil
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -210,7 +209,7 @@ def test_without_decoder_start_token_id_the_prompt_starts_with_bos_as_in_transfo
 def test_a_sentencepiece_tokenizer_model_gives_the_same_text(tmp_path):
     """The published repository stores tokenizer.model; the same vocabulary trained here (the reference
     tool's call) decodes every reference run's ids to transformers' text."""
-    spm = pytest.importorskip("sentencepiece")
+    pytest.importorskip("sentencepiece")
     sys.path.insert(0, str(REPO / "tools"))
     try:
         import cohere_hf_reference as tool
@@ -246,6 +245,13 @@ def test_a_long_input_is_cut_at_pauses_and_joined_as_transformers_joins_chunks(m
     assert [tok.id for tok in t.tokens] == [tok.id for p in parts for tok in p.tokens]
     assert t.duration == pytest.approx(44.0)
     assert [(sg.start, sg.end) for sg in t.segments] == [pytest.approx((a / 16000, b / 16000)) for a, b in spans]
+
+
+def test_an_input_shorter_than_one_frame_gives_an_empty_transcript(model):
+    x = _audio("jfk.wav")
+    out = model.transcribe([x[:100], x[:16000], x[:159]], max_new_tokens=5)
+    assert [t.text for t in (out[0], out[2])] == ["", ""] and not out[0].tokens
+    assert [t.id for t in out[1].tokens] == [t.id for t in model.transcribe(x[:16000], max_new_tokens=5).tokens]
 
 
 # ---------------------------------------------------------------------------------------------- refusals

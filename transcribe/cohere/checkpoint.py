@@ -26,51 +26,52 @@ IGNORED = ("preprocessor.featurizer.",)
 
 
 # transformers' in-memory names (its `state_dict()`, e.g. a file saved from it with safetensors directly) ->
-# the checkpoint's NeMo names, the `model.` prefix removed; the first pattern that matches renames a key.
-_HF_RENAMES = tuple((re.compile(a), b) for a, b in (
-    (r"^encoder\.subsampling\.layers\.(\d+)\.", r"encoder.pre_encode.conv.\1."),
-    (r"^encoder\.subsampling\.linear\.", "encoder.pre_encode.out."),
-    (r"^(encoder\.layers\.\d+\.self_attn)\.([qkv])_proj\.", r"\1.linear_\2."),
-    (r"^(encoder\.layers\.\d+\.self_attn)\.o_proj\.", r"\1.linear_out."),
-    (r"^(encoder\.layers\.\d+\.self_attn)\.relative_k_proj\.", r"\1.linear_pos."),
-    (r"^(encoder\.layers\.\d+\.self_attn)\.bias_([uv])$", r"\1.pos_bias_\2"),
-    (r"^(encoder\.layers\.\d+\.conv)\.norm\.", r"\1.batch_norm."),
-    (r"^decoder\.proj\.", "encoder_decoder_proj."),
-    (r"^decoder\.embed_tokens\.", "transf_decoder._embedding.token_embedding."),
-    (r"^decoder\.pos_emb\.weight$", "transf_decoder._embedding.position_embedding.pos_enc"),
-    (r"^decoder\.embedding_layernorm\.", "transf_decoder._embedding.layer_norm."),
-    (r"^decoder\.norm\.", "transf_decoder._decoder.final_layer_norm."),
-    (r"^decoder\.layers\.(\d+)\.input_layernorm\.", r"transf_decoder._decoder.layers.\1.layer_norm_1."),
-    (r"^decoder\.layers\.(\d+)\.post_attention_layernorm\.", r"transf_decoder._decoder.layers.\1.layer_norm_2."),
-    (r"^decoder\.layers\.(\d+)\.final_layernorm\.", r"transf_decoder._decoder.layers.\1.layer_norm_3."),
-    (r"^decoder\.layers\.(\d+)\.self_attn\.q_proj\.", r"transf_decoder._decoder.layers.\1.first_sub_layer.query_net."),
-    (r"^decoder\.layers\.(\d+)\.self_attn\.k_proj\.", r"transf_decoder._decoder.layers.\1.first_sub_layer.key_net."),
-    (r"^decoder\.layers\.(\d+)\.self_attn\.v_proj\.", r"transf_decoder._decoder.layers.\1.first_sub_layer.value_net."),
-    (r"^decoder\.layers\.(\d+)\.self_attn\.o_proj\.",
-     r"transf_decoder._decoder.layers.\1.first_sub_layer.out_projection."),
-    (r"^decoder\.layers\.(\d+)\.encoder_attn\.q_proj\.",
-     r"transf_decoder._decoder.layers.\1.second_sub_layer.query_net."),
-    (r"^decoder\.layers\.(\d+)\.encoder_attn\.k_proj\.", r"transf_decoder._decoder.layers.\1.second_sub_layer.key_net."),
-    (r"^decoder\.layers\.(\d+)\.encoder_attn\.v_proj\.",
-     r"transf_decoder._decoder.layers.\1.second_sub_layer.value_net."),
-    (r"^decoder\.layers\.(\d+)\.encoder_attn\.o_proj\.",
-     r"transf_decoder._decoder.layers.\1.second_sub_layer.out_projection."),
-    (r"^decoder\.layers\.(\d+)\.mlp\.fc1\.", r"transf_decoder._decoder.layers.\1.third_sub_layer.dense_in."),
-    (r"^decoder\.layers\.(\d+)\.mlp\.fc2\.", r"transf_decoder._decoder.layers.\1.third_sub_layer.dense_out."),
-    (r"^proj_out\.", "log_softmax.mlp.layer0."),
-))
+# the checkpoint's NeMo names (transformers' load-time table, reversed), the `model.` prefix removed.
+_ATTENTION = {"q_proj": "query_net", "k_proj": "key_net", "v_proj": "value_net", "o_proj": "out_projection"}
+_DECODER_LAYER = {"input_layernorm": "layer_norm_1", "post_attention_layernorm": "layer_norm_2",
+                  "final_layernorm": "layer_norm_3", "mlp.fc1": "third_sub_layer.dense_in",
+                  "mlp.fc2": "third_sub_layer.dense_out",
+                  **{f"self_attn.{k}": f"first_sub_layer.{v}" for k, v in _ATTENTION.items()},
+                  **{f"encoder_attn.{k}": f"second_sub_layer.{v}" for k, v in _ATTENTION.items()}}
+_DECODER = {"proj": "encoder_decoder_proj", "embed_tokens": "transf_decoder._embedding.token_embedding",
+            "embedding_layernorm": "transf_decoder._embedding.layer_norm",
+            "norm": "transf_decoder._decoder.final_layer_norm"}
+_ENCODER_LAYER = {"self_attn.q_proj": "self_attn.linear_q", "self_attn.k_proj": "self_attn.linear_k",
+                  "self_attn.v_proj": "self_attn.linear_v", "self_attn.o_proj": "self_attn.linear_out",
+                  "self_attn.relative_k_proj": "self_attn.linear_pos", "conv.norm": "conv.batch_norm"}
+_MODULE = re.compile(r"^(.*)\.(weight|bias|running_mean|running_var|num_batches_tracked)$")
+
+
+def _hf_to_nemo(name: str) -> str:
+    if name == "decoder.pos_emb.weight":
+        return "transf_decoder._embedding.position_embedding.pos_enc"
+    m = re.match(r"^encoder\.layers\.(\d+)\.self_attn\.bias_([uv])$", name)
+    if m:
+        return f"encoder.layers.{m.group(1)}.self_attn.pos_bias_{m.group(2)}"
+    m = _MODULE.match(name)
+    if not m:
+        return name
+    module, leaf = m.groups()
+    if module == "proj_out":
+        return f"log_softmax.mlp.layer0.{leaf}"
+    if module == "encoder.subsampling.linear":
+        return f"encoder.pre_encode.out.{leaf}"
+    if (k := re.match(r"^encoder\.subsampling\.layers\.(\d+)$", module)):
+        return f"encoder.pre_encode.conv.{k.group(1)}.{leaf}"
+    if (k := re.match(r"^encoder\.layers\.(\d+)\.(.+)$", module)) and k.group(2) in _ENCODER_LAYER:
+        return f"encoder.layers.{k.group(1)}.{_ENCODER_LAYER[k.group(2)]}.{leaf}"
+    if (k := re.match(r"^decoder\.layers\.(\d+)\.(.+)$", module)) and k.group(2) in _DECODER_LAYER:
+        return f"transf_decoder._decoder.layers.{k.group(1)}.{_DECODER_LAYER[k.group(2)]}.{leaf}"
+    if module.startswith("decoder.") and module[len("decoder."):] in _DECODER:
+        return f"{_DECODER[module[len('decoder.'):]]}.{leaf}"
+    return name
 
 
 def nemo_name(key: str, hf: bool) -> str:
     """A tensor's name in this code's modules: the `model.` prefix removed, and transformers' in-memory
     names (`hf`) renamed to the NeMo names `save_pretrained` writes."""
     name = key[len(PREFIX):] if key.startswith(PREFIX) else key
-    if hf:
-        for pattern, repl in _HF_RENAMES:
-            new = pattern.sub(repl, name, count=1)
-            if new != name:
-                return new
-    return name
+    return _hf_to_nemo(name) if hf else name
 
 
 def is_hf_layout(keys) -> bool:

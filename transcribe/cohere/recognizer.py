@@ -142,14 +142,21 @@ class CohereASR(Recognizer):
     @torch.inference_mode()
     def decode(self, pcm: Sequence[np.ndarray], prompt: Prompt, opts: CohereOptions) -> list[aed.AEDHypothesis]:
         """Mono float32 inputs at the model's rate -> each input's greedy hypothesis (EOS removed)."""
-        if any(len(p) == 0 for p in pcm):
-            raise ModelError(f"{self.name}: an empty input cannot be transcribed")
         m = self.model
-        audio, lengths = pcm_batch(list(pcm))
+        # An input shorter than one hop (10 ms) has no feature frame, so nothing to attend to (transformers
+        # would divide by its zero frames): its transcript is empty.
+        out = [aed.AEDHypothesis([], 0.0, []) for _ in pcm]
+        rows = [i for i, p in enumerate(pcm) if len(p) >= m.preprocessor.hop_length]
+        if not rows:
+            return out
+        audio, lengths = pcm_batch([pcm[i] for i in rows])
         states, enc_len = m.encode(audio.to(self.device), lengths.to(self.device))
-        ids = torch.tensor([prompt.ids] * len(pcm), dtype=torch.long, device=self.device)
+        ids = torch.tensor([prompt.ids] * len(rows), dtype=torch.long, device=self.device)
         state = m.start(states, enc_len)
-        return aed.greedy(lambda x: m.step(x, state), ids, self.max_new(prompt, opts), self.eos, self.pad)
+        for i, h in zip(rows, aed.greedy(lambda x: m.step(x, state), ids, self.max_new(prompt, opts), self.eos,
+                                         self.pad)):
+            out[i] = h
+        return out
 
     def _to_transcript(self, hyp: aed.AEDHypothesis, duration: float, prompt: Prompt,
                        opts: CohereOptions) -> Transcript:
