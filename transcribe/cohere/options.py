@@ -58,9 +58,9 @@ class CohereOptions:
         boolean("timestamps", self.timestamps)
         boolean("word_timestamps", self.word_timestamps)
         if self.word_timestamps:
-            raise OptionValueError("word_timestamps", "Cohere Transcribe models cannot time words (their prompt "
-                                   "asks for no timestamps and they have no alignment head); use timestamps "
-                                   "for one segment per input")
+            raise OptionValueError("word_timestamps", "Cohere Transcribe models cannot time words here (their "
+                                   "prompt asks for no timestamps, as transformers' does, and no alignment is "
+                                   "implemented); a transcript has one segment per input")
         if self.pnc is not None:
             boolean("pnc", self.pnc)
         if self.language is not None and (not isinstance(self.language, str) or not 0 < len(self.language) <= 16):
