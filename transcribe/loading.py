@@ -77,6 +77,7 @@ class Family:
 # Asked in this order: the first family that recognizes a path loads it.
 FAMILIES = (
     Family("granite", "transcribe.granite"),
+    Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
     Family("whisper", "transcribe.whisper"),
     Family("canary", "transcribe.canary"),  # before Parakeet: both read .nemo files (Canary's config alone)
     Family("parakeet", "transcribe.parakeet"),
