@@ -45,6 +45,8 @@ ALIASES: dict[str, str] = {
     "turbo": "openai/whisper-large-v3-turbo",
     **{name: f"nvidia/{name}" for name in _PARAKEET},
     "granite-speech-4.1-2b-nar": "ibm-granite/granite-speech-4.1-2b-nar",
+    **{name: f"nvidia/{name}" for name in ("canary-1b", "canary-1b-flash", "canary-180m-flash", "canary-1b-v2")},
+    "cohere-transcribe": "CohereLabs/cohere-transcribe-03-2026",
 }
 
 

@@ -13,8 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from ..nemo.config import EncoderConfig, FrontEndConfig, check_sizes, encoder_config, frontend_config, short
-from ..nemo.transformer import DecoderConfig
+from ..nemo.config import DecoderConfig, EncoderConfig, FrontEndConfig, check_sizes, encoder_config, frontend_config, short
 
 # The model class (the config's `target`) this family builds.
 MODEL_CLASSES = ("EncDecMultiTaskModel",)

@@ -14,8 +14,7 @@ from types import SimpleNamespace
 from typing import Optional
 
 from ..errors import ModelError
-from ..nemo.config import EncoderConfig, FrontEndConfig, check_sizes, short
-from ..nemo.transformer import DecoderConfig
+from ..nemo.config import DecoderConfig, EncoderConfig, FrontEndConfig, check_sizes, short
 
 MODEL_TYPE = "cohere_asr"
 ENCODER_TYPE = "parakeet_encoder"

@@ -303,3 +303,16 @@ def encoder_config(cfg: dict, n_mels: int) -> EncoderConfig:
     return EncoderConfig(**enc)
 
 
+@dataclass(frozen=True)
+class DecoderConfig:
+    """NeMo's `TransformerDecoderNM` and its `TokenClassifier` head."""
+
+    vocab_size: int      # the embedding's and the head's rows
+    hidden: int
+    inner: int
+    layers: int
+    heads: int
+    max_positions: int   # the position table's length: prompt and output together
+    activation: str = "relu"
+    pre_ln: bool = True
+    final_norm: bool = True  # pre_ln_final_layer_norm

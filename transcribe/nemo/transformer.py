@@ -17,21 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-
-@dataclass(frozen=True)
-class DecoderConfig:
-    """NeMo's `TransformerDecoderNM` and its `TokenClassifier` head."""
-
-    vocab_size: int      # the embedding's and the head's rows
-    hidden: int
-    inner: int
-    layers: int
-    heads: int
-    max_positions: int   # the position table's length: prompt and output together
-    activation: str = "relu"
-    pre_ln: bool = True
-    final_norm: bool = True  # pre_ln_final_layer_norm
-
+from .config import DecoderConfig
 
 _ACT = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "silu": F.silu}
 
