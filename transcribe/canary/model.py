@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from ..nemo.checkpoint import adopt
 from ..nemo.conformer import ConformerEncoder
 from ..nemo.frontend import NemoMelFrontEnd
 from ..nemo.transformer import DecoderState, Head, TransformerDecoder
@@ -50,27 +51,7 @@ class CanaryModel(nn.Module):
                 own["preprocessor." + k[len("preprocessor.featurizer."):]] = v
             elif not k.endswith("num_batches_tracked"):
                 own[k] = v
-        expected = self.state_dict()
-        missing = [k for k in expected if k not in own and not k.startswith("preprocessor.")
-                   and not k.endswith("num_batches_tracked")]
-        unexpected = [k for k in own if k not in expected]
-        if missing or unexpected:
-            raise KeyError("checkpoint does not match the config: "
-                           + (f"missing {missing[:5]}{'...' if len(missing) > 5 else ''} " if missing else "")
-                           + (f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}" if unexpected else ""))
-        for k, v in own.items():
-            if expected[k].shape != v.shape:
-                raise KeyError(f"checkpoint tensor {k} has shape {tuple(v.shape)}, config expects "
-                               f"{tuple(expected[k].shape)}")
-        self.load_state_dict(own, strict=False, assign=True)
-        pre = self.preprocessor
-        for name in ("window", "fb"):
-            if getattr(pre, name).is_meta:
-                setattr(pre, name, getattr(NemoMelFrontEnd(self.config.preprocessor), name))
-        self.encoder.pos_enc.reset()
-        for name, t in list(self.named_parameters()) + list(self.named_buffers()):
-            if t.is_meta and not name.endswith("num_batches_tracked"):
-                raise KeyError(f"checkpoint lacks {name}")
+        adopt(self, own, lambda: NemoMelFrontEnd(self.config.preprocessor))
 
     # -- running
     @torch.no_grad()

@@ -15,6 +15,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ..nemo.checkpoint import adopt
 from ..nemo.conformer import ConformerEncoder
 from ..nemo.frontend import NemoMelFrontEnd
 from ..nemo.transformer import DecoderState, Head, TransformerDecoder
@@ -79,29 +80,10 @@ class CohereModel(nn.Module):
             emb = own.get("transf_decoder._embedding.token_embedding.weight")
             if emb is not None:
                 own["log_softmax.mlp.layer0.weight"] = emb
-        expected = {k: v for k, v in self.state_dict().items()
-                    if not k.startswith("preprocessor.") and not k.endswith("num_batches_tracked")}
-        missing = [k for k in expected if k not in own]
-        unexpected = [k for k in own if k not in expected]
-        if missing or unexpected:
-            raise KeyError("checkpoint does not match the config: "
-                           + (f"missing {missing[:5]}{'...' if len(missing) > 5 else ''} " if missing else "")
-                           + (f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}" if unexpected else ""))
         for k, v in own.items():
-            if expected[k].shape != v.shape:
-                raise KeyError(f"checkpoint tensor {k} has shape {tuple(v.shape)}, config expects "
-                               f"{tuple(expected[k].shape)}")
             if not v.is_floating_point():
                 raise KeyError(f"checkpoint tensor {k} is {v.dtype}, not floating point")
-        self.load_state_dict({k: v.float() for k, v in own.items()}, strict=False, assign=True)
-        pre = self.preprocessor
-        for name in ("window", "fb"):
-            if getattr(pre, name).is_meta:
-                setattr(pre, name, getattr(NemoMelFrontEnd(self.config.preprocessor), name))
-        self.encoder.pos_enc.reset()
-        for name, t in list(self.named_parameters()) + list(self.named_buffers()):
-            if t.is_meta and not name.endswith("num_batches_tracked"):
-                raise KeyError(f"checkpoint lacks {name}")
+        adopt(self, {k: v.float() for k, v in own.items()}, lambda: NemoMelFrontEnd(self.config.preprocessor))
 
     # -- running
     @torch.no_grad()

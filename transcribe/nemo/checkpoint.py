@@ -236,3 +236,30 @@ def _member_name(mp) -> Optional[str]:
     if mp.startswith("nemo:"):
         mp = mp[len("nemo:"):]
     return Path(mp).name
+
+
+def adopt(model, own: dict, front_end, ignore: tuple = ("preprocessor.",)) -> None:
+    """Give `model` (built on the meta device, with `.preprocessor` a NeMo mel front end and `.encoder` a
+    FastConformer) the tensors `own` under its own names: KeyError naming what is missing (but the names
+    starting with `ignore`: a checkpoint may leave the front end's filterbank out), unexpected or of another
+    shape; the tensors are adopted as they are (no copy); what is left on the meta device is made: the front
+    end's window and filterbank from `front_end` (its settings), the encoder's position table."""
+    expected = {k: v for k, v in model.state_dict().items() if not k.endswith("num_batches_tracked")}
+    missing = [k for k in expected if k not in own and not k.startswith(ignore)]
+    unexpected = [k for k in own if k not in expected]
+    if missing or unexpected:
+        raise KeyError("checkpoint does not match the config: "
+                       + (f"missing {missing[:5]}{'...' if len(missing) > 5 else ''} " if missing else "")
+                       + (f"unexpected {unexpected[:5]}{'...' if len(unexpected) > 5 else ''}" if unexpected else ""))
+    for k, v in own.items():
+        if expected[k].shape != v.shape:
+            raise KeyError(f"checkpoint tensor {k} has shape {tuple(v.shape)}, config expects {tuple(expected[k].shape)}")
+    model.load_state_dict(own, strict=False, assign=True)
+    pre = model.preprocessor
+    for name in ("window", "fb"):
+        if getattr(pre, name).is_meta:
+            setattr(pre, name, getattr(front_end(), name))
+    model.encoder.pos_enc.reset()
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.is_meta and not name.endswith("num_batches_tracked"):
+            raise KeyError(f"checkpoint lacks {name}")
