@@ -77,8 +77,10 @@ class Family:
 # Asked in this order: the first family that recognizes a path loads it.
 FAMILIES = (
     Family("granite", "transcribe.granite"),
+    # Canary before Whisper (Whisper takes any transformers folder, to report a foreign model_type; Canary takes
+    # only model_type canary) and before Parakeet (both read .nemo files; Canary's config alone).
+    Family("canary", "transcribe.canary"),
     Family("whisper", "transcribe.whisper"),
-    Family("canary", "transcribe.canary"),  # before Parakeet: both read .nemo files (Canary's config alone)
     Family("parakeet", "transcribe.parakeet"),
 )
 

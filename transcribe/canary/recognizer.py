@@ -45,6 +45,7 @@ class Search:
     delta: int                 # max_generation_delta
     length_penalty: float
     nbest: int
+    max_new: Optional[int] = None  # at most this many tokens generated (None: the other bounds alone)
 
 
 class CanaryASR(Recognizer):
@@ -133,7 +134,7 @@ class CanaryASR(Recognizer):
         if delta is None:
             delta = d.beam_delta if d.strategy == "beam" else d.greedy_delta
         pen = d.length_penalty if opts.length_penalty is None else opts.length_penalty
-        return prompt, Search(opts.beam_size, delta, pen, opts.nbest or 1)
+        return prompt, Search(opts.beam_size, delta, pen, opts.nbest or 1, opts.max_new_tokens)
 
     # -- transcription
     def _transcribe(self, items: list, opts: CanaryOptions) -> list[Transcript]:
@@ -190,6 +191,8 @@ class CanaryASR(Recognizer):
         frames = int(enc_len.max())
         # NeMo bounds a batch by its longest input's frames (the padded encoder output's length).
         max_new = max_new_tokens(m.max_positions, len(prompt.ids), frames, search.delta)
+        if search.max_new is not None:
+            max_new = min(max_new, search.max_new)
         holder = {"state": m.start(states, enc_len)}
 
         def step(x: torch.Tensor) -> torch.Tensor:
