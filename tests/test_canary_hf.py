@@ -1,8 +1,8 @@
 """Canary as a transformers folder (tests/models/canary-hf-tiny: `CanaryForConditionalGeneration` with seeded
 random weights, saved by transformers 5.24.0) against transformers' own outputs
 (tests/references/canary_hf/reference.json; both READMEs say how they were made): greedy token ids and text
-exactly for every clip and task, with `generate(max_new_tokens=40)`'s cap; the 4-clip padded batch; the raw
-logits of every step within float32 tolerances.
+exactly for every clip and task, with `generate(max_new_tokens=40)`'s cap, greedy and transformers' beam of 4
+(and its sequences_score); the 4-clip padded batch; the raw logits of every step within float32 tolerances.
 
 Tolerances: the front end, the encoder and the decoder run the same float32 operations as transformers in
 another order (the mel projection band by band, the log in float64, attention kernels), so features agree
@@ -33,6 +33,7 @@ KINDS = {
     "greedy_ast_en_de": dict(target_language="de"),
 }
 CASES = [(k, i) for k in KINDS for i in range(len(REFS["results"][k]["per_clip"]))]
+BEAMS = [(k, i) for k in KINDS for i in range(len(REFS["results"][k.replace("greedy", "beam4")]["per_clip"]))]
 
 
 def _clip(ref: dict) -> np.ndarray:
@@ -76,6 +77,30 @@ def test_greedy_ids_and_text_equal_transformers(model, kind, i):
     assert [tok.id for tok in t.tokens] == _ids(ref)
     assert len(t.tokens) + ref["stopped_by_eos"] == ref["n_generated"]  # the cap counts EOS, as generate()'s
     assert t.text == ref["text"]
+
+
+@pytest.mark.parametrize("kind,i", BEAMS, ids=[f"{k.replace('greedy', 'beam4')}-"
+                                               f"{Path(REFS['results'][k]['per_clip'][i]['clip']).stem}"
+                                               for k, i in BEAMS])
+def test_beam_ids_text_and_score_equal_transformers(model, kind, i):
+    """transformers' beam of 4 (length_penalty 1.0: sum / length); its sequences_score within float32
+    rounding of 40 summed log-probabilities."""
+    ref = REFS["results"][kind.replace("greedy", "beam4")]["per_clip"][i]
+    t = model.transcribe(_clip(ref), beam_size=4, nbest=4, max_new_tokens=CAP, **KINDS[kind])
+    assert [tok.id for tok in t.tokens] == _ids(ref)
+    assert t.text == ref["text"]
+    assert t.nbest.beam == "transformers" and len(t.nbest.hypotheses) == 4
+    assert [x.id for x in t.nbest.hypotheses[0].tokens] == _ids(ref)
+    assert t.nbest.hypotheses[0].score == pytest.approx(ref["sequence_score"], abs=1e-5)
+    assert t.nbest.hypotheses[0].score == pytest.approx(ref["teacher_forced_mean_logprob"], abs=1e-5)
+
+
+def test_a_batch_of_beams_gives_each_clip_what_it_gives_alone(model):
+    refs = REFS["results"]["beam4_asr_en_pnc"]["per_clip"]
+    got = model.transcribe([_clip(r) for r in refs], batch_size=4, beam_size=4, nbest=4, max_new_tokens=CAP)
+    for t, ref in zip(got, refs):
+        assert [tok.id for tok in t.tokens] == _ids(ref)
+        assert t.nbest.hypotheses[0].score == pytest.approx(ref["sequence_score"], abs=1e-5)
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
@@ -189,25 +214,30 @@ def test_the_decoder_positions_are_transformers_block_layout():
 # ------------------------------------------------------------------------------------------------- refusals
 
 @pytest.mark.parametrize("options,words", [
-    (dict(beam_size=4), "beam search is not implemented for transformers-format Canary"),
     (dict(word_timestamps=True), "word timestamps are not implemented for transformers-format Canary"),
+    (dict(length_penalty=0.5), "length_penalty needs a beam search"),
     (dict(max_new_tokens=0), "max_new_tokens must be"),
     (dict(max_new_tokens=(1 << 16) + 1), "max_new_tokens must be"),
     (dict(max_new_tokens=True), "max_new_tokens must be"),
     (dict(language="xx"), "language 'xx' is not one of the model's languages (de, en, es, fr)"),
-], ids=["beam", "word-timestamps", "cap-0", "cap-big", "cap-bool", "language"])
+], ids=["word-timestamps", "penalty-greedy", "cap-0", "cap-big", "cap-bool", "language"])
 def test_bad_options_are_refused_in_one_line(model, options, words):
     with pytest.raises(OptionValueError) as e:
         model.transcribe(np.zeros(16000, np.float32), **options)
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
-def test_the_command_refuses_beam_search_in_one_line(capsys):
+def test_the_command_gives_transformers_ids_and_refuses_in_one_line(capsys):
     from transcribe.cli import main
 
-    assert main([str(AUDIO / "jfk.wav"), "--model", str(MODEL), "--beam-size", "4"]) == 2
+    ref = REFS["results"]["greedy_asr_en_nopnc"]["per_clip"][0]  # ends on EOS within the cap
+    args = [str(AUDIO / ref["clip"]), "--model", str(MODEL)]
+    assert main([*args, "--format", "json", "--no-pnc"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [t["id"] for t in out["tokens"]] == _ids(ref)
+    assert main([*args, "--word-timestamps"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "beam search is not implemented for transformers-format Canary" in err[0], err
+    assert len(err) == 1 and "word timestamps are not implemented for transformers-format Canary" in err[0], err
 
 
 def _copy(tmp_path: Path) -> Path:
@@ -240,14 +270,16 @@ def _edit(path: Path, **changes) -> None:
     ("generation_config.json", dict(decoder_start_token_id=4), "decoder_start_token_id = 4 disagrees with "
      "config.json's 7"),
     ("config.json", dict(decoder_config__head_dim=8), "checkpoint tensor"),
-    ("generation_config.json", dict(num_beams=4), "generation_config.num_beams = 4 is not implemented"),
+    ("generation_config.json", dict(num_beams=65), "generation_config.json: num_beams = 65 is out of the range"),
+    ("generation_config.json", dict(early_stopping=True), "generation_config.early_stopping = True is not "
+     "implemented"),
     ("generation_config.json", dict(repetition_penalty=1.2), "generation_config.repetition_penalty = 1.2 is a "
      "setting this code does not implement"),
     ("processor_config.json", dict(feature_extractor__preemphasis=2.0), "preemphasis = 2.0 is not implemented"),
     ("processor_config.json", dict(feature_extractor__feature_size=80), "num_mel_bins = 128 disagrees with the "
      "feature extractor's feature_size = 80"),
 ], ids=["unknown-key", "gqa", "encoder-act", "widths", "huge", "vocab", "start-token", "head-dim-vs-weights",
-        "beam-default", "penalty", "preemphasis", "mels"])
+        "beams-bound", "early-stopping", "penalty", "preemphasis", "mels"])
 def test_settings_not_implemented_are_refused_by_name(tmp_path, file, changes, words):
     folder = _copy(tmp_path)
     _edit(folder / file, **changes)

@@ -27,9 +27,11 @@ from NeMo is kept as transformers does it:
 - the text is `batch_decode(..., skip_special_tokens=True)`'s: special tokens dropped, `▁` a space, the
   first piece's leading space removed (the Metaspace decoder).
 
-transformers' beam search ranks hypotheses by log-probability sum / length (NeMo's by the raw sum) and keeps
-2 x beams candidates with its own early-stopping rule; it is not implemented: beam_size is refused for these
-models. So are word timestamps (transformers' template has no timestamp switch, and its text drops the
+- beam search is transformers' (`hf_search.py`: hypotheses ranked by log-probability sum / length **
+  length_penalty, 1.0 by default; NeMo's ranks raw sums); `generation_config.json`'s num_beams and
+  length_penalty are the defaults (beam_size 1 is transformers' greedy search).
+
+Word timestamps are refused (transformers' template has no timestamp switch, and its text drops the
 timestamp tokens).
 
 Every config key is read, or accepted by name as not changing inference (dropouts, initialisation, cache
@@ -48,6 +50,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelError, OptionValueError
+from ..options import MAX_BEAM
 from .recognizer import CanaryASR
 from .tokenizer import BOS, EOS, PAD, CanaryTokenizer
 
@@ -184,7 +187,7 @@ class _Part:
 @dataclasses.dataclass(frozen=True)
 class HFSettings:
     """What a transformers folder says beyond NeMo's config: the per-head width, the special ids, the
-    generation length bounds."""
+    default search and its length bounds."""
 
     head_dim: int
     tied: bool
@@ -192,6 +195,8 @@ class HFSettings:
     eos: int
     pad: int
     decoder_start: int
+    num_beams: int
+    length_penalty: float
     max_new_tokens: Optional[int]
     max_length: Optional[int]
 
@@ -288,7 +293,7 @@ def build_config(folder: Path) -> tuple[dict, HFSettings]:
         ids[key] = value
     dec.finish()
     top.finish()
-    gen_new, gen_len = _generation(folder, ids)
+    beams, penalty, gen_new, gen_len = _generation(folder, ids)
     cfg = {
         "target": "nemo.collections.asr.models.EncDecMultiTaskModel",
         "sample_rate": sample_rate,
@@ -305,7 +310,7 @@ def build_config(folder: Path) -> tuple[dict, HFSettings]:
         "decoding": {"strategy": "greedy"},
     }
     return cfg, HFSettings(head_dim, tied, ids["bos_token_id"], ids["eos_token_id"], ids["pad_token_id"],
-                           ids["decoder_start_token_id"], gen_new, gen_len)
+                           ids["decoder_start_token_id"], beams, penalty, gen_new, gen_len)
 
 
 def _frontend(folder: Path) -> tuple[dict, int, int]:
@@ -352,23 +357,30 @@ def _frontend(folder: Path) -> tuple[dict, int, int]:
     }, rate, mels
 
 
-def _generation(folder: Path, ids: dict) -> tuple[Optional[int], Optional[int]]:
-    """generation_config.json (optional): its length bounds (max_new_tokens, max_length); a setting that
-    changes the search (beams, sampling, penalties, suppressed tokens) is refused."""
+def _generation(folder: Path, ids: dict) -> tuple:
+    """generation_config.json (optional): its default search (num_beams, length_penalty) and length bounds
+    (max_new_tokens, max_length); a setting that changes the search otherwise (sampling, penalties,
+    suppressed tokens, early stopping) is refused."""
     data = _json(folder, "generation_config.json", required=False)
     if data is None:
-        return None, None
+        return 1, 1.0, None, None
     where = str(folder / "generation_config.json")
     g = _Part("generation_config", data, where)
     for key in ("bos_token_id", "eos_token_id", "pad_token_id", "decoder_start_token_id"):
         if key in g.data and g.data[key] != ids[key]:
             raise ModelError(f"{where}: {key} = {_short(g.data[key])} disagrees with config.json's {ids[key]}")
-    g.expect("num_beams", (1,), 1)
+    beams = g.get("num_beams", 1)
+    if isinstance(beams, bool) or not isinstance(beams, int) or not 1 <= beams <= MAX_BEAM:
+        raise ModelError(f"{where}: num_beams = {_short(beams)} is out of the range this code accepts (1 to {MAX_BEAM})")
+    penalty = g.get("length_penalty", 1.0)
+    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)) or not -10 <= penalty <= 10:
+        raise ModelError(f"{where}: length_penalty = {_short(penalty)} is out of the range this code accepts (-10 to 10)")
+    g.expect("early_stopping", (False,), False)
     g.expect("do_sample", (False,), False)
     g.expect("num_return_sequences", (1,), 1)
-    for key in ("length_penalty", "early_stopping", "temperature", "top_k", "top_p"):
-        g.get(key)  # used by beam search or sampling only, both refused above
-    out = []
+    for key in ("temperature", "top_k", "top_p"):
+        g.get(key)  # used by sampling only, refused above
+    out = [beams, float(penalty)]
     for key in ("max_new_tokens", "max_length"):
         value = g.get(key)
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 1 << 16):
@@ -378,7 +390,7 @@ def _generation(folder: Path, ids: dict) -> tuple[Optional[int], Optional[int]]:
         if g.get(key) not in (None, 0):
             raise ModelError(f"{where}: {key} = {_short(g.data[key])} is not implemented (EOS may end a row at once)")
     g.finish()
-    return out[0], out[1]
+    return tuple(out)
 
 
 # -- weights
@@ -567,9 +579,9 @@ def tokenizer_of(folder: Path) -> HFCanaryTokenizer:
 
 class CanaryHFASR(CanaryASR):
     """A Canary recognizer of a transformers folder: transformers' front-end input (no padding to one second),
-    its greedy search and length bounds, its text; beam search and word timestamps refused."""
+    its greedy and beam searches, length bounds and text; word timestamps refused."""
 
-    generation: tuple[Optional[int], Optional[int]] = (None, None)  # generation_config's max_new_tokens, max_length
+    settings: Optional[HFSettings] = None
     # transformers' normalisation divides by frames - 1: an input under two hops has no statistics there
     # (NaN); such an input is padded with silence to two hops.
     MIN_HOPS = 2
@@ -584,21 +596,33 @@ class CanaryHFASR(CanaryASR):
         return np.concatenate([pcm, np.zeros(least - len(pcm), np.float32)])
 
     def _plan(self, opts):
-        if opts.beam_size is not None:
-            raise OptionValueError("beam_size", "beam search is not implemented for transformers-format Canary "
-                                   "models (transformers ranks beams by mean log-probability, NeMo by the sum); "
-                                   "greedy only")
         if opts.word_timestamps:
             raise OptionValueError("word_timestamps", "word timestamps are not implemented for transformers-format "
                                    "Canary models (its prompt has no timestamp switch)")
         prompt, search = super()._plan(opts)
+        s = self.settings or HFSettings(0, True, 0, 0, 0, 0, 1, 1.0, None, None)
+        beams = opts.beam_size if opts.beam_size is not None else s.num_beams
+        if opts.length_penalty is not None and beams == 1:
+            raise OptionValueError("length_penalty", "length_penalty needs a beam search (beam_size 2 or more)")
+        search = dataclasses.replace(
+            search, beam_size=beams if beams > 1 else None,  # transformers' num_beams 1 is its greedy search
+            length_penalty=s.length_penalty if opts.length_penalty is None else opts.length_penalty)
         if search.max_new is None:
-            new, total = self.generation
-            if new is not None:
-                search = dataclasses.replace(search, max_new=new)
-            elif total is not None:
-                search = dataclasses.replace(search, max_new=max(total - len(prompt.ids), 0))
+            if s.max_new_tokens is not None:
+                search = dataclasses.replace(search, max_new=s.max_new_tokens)
+            elif s.max_length is not None:
+                search = dataclasses.replace(search, max_new=max(s.max_length - len(prompt.ids), 0))
         return prompt, search
+
+    def _beam(self, step, select, ids, search, max_new):
+        from .hf_search import beam
+
+        return beam(step, select, ids, search.beam_size, max_new, self.tokenizer.eos, search.length_penalty)
+
+    def _nbest(self, hyps, duration, search):
+        out = super()._nbest(hyps, duration, search)
+        out.beam = "transformers"  # scores: sums of log-probabilities over length ** length_penalty
+        return out
 
 
 def load(path: Path, name: str, device, dtype) -> CanaryHFASR:
@@ -629,5 +653,5 @@ def load(path: Path, name: str, device, dtype) -> CanaryHFASR:
     except KeyError as e:
         raise ModelError(f"{path}: {e.args[0] if e.args else e}") from None
     asr = CanaryHFASR.finish(model, tok, name, device, dtype)
-    asr.generation = (settings.max_new_tokens, settings.max_length)
+    asr.settings = settings
     return asr

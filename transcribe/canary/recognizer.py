@@ -203,6 +203,11 @@ class CanaryASR(Recognizer):
 
         if search.beam_size is None:
             return [[h] for h in aed.greedy(step, ids, max_new, tok.eos, tok.pad)]
+        return self._beam(step, select, ids, search, max_new)
+
+    def _beam(self, step, select, ids: torch.Tensor, search: Search, max_new: int) -> list[list[aed.AEDHypothesis]]:
+        """The beam search (NeMo's; a loader of another format's models may run that format's own)."""
+        tok = self.tokenizer
         return aed.beam(step, select, ids, search.beam_size, max_new, tok.eos, tok.pad, search.length_penalty)
 
     def _transcribe_batch(self, pcm: list[np.ndarray], prompt: Prompt, search: Search,
