@@ -211,6 +211,48 @@ def test_the_decoder_positions_are_transformers_block_layout():
     assert hf[1, :6].tolist() == pytest.approx(facts["hf_row1_first6"], abs=1e-7)
 
 
+# -------------------------------------------------- hypotheses that end on EOS (tests/references/canary_hf_eos)
+
+EOS_REFS = json.loads((HERE / "references" / "canary_hf_eos" / "reference.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def eos_models(tmp_path_factory):
+    """The tiny model with its EOS logit raised, as the reference tool makes it (a copy, the bias + bump)."""
+    from safetensors.torch import load_file, save_file
+
+    out = {}
+    for bump in sorted({r["bump"] for r in EOS_REFS["runs"]}):
+        folder = tmp_path_factory.mktemp("eos") / "model"
+        shutil.copytree(MODEL, folder)
+        sd = load_file(str(folder / "model.safetensors"))
+        sd["proj_out.bias"][3] += bump
+        save_file(sd, str(folder / "model.safetensors"), metadata={"format": "pt"})
+        out[bump] = transcribe.load_model(str(folder))
+    return out
+
+
+def test_searches_ending_on_eos_equal_transformers(eos_models):
+    """Greedy and beam (3 or 4 beams, length_penalty 0.5 to 2) where hypotheses end on EOS: the finished
+    hypotheses' scores count EOS in the length, only the top N of the 2N candidates finish, the early-stop
+    heuristic ends an item; ids, text and sequences_score as transformers'."""
+    ended = 0
+    for r in EOS_REFS["runs"]:
+        opts = dict(max_new_tokens=EOS_REFS["max_new_tokens"], target_language=r["target_language"],
+                    pnc=r["punctuation"])
+        if r["num_beams"] > 1:
+            opts.update(beam_size=r["num_beams"], nbest=1, length_penalty=r["length_penalty"])
+        t = eos_models[r["bump"]].transcribe(_clip(r), **opts)
+        want = r["generated_ids"]
+        if want and want[-1] == EOS:
+            want, ended = want[:-1], ended + (r["num_beams"] > 1)
+        assert [tok.id for tok in t.tokens] == want, r
+        assert t.text == r["text"]
+        if r["num_beams"] > 1:
+            assert t.nbest.hypotheses[0].score == pytest.approx(r["sequence_score"], abs=1e-5)
+    assert ended >= 50  # the point of these references
+
+
 # ------------------------------------------------------------------------------------------------- refusals
 
 @pytest.mark.parametrize("options,words", [
