@@ -20,19 +20,19 @@ from NeMo is kept as transformers does it:
 - the prompt is transformers' chat template's, NeMo's canary2 layout (`<|startofcontext|>
   <|startoftranscript|> <|emo:undefined|> <|src|> <|tgt|> <|pnc|>/<|nopnc|> <|noitn|> <|notimestamp|>
   <|nodiarize|>`), `decoder_start_token_id` its first token;
-- the search is `generate()`'s greedy one (argmax of the raw logits, EOS ends a row); its length bound is
-  `max_new_tokens` (the option, else `generation_config.json`'s `max_new_tokens` or `max_length`, else the
-  decoder's position table: transformers' own fallback, 20 new tokens, is `generate()`'s generic default,
-  which cuts a transcript short, and is not taken);
+- the searches are `generate()`'s: greedy (argmax of the raw logits, EOS ends a row) and transformers' beam
+  search (`hf_search.py`: hypotheses ranked by log-probability sum / length ** length_penalty, 1.0 by
+  default, where NeMo's beam ranks raw sums); `generation_config.json`'s num_beams and length_penalty are
+  the defaults (beam_size 1 is transformers' greedy search);
+- the length bound is `max_new_tokens` (the option, else `generation_config.json`'s `max_new_tokens` or
+  `max_length`, else the decoder's position table: transformers' own fallback, 20 new tokens, is
+  `generate()`'s generic default, which cuts a transcript short, and is not taken); EOS counts in it;
 - the text is `batch_decode(..., skip_special_tokens=True)`'s: special tokens dropped, `▁` a space, the
   first piece's leading space removed (the Metaspace decoder).
 
-- beam search is transformers' (`hf_search.py`: hypotheses ranked by log-probability sum / length **
-  length_penalty, 1.0 by default; NeMo's ranks raw sums); `generation_config.json`'s num_beams and
-  length_penalty are the defaults (beam_size 1 is transformers' greedy search).
-
 Word timestamps are refused (transformers' template has no timestamp switch, and its text drops the
-timestamp tokens).
+timestamp tokens); `itn` switches the prompt's `<|itn|>` token as for NeMo's canary2 models (transformers'
+template always writes `<|noitn|>`).
 
 Every config key is read, or accepted by name as not changing inference (dropouts, initialisation, cache
 switches, identity), or refused with a `ModelError` naming it. Loading runs no code from the folder: JSON

@@ -29,7 +29,8 @@ class CanaryOptions:
     timestamp tokens around each word (canary2 models that have them; they change the prompt, so the text
     may differ from a run without them); timestamps: segment times (one segment over the input without word
     times). Search: greedy, or NeMo's beam search with beam_size N (nbest <= N of its hypotheses come back
-    in `Transcript.nbest`), length_penalty NeMo's alpha (default: the model's, 0); max_generation_delta
+    in `Transcript.nbest`), length_penalty NeMo's alpha (default: the model's, 0; a transformers-format
+    model: transformers' beam search and its exponent, default 1.0: scores are sums over length ** penalty); max_generation_delta
     bounds the output by the encoder's frames + delta tokens (-1: only by the decoder's position table;
     default: the delta of the model's decoding config, 50 in the published ones); max_new_tokens caps the
     tokens generated per input (EOS counted, as transformers' `generate(max_new_tokens=)` counts it; default:
