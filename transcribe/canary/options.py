@@ -12,9 +12,9 @@ from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, boolean, integer, num
                        positive_int, sample_rate)
 from .prompt import TASKS
 
-MAX_LENGTH_PENALTY = 10.0
+MAX_LENGTH_PENALTY = 10.0  # Google NMT's alpha: 0-1 are usual
 # max_new_tokens: the largest decoder table of any Canary config this code accepts (prompt and output share it).
-MAX_NEW_TOKENS = 1 << 16  # Google NMT's alpha: 0-1 are usual
+MAX_NEW_TOKENS = 1 << 16
 # Pieces of a long input: the published models are trained on utterances of up to 40 s (NeMo's own
 # transcribe() cuts long audio into 40 s chunks); the encoder's position table holds 400 s.
 MAX_PIECE_S = (10.0, 200.0)
@@ -30,13 +30,14 @@ class CanaryOptions:
     may differ from a run without them); timestamps: segment times (one segment over the input without word
     times). Search: greedy, or NeMo's beam search with beam_size N (nbest <= N of its hypotheses come back
     in `Transcript.nbest`), length_penalty NeMo's alpha (default: the model's, 0; a transformers-format
-    model: transformers' beam search and its exponent, default 1.0: scores are sums over length ** penalty); max_generation_delta
-    bounds the output by the encoder's frames + delta tokens (-1: only by the decoder's position table;
-    default: the delta of the model's decoding config, 50 in the published ones); max_new_tokens caps the
-    tokens generated per input (EOS counted, as transformers' `generate(max_new_tokens=)` counts it; default:
-    none beyond the other bounds; a transformers-format model's `generation_config.json` may set one). Long inputs: cut at pauses
-    (detector) into pieces of at most max_piece_s (default 40 s), decoded in batches and joined (times
-    shifted to the input's; an N-best list comes only with an input decoded in one piece)."""
+    model runs transformers' beam search, and this is its exponent, default 1.0: scores are sums over
+    length ** penalty); max_generation_delta bounds the output by the encoder's frames + delta tokens (-1:
+    only by the decoder's position table; default: the delta of the model's decoding config, 50 in the
+    published ones); max_new_tokens caps the tokens generated per input (EOS counted, as transformers'
+    `generate(max_new_tokens=)` counts it; default: none beyond the other bounds; a transformers-format
+    model's `generation_config.json` may set one). Long inputs: cut at pauses (detector) into pieces of at
+    most max_piece_s (default 40 s), decoded in batches and joined (times shifted to the input's; an N-best
+    list comes only with an input decoded in one piece)."""
 
     batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
     timestamps: bool = option(True, help="segment times", command=False, form=None)
