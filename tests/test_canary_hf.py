@@ -188,6 +188,19 @@ def test_generation_config_s_length_bounds_are_the_default(tmp_path):
     assert [tok.id for tok in m.transcribe(_clip(ref)).tokens] == ref["generated_ids"][:3]
 
 
+def test_inputs_are_not_padded_to_one_second_but_to_two_hops(model):
+    """transformers pads nothing (NeMo's transcribe() pads inputs to one second); an input under two hops,
+    where transformers' normalisation divides by zero, is padded with silence to two hops."""
+    x = _clip(REFS["results"]["greedy_asr_en_pnc"]["per_clip"][0])
+    short = x[:8000]
+    assert model._padded(short) is short
+    tiny = x[:100]
+    padded = np.concatenate([tiny, np.zeros(220, np.float32)])
+    got = model.transcribe(tiny, max_new_tokens=5)
+    assert [t.id for t in got.tokens] == [t.id for t in model.transcribe(padded, max_new_tokens=5).tokens]
+    assert got.duration == pytest.approx(100 / 16000)
+
+
 def test_the_text_is_transformers_decode_without_special_tokens(model):
     tok = model.tokenizer
     assert tok.text([21, 580, 5, 463]) == "ces"       # specials dropped, then the first leading space
@@ -320,8 +333,10 @@ def _edit(path: Path, **changes) -> None:
     ("processor_config.json", dict(feature_extractor__preemphasis=2.0), "preemphasis = 2.0 is not implemented"),
     ("processor_config.json", dict(feature_extractor__feature_size=80), "num_mel_bins = 128 disagrees with the "
      "feature extractor's feature_size = 80"),
+    ("tokenizer.json", dict(decoder={"type": "Fuse"}), "tokenizer.json: decoder = 'Fuse' is not implemented "
+     "(Metaspace)"),
 ], ids=["unknown-key", "gqa", "encoder-act", "widths", "huge", "vocab", "start-token", "head-dim-vs-weights",
-        "beams-bound", "early-stopping", "penalty", "preemphasis", "mels"])
+        "beams-bound", "early-stopping", "penalty", "preemphasis", "mels", "text-decoder"])
 def test_settings_not_implemented_are_refused_by_name(tmp_path, file, changes, words):
     folder = _copy(tmp_path)
     _edit(folder / file, **changes)
