@@ -210,6 +210,13 @@ def test_the_text_is_transformers_decode_without_special_tokens(model):
     assert tok.text([3, 2, 2]) == ""
 
 
+def test_without_tokenizer_config_the_canary_special_tokens_are_dropped(tmp_path):
+    folder = _copy(tmp_path)
+    (folder / "tokenizer_config.json").unlink()
+    tok = transcribe.load_model(str(folder)).tokenizer
+    assert tok.text([463, 2, 0, 3, 463]) == "cesces"
+
+
 def test_the_decoder_positions_are_transformers_block_layout():
     """transformers' table is NeMo's with the channels reordered: sines first, then cosines."""
     from transcribe.canary.hf import decoder_positions

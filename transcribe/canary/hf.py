@@ -27,8 +27,8 @@ from NeMo is kept as transformers does it:
 - the length bound is `max_new_tokens` (the option, else `generation_config.json`'s `max_new_tokens` or
   `max_length`, else the decoder's position table: transformers' own fallback, 20 new tokens, is
   `generate()`'s generic default, which cuts a transcript short, and is not taken); EOS counts in it;
-- the text is `batch_decode(..., skip_special_tokens=True)`'s: special tokens dropped, `▁` a space, the
-  first piece's leading space removed (the Metaspace decoder).
+- the text is `batch_decode(..., skip_special_tokens=True)`'s (`hf_tokenizer.py`): special tokens dropped,
+  `▁` a space, the first piece's leading space removed (the Metaspace decoder).
 
 Word timestamps are refused (transformers' template has no timestamp switch, and its text drops the
 timestamp tokens); `itn` switches the prompt's `<|itn|>` token as for NeMo's canary2 models (transformers'
@@ -44,7 +44,7 @@ import dataclasses
 import json
 import math
 from pathlib import Path
-from typing import Any, Optional, Sequence
+from typing import Any, Optional
 
 import numpy as np
 import torch
@@ -52,7 +52,7 @@ import torch
 from ..errors import ModelError, OptionValueError
 from ..options import MAX_BEAM
 from .recognizer import CanaryASR
-from .tokenizer import BOS, EOS, PAD, CanaryTokenizer
+from .hf_tokenizer import HFCanaryTokenizer, from_tokenizer_json
 
 MODEL_TYPE = "canary"
 CONFIG = "config.json"
@@ -487,92 +487,10 @@ def state_dict(folder: Path, settings: HFSettings, positions: int, hidden: int) 
 
 # -- tokenizer
 
-class HFCanaryTokenizer(CanaryTokenizer):
-    """A Canary vocabulary from tokenizer.json; text as transformers' `decode(skip_special_tokens=True)`
-    gives it: special tokens dropped, `▁` a space, the first remaining piece's leading space removed
-    (Metaspace's `prepend_scheme` always / first)."""
-
-    def __init__(self, pieces: list[str], skipped: set[int], strip_first: bool, replacement: str):
-        super().__init__([("bpe", _Pieces(pieces))])
-        self.skipped = frozenset(skipped)
-        self.strip_first = strip_first
-        self.replacement = replacement
-
-    def text(self, ids: Sequence[int]) -> str:
-        out = []
-        for i in ids:
-            i = int(i)
-            if i in self.skipped or not 0 <= i < len(self.pieces):
-                continue
-            piece = self.pieces[i].replace(self.replacement, " ")
-            if not out and self.strip_first and piece.startswith(" "):
-                piece = piece[1:]
-            out.append(piece)
-        return "".join(out)
-
-    def token_text(self, i: int) -> str:
-        return self.piece(int(i)).replace(self.replacement, " ")
-
-
-class _Pieces:
-    """The vocabulary known by its pieces (text is never encoded: the prompt is special tokens alone)."""
-
-    def __init__(self, pieces: list[str]):
-        self.pieces = pieces
-
-    def encode(self, text: str) -> list[int]:
-        raise ValueError("encoding text with a transformers Canary vocabulary is not implemented")
-
-
 def tokenizer_of(folder: Path) -> HFCanaryTokenizer:
-    where = str(folder / "tokenizer.json")
-    data = _json(folder, "tokenizer.json")
-    if not isinstance(data, dict) or not isinstance(data.get("model"), dict):
-        raise ModelError(f"{where}: no model section")
-    model = data["model"]
-    kind = model.get("type")
-    vocab = model.get("vocab")
-    if kind == "BPE" and isinstance(vocab, dict):
-        table = {int(i): str(p) for p, i in vocab.items() if isinstance(i, int) and not isinstance(i, bool)}
-    elif kind == "Unigram" and isinstance(vocab, list):
-        table = {i: str(e[0]) for i, e in enumerate(vocab) if isinstance(e, (list, tuple)) and e}
-    else:
-        raise ModelError(f"{where}: model.type = {_short(kind)} is not implemented (BPE, Unigram)")
-    special = set()
-    for tok in data.get("added_tokens") or []:
-        if not isinstance(tok, dict) or not isinstance(tok.get("id"), int) or "content" not in tok:
-            raise ModelError(f"{where}: added_tokens entry {_short(tok)} is malformed")
-        table[tok["id"]] = str(tok["content"])
-        if tok.get("special"):
-            special.add(tok["id"])
-    n = len(table)
-    if n == 0 or set(table) != set(range(n)):
-        missing = sorted(set(range(max(table, default=-1) + 1)) - set(table))[:5]
-        raise ModelError(f"{where}: the vocabulary's ids are not 0..{n - 1} (missing {missing})")
-    pieces = [table[i] for i in range(n)]
-    dec = data.get("decoder") or {}
-    if not isinstance(dec, dict) or dec.get("type") != "Metaspace":
-        raise ModelError(f"{where}: decoder = {_short(dec.get('type') if isinstance(dec, dict) else dec)} is not "
-                         "implemented (Metaspace)")
-    scheme = dec.get("prepend_scheme", "always")
-    if scheme not in ("always", "first", "never"):
-        raise ModelError(f"{where}: decoder.prepend_scheme = {_short(scheme)} is not implemented")
-    replacement = dec.get("replacement", "▁")
-    if not isinstance(replacement, str) or len(replacement) != 1:
-        raise ModelError(f"{where}: decoder.replacement = {_short(replacement)} is not implemented (one character)")
-    # transformers also drops its named special tokens (`all_special_ids`), `<pad>` included.
-    index = {p: i for i, p in reversed(list(enumerate(pieces)))}
-    named = _json(folder, "tokenizer_config.json", required=False) or {}
-    names = [named.get(k) for k in ("bos_token", "eos_token", "pad_token", "unk_token")] if isinstance(named, dict) \
-        else []
-    for value in names or [BOS, EOS, PAD, "<unk>"]:
-        value = value.get("content") if isinstance(value, dict) else value
-        if isinstance(value, str) and value in index:
-            special.add(index[value])
-    try:
-        return HFCanaryTokenizer(pieces, special, scheme != "never", replacement)
-    except ValueError as e:
-        raise ModelError(f"{where}: {e}") from None
+    """tokenizer.json (+ tokenizer_config.json's named special tokens) -> the vocabulary."""
+    named = _json(folder, "tokenizer_config.json", required=False)
+    return from_tokenizer_json(_json(folder, "tokenizer.json"), named, str(folder / "tokenizer.json"))
 
 
 # -- the recognizer
