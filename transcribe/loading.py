@@ -78,8 +78,10 @@ class Family:
 FAMILIES = (
     Family("granite", "transcribe.granite"),
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
+    # Canary before Whisper (Whisper takes any transformers folder, to report a foreign model_type; Canary takes
+    # only model_type canary) and before Parakeet (both read .nemo files; Canary's config alone).
+    Family("canary", "transcribe.canary"),
     Family("whisper", "transcribe.whisper"),
-    Family("canary", "transcribe.canary"),  # before Parakeet: both read .nemo files (Canary's config alone)
     Family("parakeet", "transcribe.parakeet"),
 )
 

@@ -1,6 +1,7 @@
 """NVIDIA Canary (NeMo `EncDecMultiTaskModel`): a FastConformer encoder (Parakeet's), a Transformer decoder
 driven by a prompt of special tokens (NeMo's `canary` and `canary2` formats), greedy and NeMo's beam search;
-speech recognition and speech translation. `detect` and `load` are this family's entry in
+speech recognition and speech translation. Loads `.nemo` files, transcribe.cpp GGUF files and transformers
+folders (`hf.py`). `detect` and `load` are this family's entry in
 `transcribe.loading.FAMILIES`."""
 from __future__ import annotations
 
@@ -18,8 +19,9 @@ PIECE_S = 40.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"gguf" for a transcribe.cpp GGUF file of the `canary` architecture; "nemo" for a `.nemo` archive or
-    NeMo directory whose config is an AED multitask model (its config read alone); else None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `canary` architecture; "hf" for a transformers folder
+    whose config.json has `model_type: canary`; "nemo" for a `.nemo` archive or NeMo directory whose config is
+    an AED multitask model (its config read alone); else None."""
     if path.is_file():
         from ..gguf import architecture, is_gguf
 
@@ -27,6 +29,11 @@ def detect(path: Path) -> Optional[str]:
             return "gguf" if architecture(path) == "canary" else None
     elif not path.is_dir():
         return None
+    else:
+        from .hf import is_hf_canary
+
+        if is_hf_canary(path):
+            return "hf"
     from ..nemo.checkpoint import read_config
     from .config import is_canary
 
@@ -39,6 +46,10 @@ def load(path: Path, name: str, device, dtype, kind: str):
         from .gguf import load as load_gguf
 
         return load_gguf(path, name, device, dtype)
+    if kind == "hf":
+        from .hf import load as load_hf
+
+        return load_hf(path, name, device, dtype)
     from .recognizer import CanaryASR
 
     return CanaryASR.load(path, name, device, dtype)

@@ -9,6 +9,8 @@ generators feed it (NeMo caches each layer's input states and recomputes keys an
 products are the same)."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -22,9 +24,11 @@ from .config import CanaryConfig, parse_config
 class CanaryModel(nn.Module):
     """Front end + FastConformer encoder + (projection) + Transformer decoder + head."""
 
-    def __init__(self, cfg: dict):
+    def __init__(self, cfg: dict, config: Optional[CanaryConfig] = None):
+        """`cfg`: NeMo's model config; `config`: its parsed form when a loader adjusted it (a setting NeMo's
+        config has no key for, such as transformers' per-head width), else parsed from `cfg`."""
         super().__init__()
-        config = parse_config(cfg)
+        config = parse_config(cfg) if config is None else config
         self.cfg = cfg
         self.config: CanaryConfig = config
         self.sample_rate = config.sample_rate

@@ -13,6 +13,8 @@ from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, boolean, integer, num
 from .prompt import TASKS
 
 MAX_LENGTH_PENALTY = 10.0  # Google NMT's alpha: 0-1 are usual
+# max_new_tokens: the largest decoder table of any Canary config this code accepts (prompt and output share it).
+MAX_NEW_TOKENS = 1 << 16
 # Pieces of a long input: the published models are trained on utterances of up to 40 s (NeMo's own
 # transcribe() cuts long audio into 40 s chunks); the encoder's position table holds 400 s.
 MAX_PIECE_S = (10.0, 200.0)
@@ -27,11 +29,15 @@ class CanaryOptions:
     timestamp tokens around each word (canary2 models that have them; they change the prompt, so the text
     may differ from a run without them); timestamps: segment times (one segment over the input without word
     times). Search: greedy, or NeMo's beam search with beam_size N (nbest <= N of its hypotheses come back
-    in `Transcript.nbest`), length_penalty NeMo's alpha (default: the model's, 0); max_generation_delta
-    bounds the output by the encoder's frames + delta tokens (-1: only by the decoder's position table;
-    default: the delta of the model's decoding config, 50 in the published ones). Long inputs: cut at pauses
-    (detector) into pieces of at most max_piece_s (default 40 s), decoded in batches and joined (times
-    shifted to the input's; an N-best list comes only with an input decoded in one piece)."""
+    in `Transcript.nbest`), length_penalty NeMo's alpha (default: the model's, 0; a transformers-format
+    model runs transformers' beam search, and this is its exponent, default 1.0: scores are sums over
+    length ** penalty); max_generation_delta bounds the output by the encoder's frames + delta tokens (-1:
+    only by the decoder's position table; default: the delta of the model's decoding config, 50 in the
+    published ones); max_new_tokens caps the tokens generated per input (EOS counted, as transformers'
+    `generate(max_new_tokens=)` counts it; default: none beyond the other bounds; a transformers-format
+    model's `generation_config.json` may set one). Long inputs: cut at pauses (detector) into pieces of at
+    most max_piece_s (default 40 s), decoded in batches and joined (times shifted to the input's; an N-best
+    list comes only with an input decoded in one piece)."""
 
     batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
     timestamps: bool = option(True, help="segment times", command=False, form=None)
@@ -58,6 +64,9 @@ class CanaryOptions:
     max_generation_delta: Optional[int] = option(None, help="Canary: at most encoder frames + N tokens (-1: up "
                                                  "to the decoder's table; default: the model's)", parse=int,
                                                  command=False, form=None)
+    max_new_tokens: Optional[int] = option(None, help=f"Canary: at most N tokens generated per input (1 to "
+                                           f"{MAX_NEW_TOKENS}; default: the model's bounds alone)",
+                                           parse=parse_positive_int, command=False, form=None)
     sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
     max_piece_s: float = option(40.0, help="cut inputs longer than this at pauses (10-200 s)", parse=float,
                                 command=False)
@@ -72,6 +81,8 @@ class CanaryOptions:
             raise OptionValueError("detector", f"unknown pause detector {self.detector!r} (one of "
                                    f"{', '.join(DETECTORS)})")
         integer("max_generation_delta", self.max_generation_delta, -1, 1 << 16)
+        positive_int("max_new_tokens", self.max_new_tokens, most=MAX_NEW_TOKENS,
+                     why="the largest decoder position table accepted")
         positive_int("batch_size", self.batch_size, most=MAX_BATCH_SIZE)
         boolean("timestamps", self.timestamps)
         boolean("word_timestamps", self.word_timestamps)

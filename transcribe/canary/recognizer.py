@@ -45,6 +45,7 @@ class Search:
     delta: int                 # max_generation_delta
     length_penalty: float
     nbest: int
+    max_new: Optional[int] = None  # at most this many tokens generated (None: the other bounds alone)
 
 
 class CanaryASR(Recognizer):
@@ -134,7 +135,7 @@ class CanaryASR(Recognizer):
         if delta is None:
             delta = d.beam_delta if d.strategy == "beam" else d.greedy_delta
         pen = d.length_penalty if opts.length_penalty is None else opts.length_penalty
-        return prompt, Search(opts.beam_size, delta, pen, opts.nbest or 1)
+        return prompt, Search(opts.beam_size, delta, pen, opts.nbest or 1, opts.max_new_tokens)
 
     def _stream(self, opts: CanaryStreamOptions):
         """A live session over buffered windows (`streaming.buffered_session`): models with timestamp tokens."""
@@ -197,6 +198,8 @@ class CanaryASR(Recognizer):
         frames = int(enc_len.max())
         # NeMo bounds a batch by its longest input's frames (the padded encoder output's length).
         max_new = max_new_tokens(m.max_positions, len(prompt.ids), frames, search.delta)
+        if search.max_new is not None:
+            max_new = min(max_new, search.max_new)
         holder = {"state": m.start(states, enc_len)}
 
         def step(x: torch.Tensor) -> torch.Tensor:
@@ -207,6 +210,11 @@ class CanaryASR(Recognizer):
 
         if search.beam_size is None:
             return [[h] for h in aed.greedy(step, ids, max_new, tok.eos, tok.pad)]
+        return self._beam(step, select, ids, search, max_new)
+
+    def _beam(self, step, select, ids: torch.Tensor, search: Search, max_new: int) -> list[list[aed.AEDHypothesis]]:
+        """The beam search (NeMo's; a loader of another format's models may run that format's own)."""
+        tok = self.tokenizer
         return aed.beam(step, select, ids, search.beam_size, max_new, tok.eos, tok.pad, search.length_penalty)
 
     def _transcribe_batch(self, pcm: list[np.ndarray], prompt: Prompt, search: Search,

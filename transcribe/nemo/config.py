@@ -316,3 +316,4 @@ class DecoderConfig:
     activation: str = "relu"
     pre_ln: bool = True
     final_norm: bool = True  # pre_ln_final_layer_norm
+    head_dim: Optional[int] = None  # per-head width (None: hidden / heads, NeMo's; transformers' Canary sets it)

@@ -23,19 +23,22 @@ _ACT = {"relu": F.relu, "gelu": F.gelu, "swish": F.silu, "silu": F.silu}
 
 
 class _Attention(nn.Module):
-    """NeMo's `MultiHeadAttention` (query_net, key_net, value_net, out_projection)."""
+    """NeMo's `MultiHeadAttention` (query_net, key_net, value_net, out_projection); the heads `head_dim` wide
+    (NeMo's: hidden / heads; transformers' Canary may set another width), scores scaled by head_dim^-0.5."""
 
-    def __init__(self, hidden: int, heads: int):
+    def __init__(self, hidden: int, heads: int, head_dim: Optional[int] = None):
         super().__init__()
         self.heads = heads
-        self.query_net = nn.Linear(hidden, hidden)
-        self.key_net = nn.Linear(hidden, hidden)
-        self.value_net = nn.Linear(hidden, hidden)
-        self.out_projection = nn.Linear(hidden, hidden)
+        self.head_dim = head_dim if head_dim is not None else hidden // heads
+        inner = heads * self.head_dim
+        self.query_net = nn.Linear(hidden, inner)
+        self.key_net = nn.Linear(hidden, inner)
+        self.value_net = nn.Linear(hidden, inner)
+        self.out_projection = nn.Linear(inner, hidden)
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, h = x.shape
-        return x.view(b, t, self.heads, h // self.heads).transpose(1, 2)
+        b, t, _ = x.shape
+        return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
 
     def keys_values(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         return self.split(self.key_net(x)), self.split(self.value_net(x))
@@ -68,9 +71,9 @@ class _Block(nn.Module):
         super().__init__()
         self.pre_ln = c.pre_ln
         self.layer_norm_1 = nn.LayerNorm(c.hidden, eps=1e-5)
-        self.first_sub_layer = _Attention(c.hidden, c.heads)
+        self.first_sub_layer = _Attention(c.hidden, c.heads, c.head_dim)
         self.layer_norm_2 = nn.LayerNorm(c.hidden, eps=1e-5)
-        self.second_sub_layer = _Attention(c.hidden, c.heads)
+        self.second_sub_layer = _Attention(c.hidden, c.heads, c.head_dim)
         self.layer_norm_3 = nn.LayerNorm(c.hidden, eps=1e-5)
         self.third_sub_layer = _FeedForward(c.hidden, c.inner, c.activation)
 
