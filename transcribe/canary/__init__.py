@@ -29,16 +29,27 @@ def detect(path: Path) -> Optional[str]:
             return "gguf" if architecture(path) == "canary" else None
     elif not path.is_dir():
         return None
-    else:
-        from .hf import is_hf_canary
-
-        if is_hf_canary(path):
-            return "hf"
+    elif _model_type(path) == "canary":
+        return "hf"
     from ..nemo.checkpoint import read_config
     from .config import is_canary
 
     cfg = read_config(path)
     return "nemo" if isinstance(cfg, dict) and is_canary(cfg) else None
+
+
+def _model_type(folder: Path) -> Optional[str]:
+    """The `model_type` of a transformers folder's config.json (read alone: no torch), or None."""
+    import json
+
+    cfg = folder / "config.json"
+    try:
+        if not cfg.is_file() or cfg.stat().st_size > (1 << 20):
+            return None
+        data = json.loads(cfg.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return data.get("model_type") if isinstance(data, dict) else None
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
