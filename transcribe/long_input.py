@@ -47,7 +47,7 @@ from . import pauses
 from .errors import TranscribeError
 from .results import Transcript
 
-__all__ = ["Piece", "split_at_pauses", "cut_spans", "on_grid", "join", "batches", "GRANULE_S"]
+__all__ = ["Piece", "split_at_pauses", "cut_spans", "on_grid", "join", "batches", "in_pieces", "GRANULE_S"]
 
 log = logging.getLogger(__name__)
 
@@ -241,3 +241,36 @@ def batches(items: Sequence[T], samples: Callable[[T], int], batch_size: int, ma
         batch.append(item)
     if batch:
         yield batch
+
+
+def in_pieces(group: Sequence[tuple[int, np.ndarray]], run: Callable[[list[np.ndarray]], list[Transcript]], *,
+              rate: int, max_piece_s: Optional[float], detector: str, grain: int, batch_size: int,
+              max_batch_s: Optional[float], separator: Callable[[list[Transcript]], str] = lambda parts: " ") \
+        -> dict[int, Transcript]:
+    """The transcripts of a group of (input index, pcm): each input cut at pauses into pieces of at most
+    `max_piece_s` (`cut_spans`, cuts on a grid of `grain` samples), the pieces run `batch_size` at a time
+    (at most `max_batch_s` of padded audio, longest first) through `run(pcms) -> transcripts`, and each
+    input's pieces joined (`join`: times rounded to 1 ms and clipped to their piece; texts joined by
+    `separator(parts)`). An input of one piece is its piece's transcript as it is."""
+    pieces = []  # (input index, start sample, pcm)
+    for i, pcm in group:
+        spans = cut_spans(pcm, rate, max_piece_s, detector, grain=grain)
+        if len(spans) > 1:
+            log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / rate, len(spans))
+        pieces += [(i, a, pcm[a:b]) for a, b in spans]
+    results: list = [None] * len(pieces)
+    for batch in batches(range(len(pieces)), lambda k: len(pieces[k][2]), batch_size, max_batch_s, rate):
+        for k, t in zip(batch, run([pieces[k][2] for k in batch])):
+            results[k] = t
+    out = {}
+    for i, pcm in group:
+        mine = [(p, r) for p, r in zip(pieces, results) if p[0] == i]
+        if len(mine) == 1:
+            out[i] = mine[0][1]
+            continue
+        parts = [r for _, r in mine]
+        sep = separator(parts)
+        text = sep.join(r.text.strip() for r in parts if r.text.strip())
+        out[i] = join(parts, [(a, a + len(x)) for (_, a, x), _ in mine], rate, len(pcm), digits=3, clip=True,
+                      text=text)
+    return out

@@ -150,24 +150,12 @@ class CanaryASR(Recognizer):
         rate = self.sample_rate
         out: list[Optional[Transcript]] = [None] * len(items)
         for group in self.groups(items, opts.sample_rate):
-            pieces = []  # (input index, start sample, pcm)
-            for i, pcm in group:
-                spans = long_input.cut_spans(pcm, rate, opts.max_piece_s, opts.detector, grain=self.model.frame_stride)
-                if len(spans) > 1:
-                    log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / rate, len(spans))
-                pieces += [(i, a, pcm[a:b]) for a, b in spans]
-            results: list = [None] * len(pieces)
-            for batch in long_input.batches(range(len(pieces)), lambda k: len(pieces[k][2]), batch_size,
-                                            MAX_BATCH_AUDIO_S, rate):
-                for k, t in zip(batch, self._transcribe_batch([pieces[k][2] for k in batch], prompt, search, opts)):
-                    results[k] = t
-            for i, pcm in group:
-                mine = [(p, r) for p, r in zip(pieces, results) if p[0] == i]
-                if len(mine) == 1:
-                    out[i] = mine[0][1]
-                    continue
-                out[i] = long_input.join([r for _, r in mine], [(a, a + len(x)) for (_, a, x), _ in mine], rate,
-                                         len(pcm), digits=3, clip=True)
+            done = long_input.in_pieces(group, lambda pcm: self._transcribe_batch(pcm, prompt, search, opts),
+                                        rate=rate, max_piece_s=opts.max_piece_s, detector=opts.detector,
+                                        grain=self.model.frame_stride, batch_size=batch_size,
+                                        max_batch_s=MAX_BATCH_AUDIO_S)
+            for i, t in done.items():
+                out[i] = t
         return out  # type: ignore[return-value]
 
     def _pad_left(self, n: int) -> int:

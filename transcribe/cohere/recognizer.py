@@ -115,28 +115,18 @@ class CohereASR(Recognizer):
         batch_size = self.default_batch_size if opts.batch_size is None else opts.batch_size
         rate = self.sample_rate
         out: list[Optional[Transcript]] = [None] * len(items)
+        sep = "" if prompt.language in NO_SPACE_LANGUAGES else " "  # transformers joins ja/zh chunks without one
+
+        def run(pcms: list[np.ndarray]) -> list[Transcript]:
+            hyps = self.decode(pcms, prompt, opts)
+            return [self._to_transcript(h, len(p) / rate, prompt, opts) for h, p in zip(hyps, pcms)]
+
         for group in self.groups(items, opts.sample_rate):
-            pieces = []  # (input index, start sample, pcm)
-            for i, pcm in group:
-                spans = long_input.cut_spans(pcm, rate, opts.max_piece_s, opts.detector, grain=self.model.frame_stride)
-                if len(spans) > 1:
-                    log.info("input %d: %.1f s cut at pauses into %d pieces", i + 1, len(pcm) / rate, len(spans))
-                pieces += [(i, a, pcm[a:b]) for a, b in spans]
-            results: list = [None] * len(pieces)
-            for batch in long_input.batches(range(len(pieces)), lambda k: len(pieces[k][2]), batch_size,
-                                            MAX_BATCH_AUDIO_S, rate):
-                hyps = self.decode([pieces[k][2] for k in batch], prompt, opts)
-                for k, h in zip(batch, hyps):
-                    results[k] = self._to_transcript(h, len(pieces[k][2]) / rate, prompt, opts)
-            for i, pcm in group:
-                mine = [(p, r) for p, r in zip(pieces, results) if p[0] == i]
-                if len(mine) == 1:
-                    out[i] = mine[0][1]
-                    continue
-                sep = "" if prompt.language in NO_SPACE_LANGUAGES else " "
-                text = sep.join(r.text.strip() for _, r in mine if r.text.strip())
-                out[i] = long_input.join([r for _, r in mine], [(a, a + len(x)) for (_, a, x), _ in mine], rate,
-                                         len(pcm), digits=3, clip=True, text=text)
+            done = long_input.in_pieces(group, run, rate=rate, max_piece_s=opts.max_piece_s, detector=opts.detector,
+                                        grain=self.model.frame_stride, batch_size=batch_size,
+                                        max_batch_s=MAX_BATCH_AUDIO_S, separator=lambda parts: sep)
+            for i, t in done.items():
+                out[i] = t
         return out  # type: ignore[return-value]
 
     @torch.inference_mode()
