@@ -241,6 +241,19 @@ def main(argv=None) -> int:
     commit = package_commit()
     load_start = os.getloadavg()
     rows = []
+
+    def write(rows: list[dict], complete: bool) -> str:
+        text = table(rows)
+        if args.json:
+            out = dict(started=started, complete=complete, package_commit=commit,
+                       models={m: shown(str(model_dir / MODELS[m])) for m in models}, clip_seconds=args.seconds,
+                       clip_utterances=used, threads=args.threads, rounds=args.rounds, **cpu_info(),
+                       loadavg_start=[round(x, 2) for x in load_start],
+                       loadavg_end=[round(x, 2) for x in os.getloadavg()], results=rows, table=text)
+            Path(args.json).parent.mkdir(parents=True, exist_ok=True)
+            Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
+        return text
+
     with tempfile.TemporaryDirectory() as tmp:
         clip = Path(tmp) / "clip.wav"
         sf.write(clip, pcm, SAMPLE_RATE, subtype="FLOAT")
@@ -267,18 +280,13 @@ def main(argv=None) -> int:
                 row["loadavg_after"] = round(os.getloadavg()[0], 2)
                 rows.append(row)
                 print(table([row]), file=sys.stderr, flush=True)
-    text = table(rows)
+                write(rows, complete=False)  # a long run keeps what it has measured
+    text = write(rows, complete=True)
     print(f"\nCanary flash (random weights), ours at {commit}, {args.seconds:g} s clip, {args.threads} threads, "
           f"{args.rounds} alternating rounds after 1 warm-up; {cpu_line()}; load average at start {load_start[0]:.2f}, "
           f"at end {os.getloadavg()[0]:.2f}\n")
     print(text)
     if args.json:
-        out = dict(started=started, package_commit=commit, models={m: shown(str(model_dir / MODELS[m])) for m in models},
-                   clip_seconds=args.seconds, clip_utterances=used, threads=args.threads, rounds=args.rounds,
-                   **cpu_info(), loadavg_start=[round(x, 2) for x in load_start],
-                   loadavg_end=[round(x, 2) for x in os.getloadavg()], results=rows, table=text)
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
         print(f"\nwritten {args.json}")
     return 0
 
