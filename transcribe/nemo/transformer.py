@@ -169,7 +169,11 @@ class DecoderState:
     position: int = 0
 
     def select(self, rows: torch.Tensor) -> "DecoderState":
-        """The state of the rows `rows` (a beam's reordering, or a batch item repeated per beam)."""
+        """The state of the rows `rows` (a beam's reordering, or a batch item repeated per beam); the state
+        itself when `rows` keeps every row in place (a beam of one: no copy of the caches each step)."""
+        n = self.cross_kv[0][0].shape[0] if self.cross_kv else None
+        if n is not None and rows.numel() == n and bool(torch.equal(rows.cpu(), torch.arange(n))):
+            return self
         pick = lambda t: None if t is None else t.index_select(0, rows)  # noqa: E731
         return DecoderState([None if kv is None else (pick(kv[0]), pick(kv[1])) for kv in self.self_kv],
                             [(pick(k), pick(v)) for k, v in self.cross_kv], pick(self.cross_mask), self.position)
