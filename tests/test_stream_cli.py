@@ -132,7 +132,7 @@ def test_bad_att_context_is_the_models_clean_error(capsys):
     (["--stream", "x.wav", "--beam-size", "4"], "--beam-size does not apply to --stream"),
     (["--stream", "-", "-o", "out", "--batch-size", "2"], "--output-dir, --batch-size do not apply to --stream"),
     (["--stream", "x.wav", "--max-line-width", "20"], "--max-line-width does not apply to --stream"),
-    (["--stream", "x.wav", "--temperature", "0.2", "--word-timestamps"], "--temperature, --word-timestamps do not"),
+    (["--stream", "x.wav", "--temperature", "0.2", "--word-timestamps"], "--word-timestamps, --temperature do not"),
     (["x.wav", "--realtime"], "--realtime needs --stream"),
     (["x.wav", "--att-context", "70,13", "--no-eou-reset"], "--att-context, --no-eou-reset need --stream"),
     (["x.wav", "-f", "jsonl"], "--format jsonl needs --stream"),
