@@ -73,30 +73,10 @@ class CanaryModel(nn.Module):
     @torch.no_grad()
     def start(self, states: torch.Tensor, lengths: torch.Tensor) -> DecoderState:
         """A decoder state over encoder states [B, T, hidden] (their valid lengths [B])."""
-        dtype = self.transf_decoder._embedding.token_embedding.weight.dtype
-        states = states.to(dtype)
-        t = states.shape[1]
-        mask = None
-        if bool((lengths < t).any()):
-            mask = (torch.arange(t, device=states.device)[None, :] < lengths[:, None].to(states.device))[:, None, None, :]
-        cross = [layer.second_sub_layer.keys_values(states) for layer in self.transf_decoder._decoder.layers]
-        return DecoderState([None] * len(cross), cross, mask, 0)
+        return self.transf_decoder.start(states, lengths)
 
     @torch.no_grad()
     def step(self, ids: torch.Tensor, state: DecoderState) -> torch.Tensor:
         """Feeds ids [rows, L] at the state's next positions (the cache grows by L) -> the head's logits
         of the last position [rows, vocab], float32."""
-        dec = self.transf_decoder
-        x = dec._embedding(ids, state.position)
-        n = ids.shape[1]
-        self_mask = None
-        if n > 1:  # a causal mask over the new positions (the cached ones all lie before them)
-            past = state.position
-            keys = past + n
-            self_mask = torch.ones(n, keys, dtype=torch.bool, device=ids.device).tril(diagonal=past)
-        for i, layer in enumerate(dec._decoder.layers):
-            x = layer(x, state.self_kv, i, state.cross_kv[i], self_mask, state.cross_mask)
-        if dec._decoder.final_layer_norm is not None:
-            x = dec._decoder.final_layer_norm(x)
-        state.position += n
-        return self.log_softmax.mlp.layer0(x[:, -1]).float()
+        return self.log_softmax.mlp.layer0(self.transf_decoder.last_hidden(ids, state)).float()

@@ -147,6 +147,33 @@ class TransformerDecoder(nn.Module):
         self._embedding = _Embedding(c)
         self._decoder = _Stack(c)
 
+    def start(self, states: torch.Tensor, lengths: torch.Tensor) -> "DecoderState":
+        """A state over encoder states [B, T, hidden] (their valid lengths [B]): each layer's cross-attention
+        keys and values, computed once."""
+        states = states.to(self._embedding.token_embedding.weight.dtype)
+        t = states.shape[1]
+        mask = None
+        if bool((lengths < t).any()):
+            mask = (torch.arange(t, device=states.device)[None, :] < lengths[:, None].to(states.device))[:, None, None, :]
+        cross = [layer.second_sub_layer.keys_values(states) for layer in self._decoder.layers]
+        return DecoderState([None] * len(cross), cross, mask, 0)
+
+    def last_hidden(self, ids: torch.Tensor, state: "DecoderState") -> torch.Tensor:
+        """Feeds ids [rows, L] at the state's next positions (its cache grows by L) -> the last position's
+        output [rows, hidden] (after the final layer norm), which the head reads."""
+        x = self._embedding(ids, state.position)
+        n = ids.shape[1]
+        self_mask = None
+        if n > 1:  # a causal mask over the new positions (the cached ones all lie before them)
+            past = state.position
+            self_mask = torch.ones(n, past + n, dtype=torch.bool, device=ids.device).tril(diagonal=past)
+        for i, layer in enumerate(self._decoder.layers):
+            x = layer(x, state.self_kv, i, state.cross_kv[i], self_mask, state.cross_mask)
+        if self._decoder.final_layer_norm is not None:
+            x = self._decoder.final_layer_norm(x)
+        state.position += n
+        return x[:, -1]
+
 
 class Head(nn.Module):
     """NeMo's `TokenClassifier` of one layer (`mlp.layer0`)."""
