@@ -2,6 +2,7 @@
 
     transcribe --stream FILE|- [--model M] [--att-context L,R] [--no-eou-reset] [--realtime]
                [--format txt|jsonl] [--head H] [--threads N] [--device D] [--dtype T]
+               [--diarize --diarizer M [--num-speakers N]]
 
 The input goes through `model.stream(...)` (a `transcribe.streaming.StreamingSession`) piece by
 piece: a file is decoded (any format and rate -> 16 kHz mono) and fed 100 ms at a time, at the
@@ -21,6 +22,17 @@ Output, flushed as it is decided:
   "text", "tokens", "words", "events"} over the whole stream ("text": its utterances joined by a
   space).
 
+With `--diarize` a streaming diarizer (`--diarizer M`, a Sortformer model) runs beside the session
+(`StreamingSession.add_diarizer`) and each word gets a speaker once the diarizer has covered it:
+
+- txt: the words as their speakers become known, a line per speaker turn ("speaker_0: and so my
+  fellow americans"; a new line also at each end-of-utterance event), so the text comes a little
+  later than without it (the diarizer's latency);
+- jsonl: each word line carries "speaker" (null while not yet known), and {"type": "word_speakers",
+  "first", "speakers"} gives the speakers of words printed before theirs were known (the word lines
+  numbered first, first + 1, ..., counted from 0); the final line's words carry their speakers, and
+  its "speakers" is who spoke when (the diarizer's turns: speaker, start, end).
+
 Ctrl-C ends the input: what was fed is finalized and written, and the exit status is 130.
 """
 from __future__ import annotations
@@ -36,8 +48,10 @@ from .cli_args import add_option_flags, flag, value_flag
 from .errors import OptionsNotTaken, OptionValueError, TranscribeError
 from .loading import FAMILIES
 from .options import names
+from .results import Word
 from .runtime import configure_process
 from .streaming import StreamMessages
+from .text.words import join_punctuation
 
 PROG = "transcribe"
 SAMPLE_RATE = 16000
@@ -47,6 +61,10 @@ STREAM_FORMATS = ("txt", "jsonl")
 # What a WAV header on standard input may say: the rates audio.py accepts anywhere (MIN_RATE, MAX_RATE),
 # and at most this many channels (averaged); beyond them the header is not a recording's.
 MAX_CHANNELS = 64
+
+# The command's diarization flags (argparse dest -> flag), taken by a stream too: never a family option here
+# (a diarizer family's own `num_speakers` goes to the diarizer, not to the streaming model).
+_DIARIZE_FLAGS = {"diarize": "--diarize", "diarizer": "--diarizer", "num_speakers": "--num-speakers"}
 
 # The command's own flags (argparse dest -> flag; not family options) that a stream does not take, and
 # the one a stream only takes. The family options' flags are read from the registry (transcribe.surfaces):
@@ -82,7 +100,7 @@ def _not_for_stream() -> dict:
     """dest -> flag of what does not apply to --stream: the command's own file-mode flags, and the
     family options no family's stream takes."""
     streamed = surfaces.stream_command_options()
-    family = {n: d.flag for n, d in surfaces.file_options().items() if n not in streamed}
+    family = {n: d.flag for n, d in surfaces.file_options().items() if n not in streamed and n not in _DIARIZE_FLAGS}
     return {**_COMMAND_NOT_FOR_STREAM, **family, **_SUBTITLE_FLAGS}
 
 
@@ -126,8 +144,10 @@ def run(args) -> int:
     configure_process(args.threads)
     import transcribe
 
+    diarize = bool(getattr(args, "diarize", False))
     try:
         model = transcribe.load_model(args.model, device=args.device, dtype=args.dtype, threads=args.threads)
+        diarizer = _load_diarizer(args) if diarize else None
     except TranscribeError as e:
         _say(f"error: {_one_line(str(e))}")
         return 2
@@ -137,6 +157,8 @@ def run(args) -> int:
     if problem is None:
         try:
             session = model.stream(**options)
+            if diarizer is not None:
+                session.add_diarizer(diarizer, num_speakers=getattr(args, "num_speakers", None))
         except OptionsNotTaken as e:
             problem = _one_line(e.spelled(flag))
         except OptionValueError as e:
@@ -147,7 +169,10 @@ def run(args) -> int:
         _say(f"error: {problem}")
         return 2
 
-    out = _JsonLines(sys.stdout) if args.format == "jsonl" else _Text(sys.stdout)
+    if args.format == "jsonl":
+        out = _JsonLines(sys.stdout)
+    else:
+        out = _SpeakerText(sys.stdout) if diarize else _Text(sys.stdout)
     pieces = _stdin_pieces(_stdin()) if source == "-" else _file_pieces(pcm, args.realtime)
     interrupted, heard = False, False
     try:
@@ -174,10 +199,31 @@ def run(args) -> int:
     return 0
 
 
+def _load_diarizer(args):
+    """The --diarizer model (a Sortformer model), loaded as the recognizer is; raises TranscribeError
+    for a model that is not a diarizer."""
+    import transcribe
+
+    name = getattr(args, "diarizer", None)
+    if not name:
+        from . import diarization
+
+        name = getattr(diarization, "DEFAULT_DIARIZER", None)
+        if not name:
+            raise TranscribeError("--diarize needs --diarizer M (a streaming Sortformer model)")
+    diarizer = transcribe.load_model(name, device=args.device, dtype=args.dtype, threads=args.threads)
+    if not getattr(diarizer, "diarizer", False):
+        raise TranscribeError(f"--diarizer {name}: {getattr(diarizer, 'name', name)} is a "
+                              f"{getattr(diarizer, 'kind', 'speech recognition')} model, not a diarizer "
+                              "(a Sortformer model)")
+    return diarizer
+
+
 def _stream_options(args, model) -> tuple[dict, Optional[str]]:
     """model.stream()'s options from the command line, or the usage error of options the model's
     family does not take (its StreamOptions, read from the registry; the model checks again)."""
-    options = surfaces.given(args, surfaces.stream_command_options())
+    options = {k: v for k, v in surfaces.given(args, surfaces.stream_command_options()).items()
+               if k not in _DIARIZE_FLAGS}
     family = getattr(model, "family", "")
     registered = next((f for f in FAMILIES if f.name == family), None)
     if registered is None or not options:
@@ -467,6 +513,62 @@ class _Text:
         self.out.flush()
 
 
+class _SpeakerText:
+    """txt with --diarize: the words as their speakers become known, "speaker_N: " at the start of
+    each line; a new line at each change of speaker and at each end-of-utterance event."""
+
+    def __init__(self, out):
+        self.out = out
+        self.items: list = []  # words and events drained, not yet written
+        self.number = 0  # the stream's number of the first word in `items`
+        self.speaker: object = _NOBODY  # the open line's speaker
+        self.line: list[str] = []  # the open line's words (joined with the session's punctuation rule)
+        self.written = ""  # what of the open line is written
+
+    def update(self, session) -> None:
+        session.take_new_text()  # (the words carry the text)
+        session.take_word_speakers()  # (the words carry their speakers)
+        self.items += session.drain()
+        known = session.labelled_words
+        done = 0
+        for item in self.items:
+            if isinstance(item, Word):
+                if self.number >= known:
+                    break
+                self.number += 1
+                self._word(item, session)
+            elif item.type == "eou":
+                self._end_line()
+            done += 1
+        del self.items[:done]
+        self.out.flush()
+
+    def _word(self, word, session) -> None:
+        speaker = getattr(word, "speaker", None)
+        if speaker != self.speaker:
+            self._end_line()
+            self.speaker = speaker
+        if not self.line:
+            self.out.write(f"{speaker or 'unknown'}: ")
+        self.line.append(word.word)
+        text = join_punctuation(" ".join(self.line), session.punctuation)  # "word ," -> "word,"
+        self.out.write(text[len(self.written):] if text.startswith(self.written) else " " + word.word)
+        self.written = text
+
+    def _end_line(self) -> None:
+        if self.line:
+            self.out.write("\n")
+        self.line, self.written, self.speaker = [], "", _NOBODY
+
+    def close(self, session) -> None:
+        self.update(session)
+        self._end_line()
+        self.out.flush()
+
+
+_NOBODY = object()
+
+
 class _JsonLines:
     """jsonl: partial / word / event lines as they come (streaming.StreamMessages: each word after a
     partial that contains it, an utterance's whole text before its end), then the final line of the
@@ -490,8 +592,10 @@ class _JsonLines:
         if self.messages is None:
             self.messages = StreamMessages(session)
         m = self.messages
-        self._line({"type": "final", "text": m.final_text(), "tokens": m.tokens, "words": m.words,
-                    "events": m.events})
+        final = {"type": "final", "text": m.final_text(), "tokens": m.tokens, "words": m.words, "events": m.events}
+        if getattr(session, "diarizing", False):
+            final["speakers"] = [t.to_dict() for t in session.speaker_turns()]
+        self._line(final)
         self.out.flush()
 
 

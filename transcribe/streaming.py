@@ -25,6 +25,24 @@ the last end-of-utterance event, or since the start for a model without such eve
 compact arrays. A concrete session (cache-aware Parakeet, buffered windows for offline models)
 implements `_accept(samples)`, `_flush()` and `_restart()`, and reports its results through
 `_commit`, `_set_tentative`, `_add_event` and `_end_utterance`.
+
+Who spoke (`add_diarizer(diarizer, num_speakers=None)`, before the first `feed`): a streaming
+diarizer (`diarizer.stream_diarizer(...)`, a Sortformer model) runs beside the session on the same
+audio, and each word gets a speaker ("speaker_0", "speaker_1", ... in order of first appearance) by
+the rule of offline transcripts (`transcribe.diarization.speaker_of_word` over the diarizer's
+turns) once the diarizer's final frames cover it (its end, plus `settle_s`: the span over which the
+diarizer's post-processing may still change a turn). Words are never held back for it, and a
+label, once given, never changes:
+
+- a word drained after its speaker is known carries it (`Word.speaker`);
+- a word drained before that comes out with `speaker` None, and its label comes later, out of
+  `take_word_speakers()`: `WordSpeakers(first, speakers)`, the speakers of the words numbered
+  `first`, `first + 1`, ... (words count from 0 in the order `drain()` / `drain_words()` handed them
+  out; labels come in that order, each word's once). The `Word` objects handed out get it too;
+- `finalize()` labels every word (the diarizer's last frames come with it); `speaker_turns()` is
+  "who spoke when" so far (final turns after `finalize()`).
+
+A UI renders words as they come and colours each once its label comes: nothing it showed changes.
 """
 from __future__ import annotations
 
@@ -57,6 +75,19 @@ class StreamEvent:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+@dataclass
+class WordSpeakers:
+    """Speakers of words handed out before they were known: the words numbered `first`,
+    `first + 1`, ... (from 0, in the order `drain()` / `drain_words()` gave them) were said by
+    `speakers` (None: no speaker was active over the word)."""
+
+    first: int
+    speakers: list
+
+    def to_dict(self) -> dict:
+        return {"type": "word_speakers", "first": self.first, "speakers": list(self.speakers)}
 
 
 @dataclass
@@ -110,6 +141,7 @@ class StreamingSession:
         self._lock = threading.Lock()
         self._resampler = None
         self._resample_rate: Optional[int] = None
+        self._speakers: Optional[_Speakers] = None  # add_diarizer()
         self._clear()
 
     # ------------------------------------------------------------------ state
@@ -156,6 +188,8 @@ class StreamingSession:
             with self._lock:
                 self._received += int(samples.size)
                 self._accept(samples)
+                if self._speakers is not None:
+                    self._speakers.feed(samples)
 
     def finalize(self) -> str:
         """The end of the input: decodes the audio still held back and finishes the open word.
@@ -173,6 +207,8 @@ class StreamingSession:
                 if tail.size:
                     self._received += int(tail.size)
                     self._accept(tail)
+                    if self._speakers is not None:
+                        self._speakers.feed(tail)
             self._flush()
             self._set_tentative("")
             rest = self._text.flush()
@@ -180,6 +216,8 @@ class StreamingSession:
                 self._append_text(rest)
                 self._new_text.append(rest)
             self._emit_words(self._words.finish())
+            if self._speakers is not None:
+                self._speakers.finish()
             self._committed_seconds = self._received / SAMPLE_RATE
             self._finished = True
         return self.text()
@@ -191,6 +229,8 @@ class StreamingSession:
             self._resample_rate = None
             self._restart()
             self._clear()
+            if self._speakers is not None:
+                self._speakers.restart()
 
     def __enter__(self) -> "StreamingSession":
         return self
@@ -237,6 +277,7 @@ class StreamingSession:
         """Finished words since the last call (released once drained)."""
         out = [w for _, w in self._word_queue]
         self._word_queue.clear()
+        self._drained(len(out))
         return out
 
     def drain_events(self) -> list[StreamEvent]:
@@ -251,9 +292,60 @@ class StreamingSession:
         the event came is finished by it: the last word of an utterance comes before its
         end-of-utterance event, the word before an `<EOB>` before that event)."""
         items = sorted(list(self._word_queue) + list(self._event_queue), key=lambda x: x[0])
+        self._drained(len(self._word_queue))
         self._word_queue.clear()
         self._event_queue.clear()
         return [item for _, item in items]
+
+    # ------------------------------------------------------------------ who spoke
+    def add_diarizer(self, diarizer, num_speakers: Optional[int] = None, **options) -> "StreamingSession":
+        """Labels the words with speakers (see the module docstring): `diarizer` is a loaded
+        diarizer (a Sortformer model: `diarizer.diarizer` is True), run live beside this session
+        (`diarizer.stream_diarizer(num_speakers=..., **options)`; `num_speakers`: at most that many,
+        1 to `diarizer.max_speakers`; None: as many as it finds). Before the first `feed()`;
+        returns the session."""
+        if not getattr(diarizer, "diarizer", False) or not callable(getattr(diarizer, "stream_diarizer", None)):
+            raise TranscribeError(f"{getattr(diarizer, 'name', None) or type(diarizer).__name__} is not a "
+                                  "diarizer (a Sortformer model): it cannot label speakers")
+        if self._speakers is not None:
+            raise TranscribeError("this session has a diarizer already")
+        if self._received or self._finished or self._word_queue or self._seq:
+            raise TranscribeError("add_diarizer() comes before the first feed()")
+        if num_speakers is not None:
+            options["num_speakers"] = check_num_speakers(num_speakers, diarizer)
+        self._speakers = _Speakers(diarizer, options)
+        return self
+
+    @property
+    def diarizing(self) -> bool:
+        """Whether the session labels its words with speakers (add_diarizer)."""
+        return self._speakers is not None
+
+    @property
+    def labelled_words(self) -> int:
+        """How many of the words (counted from the stream's first, in drain order) have their speaker
+        decided: words are labelled in order, so those numbered below this have it (0 without a diarizer)."""
+        if self._speakers is None:
+            return 0
+        return self._speakers.count - len(self._speakers.pending)
+
+    def take_word_speakers(self) -> list["WordSpeakers"]:
+        """The speakers of words handed out (drain, drain_words) before their speaker was known,
+        since the last call, in word order (at most one WordSpeakers a call); [] without a diarizer."""
+        if self._speakers is None:
+            return []
+        return self._speakers.take()
+
+    def speaker_turns(self) -> list:
+        """Who spoke when, so far (`SpeakerTurn`s of the diarizer's final frames; after `finalize()`
+        the whole stream's); [] without a diarizer."""
+        if self._speakers is None:
+            return []
+        return list(self._speakers.stream.turns(self._finished))
+
+    def _drained(self, n: int) -> None:
+        if self._speakers is not None:
+            self._speakers.drained += n
 
     @property
     def finished(self) -> bool:
@@ -375,7 +467,10 @@ class StreamingSession:
             end = max(end, start)
             self._last_word_end = end
             self._seq += 1
-            self._word_queue.append((self._seq, Word(word, self._sec(start), self._sec(end), w.confidence)))
+            item = Word(word, self._sec(start), self._sec(end), w.confidence)
+            self._word_queue.append((self._seq, item))
+            if self._speakers is not None:
+                self._speakers.add(item)
 
     def _resample(self, samples, rate: int, last: bool):
         import numpy as np
@@ -387,6 +482,93 @@ class StreamingSession:
             self._resampler = soxr.ResampleStream(rate, SAMPLE_RATE, 1, dtype="float32", quality="HQ")
             self._resample_rate = rate
         return np.asarray(self._resampler.resample_chunk(samples, last=last), dtype=np.float32).reshape(-1)
+
+
+def check_num_speakers(value, diarizer) -> int:
+    """`num_speakers` for `diarizer`: an integer from 1 to its `max_speakers`; raises OptionValueError."""
+    from .errors import OptionValueError
+
+    most = int(getattr(diarizer, "max_speakers", 0) or 0)
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max(most, 1):
+        raise OptionValueError("num_speakers", f"num_speakers must be an integer from 1 to {most} (the "
+                                               f"diarizer's most speakers); got {value!r}")
+    return value
+
+
+class _Speakers:
+    """A session's live diarizer: labels the session's words, in order, as the diarizer's final
+    frames cover them (module docstring). Holds only the words not yet labelled (the diarizer's
+    latency's worth)."""
+
+    def __init__(self, diarizer, options: dict):
+        self.model = diarizer
+        self.options = dict(options)
+        self.restart()
+
+    def restart(self) -> None:
+        self.stream = self.model.stream_diarizer(**self.options)
+        self.settle_s = settle_seconds(self.stream)
+        self.pending: deque = deque()  # (number, Word) of the words not yet labelled, in order
+        self.count = 0  # words queued so far (the next one's number)
+        self.drained = 0  # words handed out so far
+        self.first: Optional[int] = None  # the first word of the labels to hand out
+        self.labels: list = []
+        self.final = False
+
+    def add(self, word: Word) -> None:
+        word.speaker = None
+        self.pending.append((self.count, word))
+        self.count += 1
+        self.label()  # the diarizer may be ahead of the words
+
+    def feed(self, samples) -> None:
+        self.stream.feed(samples)
+        self.label()
+
+    def finish(self) -> None:
+        self.stream.finish()
+        self.final = True
+        self.label()
+
+    def label(self) -> None:
+        if not self.pending:
+            return
+        if self.final:
+            limit = float("inf")
+        else:
+            limit = self.stream.frames_done * float(self.stream.frame_s) - self.settle_s + 1e-6
+            if self.pending[0][1].end > limit:
+                return
+        from .diarization import speaker_of_word
+
+        turns = self.stream.turns(self.final)
+        while self.pending and self.pending[0][1].end <= limit:
+            number, word = self.pending.popleft()
+            word.speaker = speaker_of_word(word.start, word.end, turns)
+            if number < self.drained:  # handed out without its speaker: its label goes out now
+                if self.first is None:
+                    self.first = number
+                self.labels.append(word.speaker)
+
+    def take(self) -> list[WordSpeakers]:
+        if self.first is None:
+            return []
+        out = [WordSpeakers(self.first, self.labels)]
+        self.first, self.labels = None, []
+        return out
+
+
+def settle_seconds(stream) -> float:
+    """How far behind the diarizer's final frames a word must end for its speaker to be decided: the
+    stream diarizer's `settle_s` where it gives one, else the span its post-processing looks ahead
+    (a later onset padded back, a short turn kept or dropped, a short gap filled: the largest of
+    `pad_onset`, `min_duration_on`, `min_duration_off` of its `options`), else 0."""
+    given = getattr(stream, "settle_s", None)
+    if given is not None:
+        return max(0.0, float(given))
+    opts = getattr(stream, "options", None)
+    spans = [getattr(opts, n, 0.0) or 0.0 for n in ("pad_onset", "min_duration_on", "min_duration_off")]
+    return max([0.0] + [float(v) for v in spans])
 
 
 def _as_float32(pcm):
@@ -422,7 +604,12 @@ class StreamMessages:
     before its end-of-utterance event: the session hands out the words and events of one update in time
     order, and the utterances that ended in it (one "\\n" of the committed text per end-of-utterance
     event) are gone from `text()` by then, so their partials are made here from the committed text.
-    `final()` is the closing message of the whole stream (its utterances joined by a space)."""
+    `final()` is the closing message of the whole stream (its utterances joined by a space).
+
+    A session with a diarizer (`add_diarizer`): each word carries `speaker` (null while not yet known),
+    and `{"type": "word_speakers", "first", "speakers"}` (after the words of its update) gives the
+    speakers of words sent before theirs were known: those numbered `first`, `first + 1`, ... counting
+    the `word` messages from 0. Each word's speaker is given once, in word order, and never changes."""
 
     def __init__(self, session: "StreamingSession", keep: bool = True):
         self.session = session
@@ -457,13 +644,17 @@ class StreamMessages:
                 self.tokens.append({"id": t.id, "text": t.text, "frame": t.frame, "start": t.start, "end": t.end,
                                     "confidence": t.confidence})
         current = session.text()
+        diarizing = getattr(session, "diarizing", False)
         for item in session.drain():  # words and events in time order
             # The text of the utterance this item belongs to: an ended one's whole text, or the current.
             show(ended[0] if ended else current)
             if isinstance(item, Word):
-                obj = {"type": "word", **item.to_dict()}
+                word = item.to_dict()
+                if diarizing:
+                    word["speaker"] = getattr(item, "speaker", None)
+                obj = {"type": "word", **word}
                 if self.keep:
-                    self.words.append(item.to_dict())
+                    self.words.append(word)
             else:
                 obj = item.to_dict()
                 if self.keep:
@@ -474,6 +665,11 @@ class StreamMessages:
         for text in ended:  # (an ended utterance without words or events here: none)
             show(text)
         show(current)
+        for labels in session.take_word_speakers() if diarizing else ():
+            if self.keep:
+                for i, speaker in enumerate(labels.speakers, labels.first):
+                    self.words[i]["speaker"] = speaker
+            out.append(labels.to_dict())
         return out
 
     def final_text(self) -> str:

@@ -1,7 +1,8 @@
 """The HTTP application: OpenAI's audio endpoints, the model list, health, live streaming.
 
     POST /v1/audio/transcriptions   multipart: file, model, language, prompt, response_format,
-                                    temperature, timestamp_granularities[], stream (+ extra fields)
+                                    temperature, timestamp_granularities[], stream, diarize,
+                                    num_speakers (+ extra fields)
     POST /v1/audio/translations     the same, into English (multilingual Whisper models)
     GET  /v1/models, /v1/models/{id}
     GET  /health                    200 once the models are loaded (never needs the API key; HEAD too;
@@ -33,7 +34,7 @@ from starlette.requests import ClientDisconnect
 
 from ..errors import AudioError, OptionsNotTaken, OptionValueError, TranscribeError
 from .engine import Engine, NoSuchModel, Served
-from .openai_api import ApiError, error_body, field_name, render, request_options
+from .openai_api import ApiError, diarize_request, diarized_segment, error_body, field_name, render, request_options
 from .security import Access
 
 log = logging.getLogger("transcribe.server")
@@ -224,7 +225,9 @@ def _add_model_routes(app, engine: Engine) -> None:
 
     @app.api_route("/health", methods=["GET", "HEAD"])
     async def health():  # open to all: the models' names, not where they lie on this machine
-        return {"status": "ok", "models": [public_name(n) for n in engine.models], "stats": engine.stats()}
+        return {"status": "ok", "models": [public_name(n) for n in engine.models],
+                "diarizer": public_name(engine.diarizer_id) if engine.diarizer is not None else None,
+                "stats": engine.stats()}
 
     def model_object(name: str) -> dict:
         return {"id": name, "object": "model", "created": created, "owned_by": "transcribe",
@@ -281,8 +284,18 @@ def _upload_and_fields(form) -> tuple[UploadFile, dict[str, list[str]]]:
 
 
 async def _checked_options(engine: Engine, model, fields: dict, task: str):
-    """request_options, checked by the model (which transcribes nothing). Raises ApiError."""
+    """request_options, checked by the model (which transcribes nothing), and the diarization a request
+    asks for (openai_api.diarize_request: the server's diarizer, passed to the model). Raises ApiError."""
     options, fmt, grains, stream = request_options(fields, task)
+    diarize, num_speakers = diarize_request(fields, fmt)
+    if getattr(model, "diarizer", False):  # a diarizer served as the model: its transcript is who spoke when
+        if num_speakers is not None:
+            options["num_speakers"] = num_speakers
+        diarize = False
+    elif num_speakers is not None and not diarize:
+        raise ApiError(400, "num_speakers needs diarize=true (or response_format=diarized_json)", "num_speakers",
+                       "invalid_value")
+    speakers = _diarize_options(engine, num_speakers) if diarize else {}
     try:
         await engine.check_options(model, options)
     except OptionsNotTaken as e:
@@ -291,7 +304,25 @@ async def _checked_options(engine: Engine, model, fields: dict, task: str):
         raise ApiError(400, e.spelled(field_name), field_name(e.option) if e.option else None, "invalid_value") from None
     except TranscribeError as e:
         raise ApiError(400, str(e), None, "invalid_value") from None
-    return options, fmt, grains, stream
+    return {**options, **speakers}, fmt, grains, stream
+
+
+def _diarize_options(engine: Engine, num_speakers) -> dict:
+    """The options that run the server's diarizer beside the model (one object shared by every request:
+    the model keeps no state on it). Raises ApiError without a diarizer or for too many speakers."""
+    if engine.diarizer is None:
+        raise ApiError(400, "this server has no diarizer: diarize=true and response_format=diarized_json need "
+                            "one, loaded at start with `transcribe serve --diarizer MODEL` (a Sortformer model)",
+                       "diarize", "diarizer_not_loaded")
+    options = {"diarize": True, "diarizer": engine.diarizer}
+    if num_speakers is not None:
+        from ..streaming import check_num_speakers
+
+        try:
+            options["num_speakers"] = check_num_speakers(num_speakers, engine.diarizer)
+        except OptionValueError as e:
+            raise ApiError(400, str(e), "num_speakers", "invalid_value") from None
+    return options
 
 
 async def _decoded(engine: Engine, request: Request, upload: UploadFile, rate: int):
@@ -322,7 +353,7 @@ async def _audio(engine: Engine, request: Request, task: str, max_upload_mb: flo
         pcm = await _decoded(engine, request, upload, int(model.sample_rate))
         if stream:
             counted = False
-            return StreamingResponse(_sse(engine.submit(served, pcm, options, prepared=True)),
+            return StreamingResponse(_sse(engine.submit(served, pcm, options, prepared=True), fmt),
                                      media_type="text/event-stream", headers={"cache-control": "no-cache"})
         try:
             counted = False  # engine.transcribe takes the request off the count as it queues it
@@ -382,9 +413,11 @@ def sse_deltas(transcript) -> list[str]:
     return out
 
 
-async def _sse(future: asyncio.Future):
-    """Server-sent events as OpenAI sends them: transcript.text.delta ..., transcript.text.done.
-    `future`: the queued request (cancelled if the client goes before its batch starts)."""
+async def _sse(future: asyncio.Future, fmt: str = "json"):
+    """Server-sent events as OpenAI sends them: transcript.text.delta ..., transcript.text.done; with
+    diarized_json, each segment's delta is followed by its `transcript.text.segment` event (OpenAI's
+    TranscriptTextSegmentEvent: the segment of diarized_json). `future`: the queued request (cancelled
+    if the client goes before its batch starts)."""
     def event(obj: dict) -> bytes:
         return f"data: {json.dumps(obj, ensure_ascii=False)}\n\n".encode()
 
@@ -399,6 +432,13 @@ async def _sse(future: asyncio.Future):
     except Exception as e:  # noqa: BLE001 - told to the client; the server goes on
         log.exception("internal error in a streamed transcription")
         yield event({"type": "error", "error": ApiError(500, f"internal error: {type(e).__name__}").body()["error"]})
+        return
+    if fmt == "diarized_json":
+        for i, seg in enumerate(transcript.segments):
+            if seg.text.strip():
+                yield event({"type": "transcript.text.delta", "delta": seg.text, "segment_id": f"seg_{i}"})
+            yield event(diarized_segment(i, seg))
+        yield event({"type": "transcript.text.done", "text": transcript.text})
         return
     for delta in sse_deltas(transcript):
         yield event({"type": "transcript.text.delta", "delta": delta})

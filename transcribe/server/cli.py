@@ -1,6 +1,6 @@
 """`transcribe serve`: the OpenAI-compatible server in a process of its own.
 
-    transcribe serve [--model M]... [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--insecure-no-key]
+    transcribe serve [--model M]... [--diarizer M] [--host 127.0.0.1] [--port 8000] [--api-key KEY] [--insecure-no-key]
                      [--allowed-hosts NAME]... [--allowed-origins ORIGIN]...
                      [--max-upload-mb 200] [--max-connections 500] [--header-timeout-s 10] [--keep-alive-s 5]
                      [--stream-idle-s 300] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
@@ -36,6 +36,10 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", action="append", metavar="M",
                    help="a model to serve (file, directory, short name or hub id); repeat for several; its id "
                         "in the API is the name given here (default: Whisper tiny.en, installed with the package)")
+    p.add_argument("--diarizer", default=None, metavar="M",
+                   help="a speaker diarizer (a Sortformer model: file, short name or hub id) loaded beside the models: "
+                        "requests with diarize=true or response_format=diarized_json and live streams with "
+                        "diarize=true get who spoke what (default: none; such requests get 400)")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to listen on (default: 127.0.0.1, this machine only; 0.0.0.0 for every interface)")
     p.add_argument("--port", type=int, default=8000, help="default: 8000 (0: any free port, printed at start)")
@@ -153,11 +157,26 @@ def main(argv: Optional[list[str]] = None) -> int:
             _say(f"error: {' '.join(str(e).split())}")
             return 2
         models[name or DEFAULT_MODEL] = model
+    diarizer = None
+    if args.diarizer:
+        try:
+            diarizer = transcribe.load_model(args.diarizer, device=args.device, dtype=args.dtype,
+                                             threads=args.workers_threads)
+        except TranscribeError as e:
+            sock.close()
+            _say(f"error: --diarizer: {' '.join(str(e).split())}")
+            return 2
+        if not getattr(diarizer, "diarizer", False):
+            sock.close()
+            _say(f"error: --diarizer {args.diarizer} is a {getattr(diarizer, 'kind', '') or 'speech recognition'} "
+                 "model, not a diarizer (a Sortformer model); serve it with --model")
+            return 2
 
-    server = build_server(args, models, sock)
+    server = build_server(args, models, sock, diarizer)
     host, port = sock.getsockname()[:2]
     shown = f"[{host}]" if ":" in host else host
-    _say(f"serving {', '.join(models)} at http://{shown}:{port}/v1 (live: ws://{shown}:{port}/v1/audio/stream)")
+    _say(f"serving {', '.join(models)} at http://{shown}:{port}/v1 (live: ws://{shown}:{port}/v1/audio/stream)"
+         + (f", who spoke: {args.diarizer}" if diarizer is not None else ""))
     if not args.api_key:
         where = "this machine only" if _loopback(args.host) else "EVERY host that can reach this address"
         _say(f"no --api-key: requests are not authenticated; listening on {args.host} ({where})")
@@ -190,8 +209,9 @@ def _names(values: list[str]) -> list[str]:
     return [v.strip() for value in values for v in value.split(",") if v.strip()]
 
 
-def build_server(args: argparse.Namespace, models: dict, sock: socket.socket):
-    """The uvicorn server of `models` as the parsed command line `args` configure it, for `sock`."""
+def build_server(args: argparse.Namespace, models: dict, sock: socket.socket, diarizer=None):
+    """The uvicorn server of `models` (and `diarizer`, the --diarizer model, or None) as the parsed
+    command line `args` configure it, for `sock`."""
     import uvicorn
 
     from .app import create_app
@@ -199,7 +219,8 @@ def build_server(args: argparse.Namespace, models: dict, sock: socket.socket):
     from .security import Access
     from .websocket import MAX_FRAME_BYTES
 
-    engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms)
+    engine = Engine(models, max_batch=args.max_batch, wait_ms=args.batch_wait_ms, diarizer=diarizer,
+                    diarizer_id=getattr(args, "diarizer", None))
     access = Access(args.host, _names(args.allowed_hosts), _names(args.allowed_origins))
     app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb, access=access,
                      stream_idle_s=args.stream_idle_s)

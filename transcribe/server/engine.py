@@ -7,7 +7,9 @@ is busy, or within `wait_ms` of each other, are gathered and run as one `model.t
 call of at most `max_batch` inputs; each request gets its own transcript back. A request whose
 client went away before its batch started is dropped from it.
 
-Audio is decoded on a small pool of its own (decoding runs while the lane transcribes).
+Audio is decoded on a small pool of its own (decoding runs while the lane transcribes). A request
+that asks who spoke carries the server's diarizer in its options (`diarize=True, diarizer=...`): it
+batches with the requests that ask the same.
 """
 from __future__ import annotations
 
@@ -85,10 +87,15 @@ class Served:
 class Engine:
     """Runs the models: `await engine.transcribe(served, pcm, options)` -> Transcript."""
 
-    def __init__(self, models: dict[str, Any], max_batch: int = 8, wait_ms: float = 5.0):
+    def __init__(self, models: dict[str, Any], max_batch: int = 8, wait_ms: float = 5.0,
+                 diarizer: Any = None, diarizer_id: Optional[str] = None):
         if not models:
             raise ValueError("the server needs at least one model")
         self.models = {name: Served(name, m) for name, m in models.items()}
+        # The diarizer (`--diarizer`, a Sortformer model) run beside the models for requests that ask who
+        # spoke: one object shared by them all (a model keeps no per-call state on it), on the same lane.
+        self.diarizer = diarizer
+        self.diarizer_id = diarizer_id or getattr(diarizer, "name", None)
         self.max_batch = max(1, int(max_batch))
         self.wait_s = max(0.0, float(wait_ms)) / 1000.0
         self._lane = ThreadPoolExecutor(1, thread_name_prefix="transcribe-model")

@@ -6,6 +6,19 @@ into the model's decoding options, raising `ApiError` (400) for a value the mode
 mean nothing here (`chunking_strategy`, `include[]`, ...) and unknown fields are ignored. OpenAI's
 `language` and `prompt` and the extra fields (`beam_size`, `hotwords`, ...) are the families' options
 that declare a form field (`transcribe.surfaces.form_fields`, read from the registry).
+
+Who spoke (`diarize_request`): the fields `diarize` (true/false) and `num_speakers` (1 to the
+diarizer's most), and `response_format=diarized_json` (which implies `diarize`), run the server's
+diarizer (`transcribe serve --diarizer M`) beside the model. `diarized_json` is OpenAI's shape, as its
+API reference gives it (developers.openai.com/api/reference, audio/transcriptions and its streaming
+events; OpenAPI document 2.3.0): CreateTranscriptionResponseDiarizedJson is `task` ("transcribe"),
+`duration`, `text`, `segments`, `usage`; each segment a TranscriptionDiarizedSegment: `type`
+"transcript.text.segment", `id` (OpenAI's are "seg_0", "seg_1", ...), `start`, `end`, `text`,
+`speaker`; streamed, TranscriptTextSegmentEvent has the same fields, and each transcript.text.delta
+names its segment (`segment_id`). Our labels are "speaker_0", ... in order of first appearance
+(OpenAI's are "A", "B", ...), and `usage` is by duration, as for the other formats.
+`verbose_json` of a diarized request adds `speaker` to its segments and words and `speakers` (who
+spoke when: the diarizer's turns, `speaker`, `start`, `end`) to the body.
 """
 from __future__ import annotations
 
@@ -18,7 +31,10 @@ from .. import surfaces
 from ..options import parse_bool
 from ..text.languages import LANGUAGE_NAMES
 
-FORMATS = ("json", "text", "srt", "vtt", "verbose_json")
+FORMATS = ("json", "text", "srt", "vtt", "verbose_json", "diarized_json")
+# The form fields of diarization: the server's, never a family's option (a diarizer served as a model
+# takes `num_speakers` as its own option: app.py).
+DIARIZE_FIELDS = ("diarize", "num_speakers")
 GRANULARITIES = ("word", "segment")
 
 
@@ -115,6 +131,8 @@ def extra_options(one) -> dict:
     does not take (errors.OptionsNotTaken), as the command and the library refuse them."""
     out = {}
     for form, field in surfaces.form_fields().items():
+        if form in DIARIZE_FIELDS:
+            continue
         value = one(form)
         if value is None or not value.strip():
             continue
@@ -123,6 +141,38 @@ def extra_options(one) -> dict:
         except (ValueError, TypeError, ArgumentTypeError):
             raise ApiError(400, f"{form}: invalid value {value!r}", form, "invalid_value") from None
     return out
+
+
+def diarize_request(fields: dict[str, list[str]], fmt: str) -> tuple[bool, Optional[int]]:
+    """(whether the request asks who spoke, its num_speakers or None) from the form fields: `diarize`
+    true, or `response_format=diarized_json`. Raises ApiError(400) on a bad value, `diarize=false` with
+    diarized_json, and num_speakers below 1 (its maximum is the diarizer's: app.py checks it)."""
+    def one(name: str) -> Optional[str]:
+        values = fields.get(name)
+        return values[-1].strip() if values and values[-1].strip() else None
+
+    given = one("diarize")
+    try:
+        diarize = parse_bool(given) if given is not None else None
+    except ValueError:
+        raise ApiError(400, f"diarize must be true or false; got {given!r}", "diarize", "invalid_value") from None
+    if fmt == "diarized_json":
+        if diarize is False:
+            raise ApiError(400, "response_format diarized_json needs diarize (it is who spoke what): drop "
+                                "diarize=false", "diarize", "invalid_value")
+        diarize = True
+    count = one("num_speakers")
+    num_speakers = None
+    if count is not None:
+        try:
+            num_speakers = int(count)
+        except ValueError:
+            raise ApiError(400, f"num_speakers must be an integer; got {count!r}", "num_speakers",
+                           "invalid_value") from None
+        if num_speakers < 1:
+            raise ApiError(400, f"num_speakers must be at least 1; got {num_speakers}", "num_speakers",
+                           "invalid_value")
+    return bool(diarize), num_speakers
 
 
 def model_name(model) -> str:
@@ -146,7 +196,36 @@ def render(transcript, fmt: str, grains: set[str], task: str, model) -> tuple[An
         return WRITERS["srt"](transcript), "text/plain; charset=utf-8"
     if fmt == "vtt":
         return WRITERS["vtt"](transcript), "text/vtt; charset=utf-8"
+    if fmt == "diarized_json":
+        return diarized(transcript, task), "application/json"
     return verbose(transcript, grains, task, model), "application/json"
+
+
+def diarized(transcript, task: str) -> dict:
+    """OpenAI's diarized_json body (module docstring): the transcript's segments (split at each change
+    of speaker), each with its speaker (null where no speaker was active over it)."""
+    return {
+        "task": "translate" if task == "translate" else "transcribe",
+        "duration": round(float(transcript.duration), 3),
+        "text": transcript.text,
+        "segments": [diarized_segment(i, s) for i, s in enumerate(transcript.segments)],
+        "usage": {"type": "duration", "seconds": duration_seconds(transcript)},
+    }
+
+
+def diarized_segment(index: int, seg) -> dict:
+    """One segment of diarized_json (and the `transcript.text.segment` event of its stream)."""
+    return {"type": "transcript.text.segment", "id": f"seg_{index}", "start": round(float(seg.start), 3),
+            "end": round(float(seg.end), 3), "text": seg.text, "speaker": getattr(seg, "speaker", None)}
+
+
+def turns(transcript) -> Optional[list]:
+    """Who spoke when (the transcript's `speakers`: `speaker`, `start`, `end` each), or None when the
+    request was not diarized."""
+    found = getattr(transcript, "speakers", None)
+    if found is None:
+        return None
+    return [{"speaker": t.speaker, "start": round(float(t.start), 3), "end": round(float(t.end), 3)} for t in found]
 
 
 def verbose(transcript, grains: set[str], task: str, model) -> dict:
@@ -156,11 +235,20 @@ def verbose(transcript, grains: set[str], task: str, model) -> dict:
         "duration": round(float(transcript.duration), 3),
         "text": transcript.text,
     }
+    who = turns(transcript)
     if "segment" in grains:
         body["segments"] = [_segment(i, s, transcript, model) for i, s in enumerate(transcript.segments)]
+        if who is not None:
+            for seg, out in zip(transcript.segments, body["segments"]):
+                out["speaker"] = getattr(seg, "speaker", None)
     if "word" in grains:
         body["words"] = [{"word": w.word, "start": round(float(w.start), 3), "end": round(float(w.end), 3)}
                          for w in transcript.words]
+        if who is not None:
+            for word, out in zip(transcript.words, body["words"]):
+                out["speaker"] = getattr(word, "speaker", None)
+    if who is not None:
+        body["speakers"] = who
     body["usage"] = {"type": "duration", "seconds": duration_seconds(transcript)}
     return body
 

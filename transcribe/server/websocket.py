@@ -3,6 +3,7 @@
 The client may first send a JSON text message configuring the session (every key optional):
 
     {"type": "start", "model": "<id>", "sample_rate": 16000, "encoding": "pcm_s16le" | "pcm_f32le",
+     "diarize": false, "num_speakers": null,
      ...the model's stream options (its family's StreamOptions: e.g. a cache-aware Parakeet model's
      "att_context_size": [70, 13]; any of them: `stream_options()`)}
 
@@ -14,10 +15,21 @@ reason). The server answers with JSON text messages:
 
     {"type": "session", "model", "sample_rate", "encoding", "chunk_ms", "lookahead_ms"}  at the start
     {"type": "partial", "text"}               the current utterance's committed + tentative text, when it changes
-    {"type": "word", "word", "start", "end", "confidence"}   each finished word
+    {"type": "word", "word", "start", "end", "confidence", "speaker"}   each finished word
+    {"type": "word_speakers", "first", "speakers"}           (diarize) speakers of words sent before theirs were known
     {"type": "eou" | "eob", "token", "frame", "time"}        end of an utterance / of a backchannel
-    {"type": "final", "text", "duration"}     the whole stream's text, after "end" (then the server closes)
+    {"type": "final", "text", "duration", "speakers"}        the whole stream's text, after "end" (then the server closes)
     {"type": "error", "message"}              a bad message or option (then the server closes)
+
+Who spoke: with "diarize": true (a server started with `--diarizer M`; without one, an error that says
+so) the session runs the server's diarizer live beside the model (`StreamingSession.add_diarizer`,
+"num_speakers": at most that many speakers). Each word carries its `speaker` ("speaker_0", ... in order
+of first appearance) when it is known as the word is sent, else null, and a `word_speakers` message
+gives it once the diarizer has covered the word: the words numbered `first`, `first + 1`, ... (counting
+the `word` messages from 0) were said by `speakers`. Labels come in word order, once each, and never
+change: a UI shows the words at once and colours them as their labels come. When diarizing, "session"
+names the `diarizer` and "final" has `speakers`, who spoke when (the diarizer's turns: `speaker`,
+`start`, `end`).
 
 Each socket has its own session (`model.stream()`). The socket is read all the time, by a task
 of its own, whatever the model is doing: the audio goes into the session's backlog, and pings and
@@ -53,7 +65,8 @@ from .engine import Engine, NoSuchModel
 log = logging.getLogger("transcribe.server")
 
 ENCODINGS = {"pcm_s16le": 2, "pcm_f32le": 4}
-SOCKET_OPTIONS = ("model", "sample_rate", "encoding")  # the socket's own; the rest are the model's stream options
+# the socket's own; the rest are the model's stream options
+SOCKET_OPTIONS = ("model", "sample_rate", "encoding", "diarize", "num_speakers")
 MAX_FRAME_BYTES = 256 * 1024  # 8 s of 16 kHz s16le: a larger frame is a client error
 BACKLOG_S = 3600.0  # audio a session takes ahead of its model before the socket's reads pause
 MEMORY_BYTES = 16 * 1024 * 1024  # of the backlog, kept in memory (the rest goes to a temporary file)
@@ -165,6 +178,7 @@ async def _serve(ws: WebSocket, engine: Engine, idle_s: float = IDLE_S) -> None:
     if encoding not in ENCODINGS:
         raise _BadMessage(f"encoding must be one of {', '.join(ENCODINGS)}; got {encoding!r}")
     end_now = config.pop("_end_now", False)
+    diarize, num_speakers = _diarize_config(engine, config)
     known = stream_options()
     unknown = sorted(set(config) - set(known))
     if unknown:
@@ -172,11 +186,19 @@ async def _serve(ws: WebSocket, engine: Engine, idle_s: float = IDLE_S) -> None:
                           f"(known: {', '.join(SOCKET_OPTIONS + known)})")
     if not callable(getattr(served.model, "stream", None)):
         raise _BadMessage(f"{served.id} has no streaming session")
-    session = await engine.run(lambda: served.model.stream(**config))
+    def start():
+        session = served.model.stream(**config)
+        if diarize:
+            session.add_diarizer(engine.diarizer, num_speakers=num_speakers)
+        return session
+
+    session = await engine.run(start)
     latency = session.latency
-    await ws.send_text(json.dumps({"type": "session", "model": served.id, "sample_rate": rate,
-                                   "encoding": encoding, "chunk_ms": latency.chunk_ms,
-                                   "lookahead_ms": latency.lookahead_ms}))
+    opened = {"type": "session", "model": served.id, "sample_rate": rate, "encoding": encoding,
+              "chunk_ms": latency.chunk_ms, "lookahead_ms": latency.lookahead_ms}
+    if diarize:
+        opened["diarizer"] = _public(engine.diarizer_id)
+    await ws.send_text(json.dumps(opened))
     out = _Events(ws, session)
     width = ENCODINGS[encoding]
     backlog = _Backlog(int(BACKLOG_S * rate) * width)
@@ -214,6 +236,48 @@ async def _serve(ws: WebSocket, engine: Engine, idle_s: float = IDLE_S) -> None:
             except asyncio.CancelledError:
                 pass
         backlog.close()
+
+
+def _diarize_config(engine: Engine, config: dict) -> tuple[bool, Optional[int]]:
+    """(diarize, num_speakers) of the session's configuration (taken out of it). Raises _BadMessage."""
+    from ..options import parse_bool
+
+    value = config.pop("diarize", None)
+    try:
+        diarize = parse_bool(value) if isinstance(value, str) else bool(value) if value is not None else False
+    except ValueError:
+        raise _BadMessage(f"diarize must be true or false; got {value!r}") from None
+    count = config.pop("num_speakers", None)
+    num_speakers = None
+    if count is not None and count != "":
+        try:
+            if isinstance(count, bool) or isinstance(count, float) and not count.is_integer():
+                raise ValueError
+            num_speakers = int(count)
+        except (TypeError, ValueError):
+            raise _BadMessage(f"num_speakers must be an integer; got {count!r}") from None
+        if not diarize:
+            raise _BadMessage("num_speakers needs diarize: true")
+    if not diarize:
+        return False, None
+    if engine.diarizer is None:
+        raise _BadMessage("this server has no diarizer: diarize needs one, loaded at start with "
+                          "`transcribe serve --diarizer MODEL` (a streaming Sortformer model)")
+    if num_speakers is not None:
+        from ..errors import OptionValueError
+        from ..streaming import check_num_speakers
+
+        try:
+            check_num_speakers(num_speakers, engine.diarizer)
+        except OptionValueError as e:
+            raise _BadMessage(str(e)) from None
+    return True, num_speakers
+
+
+def _public(model_id: Optional[str]) -> Optional[str]:
+    from .app import public_name
+
+    return public_name(model_id) if model_id else None
 
 
 def _check_frame(data: bytes) -> None:
@@ -379,6 +443,7 @@ class _Events:
             await self.ws.send_text(json.dumps(obj, ensure_ascii=False))
 
     async def final(self, session) -> None:
-        await self.ws.send_text(json.dumps({"type": "final", "text": self.messages.final_text(),
-                                            "duration": session.latency.received_ms / 1000.0},
-                                           ensure_ascii=False))
+        final = {"type": "final", "text": self.messages.final_text(), "duration": session.latency.received_ms / 1000.0}
+        if getattr(session, "diarizing", False):
+            final["speakers"] = [t.to_dict() for t in session.speaker_turns()]
+        await self.ws.send_text(json.dumps(final, ensure_ascii=False))
