@@ -204,13 +204,9 @@ def _load_diarizer(args):
     for a model that is not a diarizer."""
     import transcribe
 
-    name = getattr(args, "diarizer", None)
-    if not name:
-        from . import diarization
+    from .hub import DEFAULT_DIARIZER
 
-        name = getattr(diarization, "DEFAULT_DIARIZER", None)
-        if not name:
-            raise TranscribeError("--diarize needs --diarizer M (a streaming Sortformer model)")
+    name = getattr(args, "diarizer", None) or DEFAULT_DIARIZER
     diarizer = transcribe.load_model(name, device=args.device, dtype=args.dtype, threads=args.threads)
     if not getattr(diarizer, "diarizer", False):
         raise TranscribeError(f"--diarizer {name}: {getattr(diarizer, 'name', name)} is a "

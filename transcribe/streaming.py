@@ -29,8 +29,7 @@ implements `_accept(samples)`, `_flush()` and `_restart()`, and reports its resu
 Who spoke (`add_diarizer(diarizer, num_speakers=None)`, before the first `feed`): a streaming
 diarizer (`diarizer.stream_diarizer(...)`, a Sortformer model) runs beside the session on the same
 audio, and each word gets a speaker ("speaker_0", "speaker_1", ... in order of first appearance) by
-the rule of offline transcripts (`transcribe.diarization.speaker_of_word` over the diarizer's
-turns) once the diarizer's final frames cover it (its end, plus `settle_s`: the span over which the
+the rule of offline transcripts (`transcribe.diarization.speaker_at` over the diarizer's turns) once the diarizer's final frames cover it (its end, plus `settle_s`: the span over which the
 diarizer's post-processing may still change a turn). Words are never held back for it, and a
 label, once given, never changes:
 
@@ -312,7 +311,10 @@ class StreamingSession:
         if self._received or self._finished or self._word_queue or self._seq:
             raise TranscribeError("add_diarizer() comes before the first feed()")
         if num_speakers is not None:
-            options["num_speakers"] = check_num_speakers(num_speakers, diarizer)
+            from .diarization import check_num_speakers
+
+            check_num_speakers(num_speakers, getattr(diarizer, "max_speakers", None))
+            options["num_speakers"] = num_speakers
         self._speakers = _Speakers(diarizer, options)
         return self
 
@@ -484,17 +486,6 @@ class StreamingSession:
         return np.asarray(self._resampler.resample_chunk(samples, last=last), dtype=np.float32).reshape(-1)
 
 
-def check_num_speakers(value, diarizer) -> int:
-    """`num_speakers` for `diarizer`: an integer from 1 to its `max_speakers`; raises OptionValueError."""
-    from .errors import OptionValueError
-
-    most = int(getattr(diarizer, "max_speakers", 0) or 0)
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= max(most, 1):
-        raise OptionValueError("num_speakers", f"num_speakers must be an integer from 1 to {most} (the "
-                                               f"diarizer's most speakers); got {value!r}")
-    return value
-
-
 class _Speakers:
     """A session's live diarizer: labels the session's words, in order, as the diarizer's final
     frames cover them (module docstring). Holds only the words not yet labelled (the diarizer's
@@ -539,12 +530,12 @@ class _Speakers:
             limit = self.stream.frames_done * float(self.stream.frame_s) - self.settle_s + 1e-6
             if self.pending[0][1].end > limit:
                 return
-        from .diarization import speaker_of_word
+        from .diarization import speaker_at
 
         turns = self.stream.turns(self.final)
         while self.pending and self.pending[0][1].end <= limit:
             number, word = self.pending.popleft()
-            word.speaker = speaker_of_word(word.start, word.end, turns)
+            word.speaker = speaker_at(turns, word.start, word.end)
             if number < self.drained:  # handed out without its speaker: its label goes out now
                 if self.first is None:
                     self.first = number

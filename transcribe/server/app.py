@@ -316,12 +316,13 @@ def _diarize_options(engine: Engine, num_speakers) -> dict:
                        "diarize", "diarizer_not_loaded")
     options = {"diarize": True, "diarizer": engine.diarizer}
     if num_speakers is not None:
-        from ..streaming import check_num_speakers
+        from ..diarization import check_num_speakers
 
         try:
-            options["num_speakers"] = check_num_speakers(num_speakers, engine.diarizer)
+            check_num_speakers(num_speakers, getattr(engine.diarizer, "max_speakers", None))
         except OptionValueError as e:
             raise ApiError(400, str(e), "num_speakers", "invalid_value") from None
+        options["num_speakers"] = num_speakers
     return options
 
 

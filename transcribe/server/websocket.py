@@ -264,11 +264,11 @@ def _diarize_config(engine: Engine, config: dict) -> tuple[bool, Optional[int]]:
         raise _BadMessage("this server has no diarizer: diarize needs one, loaded at start with "
                           "`transcribe serve --diarizer MODEL` (a streaming Sortformer model)")
     if num_speakers is not None:
+        from ..diarization import check_num_speakers
         from ..errors import OptionValueError
-        from ..streaming import check_num_speakers
 
         try:
-            check_num_speakers(num_speakers, engine.diarizer)
+            check_num_speakers(num_speakers, getattr(engine.diarizer, "max_speakers", None))
         except OptionValueError as e:
             raise _BadMessage(str(e)) from None
     return True, num_speakers
