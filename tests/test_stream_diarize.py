@@ -250,7 +250,7 @@ def run(capsys, *argv):
 @pytest.fixture
 def stand_in(monkeypatch):
     """--diarizer loads the stand-in (its name is ignored)."""
-    diarizer = FakeDiarizer(lag=20)
+    diarizer = FakeDiarizer(lag=60)  # behind the words: some labels come after their words
     monkeypatch.setattr(stream_cli, "_load_diarizer", lambda args: diarizer)
     return diarizer
 
@@ -272,7 +272,7 @@ def test_stream_jsonl_prints_speakers(capsys, stand_in):
 def test_stream_txt_prints_a_line_per_speaker_turn(capsys, stand_in, offline, jfk):
     code, out, err = run(capsys, "--stream", JFK, "--model", OFFLINE, "--diarize", "--diarizer", "x")
     assert code == 0, err
-    words = run_session(offline.stream().add_diarizer(FakeDiarizer(lag=20)), jfk)[0]
+    words = run_session(offline.stream().add_diarizer(FakeDiarizer(lag=60)), jfk)[0]
     expected, line = [], None
     for w in words:
         if line is None or line[0] != w.speaker:
