@@ -126,9 +126,9 @@ class SortformerDiarizer(Recognizer):
 
     def turns(self, probs: np.ndarray, opts: SortformerOptions) -> list:
         """Per-frame probabilities -> speaker turns (num_speakers applied first, then NeMo's post-processing)."""
-        from ..diarization import limit_speakers
-
         if opts.num_speakers is not None and probs.shape[1] > opts.num_speakers:
+            from ..diarization import limit_speakers
+
             probs = limit_speakers(probs, opts.num_speakers)
         pp = PostProcessing(opts.onset, opts.offset, opts.pad_onset, opts.pad_offset, opts.min_duration_on,
                             opts.min_duration_off)
