@@ -553,11 +553,11 @@ def settle_seconds(stream) -> float:
     """How far behind the diarizer's final frames a word must end for its speaker to be decided: the
     stream diarizer's `settle_s` where it gives one, else the span its post-processing looks ahead
     (a later onset padded back, a short turn kept or dropped, a short gap filled: the largest of
-    `pad_onset`, `min_duration_on`, `min_duration_off` of its `options`), else 0."""
+    `pad_onset`, `min_duration_on`, `min_duration_off` of its options, `opts`), else 0."""
     given = getattr(stream, "settle_s", None)
     if given is not None:
         return max(0.0, float(given))
-    opts = getattr(stream, "options", None)
+    opts = getattr(stream, "opts", None)
     spans = [getattr(opts, n, 0.0) or 0.0 for n in ("pad_onset", "min_duration_on", "min_duration_off")]
     return max([0.0] + [float(v) for v in spans])
 
