@@ -25,8 +25,9 @@ Output, flushed as it is decided:
 With `--diarize` a streaming diarizer (`--diarizer M`, a Sortformer model) runs beside the session
 (`StreamingSession.add_diarizer`) and each word gets a speaker once the diarizer has covered it:
 
-- txt: the words as their speakers become known, a line per speaker turn ("speaker_0: and so my
-  fellow americans"; a new line also at each end-of-utterance event), so the text comes a little
+- txt: the words as their speakers become known, a line per run of one speaker's words ("speaker_0:
+  and so my fellow americans", as `--format txt` writes a diarized file; a word no speaker was active
+  over has no prefix; a new line also at each end-of-utterance event), so the text comes a little
   later than without it (the diarizer's latency);
 - jsonl: each word line carries "speaker" (null while not yet known), and {"type": "word_speakers",
   "first", "speakers"} gives the speakers of words printed before theirs were known (the word lines
@@ -511,7 +512,8 @@ class _Text:
 
 class _SpeakerText:
     """txt with --diarize: the words as their speakers become known, "speaker_N: " at the start of
-    each line; a new line at each change of speaker and at each end-of-utterance event."""
+    each line (none for words of no speaker); a new line at each change of speaker and at each
+    end-of-utterance event."""
 
     def __init__(self, out):
         self.out = out
@@ -545,7 +547,7 @@ class _SpeakerText:
             self._end_line()
             self.speaker = speaker
         if not self.line:
-            self.out.write(f"{speaker or 'unknown'}: ")
+            self.out.write(f"{speaker}: " if speaker is not None else "")
         self.line.append(word.word)
         text = join_punctuation(" ".join(self.line), session.punctuation)  # "word ," -> "word,"
         self.out.write(text[len(self.written):] if text.startswith(self.written) else " " + word.word)
