@@ -33,7 +33,7 @@ from starlette.formparsers import MultiPartException
 from starlette.requests import ClientDisconnect
 
 from ..errors import AudioError, OptionsNotTaken, OptionValueError, TranscribeError
-from .engine import Engine, NoSuchModel, Served
+from .engine import Engine, NoSuchModel, Served, public_name
 from .openai_api import ApiError, diarize_request, diarized_segment, error_body, field_name, render, request_options
 from .security import Access
 
@@ -242,13 +242,6 @@ def _add_model_routes(app, engine: Engine) -> None:
         if name not in engine.models:
             return _error(ApiError(404, f"The model '{name}' does not exist", "model", "model_not_found"))
         return model_object(name)
-
-
-def public_name(model_id: str) -> str:
-    """A model's name for those without the key: a local path's last part, a hub id or short name as it is."""
-    if os.path.isabs(model_id) or os.path.exists(model_id) or model_id.startswith(("~", ".")) or "\\" in model_id:
-        return os.path.basename(os.path.normpath(model_id.replace("\\", "/"))) or model_id
-    return model_id
 
 
 async def _read_form(request: Request, max_upload_mb: float):

@@ -69,6 +69,13 @@ def _short_names(model_id: str) -> set[str]:
     return {last, os.path.splitext(last)[0]} if last else set()
 
 
+def public_name(model_id: str) -> str:
+    """A model's name for those without the key: a local path's last part, a hub id or short name as it is."""
+    if os.path.isabs(model_id) or os.path.exists(model_id) or model_id.startswith(("~", ".")) or "\\" in model_id:
+        return os.path.basename(os.path.normpath(model_id.replace("\\", "/"))) or model_id
+    return model_id
+
+
 @dataclass
 class Served:
     """One loaded model: the id clients name it by, and its batching queue."""

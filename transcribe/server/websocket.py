@@ -60,7 +60,7 @@ from .. import surfaces
 from ..errors import TranscribeError
 from ..options import SAMPLE_RATES
 from ..streaming import StreamMessages
-from .engine import Engine, NoSuchModel
+from .engine import Engine, NoSuchModel, public_name
 
 log = logging.getLogger("transcribe.server")
 
@@ -275,8 +275,6 @@ def _diarize_config(engine: Engine, config: dict) -> tuple[bool, Optional[int]]:
 
 
 def _public(model_id: Optional[str]) -> Optional[str]:
-    from .app import public_name
-
     return public_name(model_id) if model_id else None
 
 
