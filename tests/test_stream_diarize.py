@@ -17,7 +17,7 @@ from transcribe import cli, stream_cli
 from transcribe.audio import load_audio
 from transcribe.diarization import speaker_at
 from transcribe.errors import OptionValueError, TranscribeError
-from transcribe.results import SpeakerTurn, Word
+from transcribe.results import SpeakerTurn
 from transcribe.streaming import StreamMessages
 
 from .conftest import AUDIO, MODELS, SHARED, TINY

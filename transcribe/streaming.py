@@ -29,9 +29,10 @@ implements `_accept(samples)`, `_flush()` and `_restart()`, and reports its resu
 Who spoke (`add_diarizer(diarizer, num_speakers=None)`, before the first `feed`): a streaming
 diarizer (`diarizer.stream_diarizer(...)`, a Sortformer model) runs beside the session on the same
 audio, and each word gets a speaker ("speaker_0", "speaker_1", ... in order of first appearance) by
-the rule of offline transcripts (`transcribe.diarization.speaker_at` over the diarizer's turns) once the diarizer's final frames cover it (its end, plus `settle_s`: the span over which the
-diarizer's post-processing may still change a turn). Words are never held back for it, and a
-label, once given, never changes:
+the rule of offline transcripts (`transcribe.diarization.speaker_at` over the diarizer's turns so
+far) once the diarizer's final frames cover it (its end, plus the stream diarizer's `settle_s`: the
+span over which its post-processing may still change a turn). Words are never held back for it,
+and a label, once given, never changes:
 
 - a word drained after its speaker is known carries it (`Word.speaker`);
 - a word drained before that comes out with `speaker` None, and its label comes later, out of
@@ -551,15 +552,10 @@ class _Speakers:
 
 def settle_seconds(stream) -> float:
     """How far behind the diarizer's final frames a word must end for its speaker to be decided: the
-    stream diarizer's `settle_s` where it gives one, else the span its post-processing looks ahead
-    (a later onset padded back, a short turn kept or dropped, a short gap filled: the largest of
-    `pad_onset`, `min_duration_on`, `min_duration_off` of its options, `opts`), else 0."""
-    given = getattr(stream, "settle_s", None)
-    if given is not None:
-        return max(0.0, float(given))
-    opts = getattr(stream, "opts", None)
-    spans = [getattr(opts, n, 0.0) or 0.0 for n in ("pad_onset", "min_duration_on", "min_duration_off")]
-    return max([0.0] + [float(v) for v in spans])
+    stream diarizer's `settle_s` (the span over which its post-processing may still change a turn
+    already seen: a later turn padded back over it, a short turn kept or dropped, a short gap filled),
+    0 where it gives none (post-processing that looks at no later frame: NeMo's defaults)."""
+    return max(0.0, float(getattr(stream, "settle_s", 0.0) or 0.0))
 
 
 def _as_float32(pcm):

@@ -21,7 +21,6 @@ import contextlib
 import hmac
 import json
 import logging
-import os
 import time
 from typing import Any, Optional
 
