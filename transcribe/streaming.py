@@ -508,10 +508,11 @@ class _Speakers:
         self.final = False
 
     def add(self, word: Word) -> None:
+        """A word the session finished (labelled once the diarizer has been fed the same audio: `feed`,
+        `finish`; the turns are worked out once a step, not once a word)."""
         word.speaker = None
         self.pending.append((self.count, word))
         self.count += 1
-        self.label()  # the diarizer may be ahead of the words
 
     def feed(self, samples) -> None:
         self.stream.feed(samples)
