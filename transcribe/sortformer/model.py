@@ -63,9 +63,8 @@ class SortformerModel(nn.Module):
                 own[k] = v
         adopt(self, own, lambda: NemoMelFrontEnd(self.preprocessor.config))
 
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.sortformer_modules.encoder_proj.weight.dtype
+    # The precision the network runs in (float32; bfloat16 or float16 when loaded so; int8 layers take float32).
+    dtype: torch.dtype = torch.float32
 
     # -- running
     @torch.no_grad()

@@ -70,6 +70,7 @@ class SortformerDiarizer(Recognizer):
             model.encoder.to(dtype)
             model.sortformer_modules.to(dtype)
             model.transformer_encoder.to(dtype)
+            model.dtype = dtype
         return cls(model, name, str(device))
 
     # -- what a diarizer says about itself
