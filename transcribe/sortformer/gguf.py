@@ -4,7 +4,7 @@
 - the config as `stt.frontend.*` (the mel front end), `stt.sortformer.encoder.*` (the FastConformer),
   `stt.sortformer.transformer.*`, `stt.sortformer.max_speakers`, `stt.sortformer.frame_hop` and four of the
   streaming settings, `stt.sortformer.stream.{chunk_len,spkcache_len,fifo_len,spkcache_update_period}`;
-- the tensors renamed (`TABLE`): the encoder under `enc.` (Parakeet's transcribe.cpp names), the Transformer
+- the tensors renamed (`tensor_table`): the encoder under `enc.` (Parakeet's transcribe.cpp names), the Transformer
   under `tf.blocks.{i}.`, the projection and head under `diar.`; no filterbank or window (the front end
   computes them from the settings, as for a `.nemo` without them), no BatchNorm counters.
 
@@ -23,6 +23,7 @@ Quantized weights (F16, Q8_0, ...) are dequantized to float32."""
 from __future__ import annotations
 
 import os
+
 import numpy as np
 import torch
 
