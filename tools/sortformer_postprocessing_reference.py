@@ -66,6 +66,11 @@ SYNTHETIC = {
                                      params=dict(min_duration_on=0.32)),
     "min_duration_off_boundary": dict(n=40, cols=[[(2, 6, 0.9), (9, 14, 0.9), (18, 22, 0.9), (26, 30, 0.9)], []],
                                       params=dict(min_duration_off=0.24)),
+    # durations / gaps exactly equal to the threshold: kept or not depending on float32 rounding of the times
+    "min_duration_on_float32": dict(n=30, cols=[[(9, 13, 0.9)], [(0, 4, 0.9)], [(15, 19, 0.9)], [(1, 5, 0.9)]],
+                                    params=dict(min_duration_on=0.32)),
+    "min_duration_off_float32": dict(n=30, cols=[[(2, 9, 0.9), (13, 20, 0.9)], [(0, 2, 0.9), (6, 10, 0.9)]],
+                                     params=dict(min_duration_off=0.32)),
     "pad_touch": dict(n=40, cols=[[(2, 6, 0.9), (7, 12, 0.9)], [(2, 6, 0.9), (8, 12, 0.9)]],
                       params=dict(pad_onset=0.04, pad_offset=0.04)),
     "pad_overlap": dict(n=40, cols=[[(2, 6, 0.9), (8, 12, 0.9)], [(2, 6, 0.9), (9, 12, 0.9)]],
