@@ -19,9 +19,12 @@ chunk_left_context 1, chunk_right_context 2, spkcache_sil_frames_per_spk 3):
   fifo16_period18 fifo_len 16, spkcache_update_period 18 (> chunk_len, < fifo_len + chunk_len: the FIFO pops
                  18 frames at a time and keeps frames between pops)                              (mix0-2)
   long           shared parameters, input long_mix0120.wav = mix0 + mix1 + mix2 + mix0           (also offline)
+  short_tail     shared parameters, inputs mix0_cut<N> = the first N int16 samples of mix0.wav, N = 169120,
+                 169760, 170880 (1057, 1061, 1068 mel frames: last chunk 1, 5, 12 mel frames)   (also offline)
 
 Writes tests/references/sortformer/streaming_shapes.json, streaming_shapes.safetensors and long_mix0120.wav
-(the 16-bit samples of the four shared WAVs concatenated, nothing between them).
+(the 16-bit samples of the four shared WAVs concatenated, nothing between them; the mix0_cut<N> inputs are only
+written to a temporary folder).
 """
 import argparse
 import hashlib
@@ -45,7 +48,12 @@ CASES = {
     "fifo16_period18": dict(params=dict(fifo_len=16, spkcache_update_period=18), inputs=C.MIXES,
                      modes=["streaming_sync", "streaming_async"]),
     "long": dict(params={}, inputs=["long_mix0120"], modes=["offline", "streaming_sync", "streaming_async"]),
+    # mix0 cut to N samples (N // 160 mel frames = 1056 + r): the last chunk has r < 16 mel frames, so the
+    # chunk before it gets a partial right context of r mel frames (rc = ceil(r / 8))
+    "short_tail": dict(params={}, inputs=["mix0_cut169120", "mix0_cut169760", "mix0_cut170880"],
+                       modes=["offline", "streaming_sync", "streaming_async"]),
 }
+TMP = {}
 
 
 def long_samples():
@@ -73,11 +81,27 @@ def write_long():
 
 
 def wav_for(name):
-    return LONG_WAV if name == "long_mix0120" else os.path.join(C.SHARED_TINY, f"{name}.wav")
+    if name == "long_mix0120":
+        return LONG_WAV
+    if name.startswith("mix0_cut"):
+        import soundfile as sf
+
+        n = int(name[len("mix0_cut"):])
+        path = os.path.join(TMP["dir"], f"{name}.wav")
+        if not os.path.exists(path):
+            x, sr = sf.read(os.path.join(C.SHARED_TINY, "mix0.wav"), dtype="int16")
+            sf.write(path, x[:n], 16000, subtype="PCM_16")
+        return path
+    return os.path.join(C.SHARED_TINY, f"{name}.wav")
 
 
 def generate():
+    import tempfile
+
     import torch
+
+    td = tempfile.TemporaryDirectory()
+    TMP["dir"] = td.name
 
     torch.set_num_threads(1)
     from nemo.collections.asr.models import SortformerEncLabelModel
