@@ -203,7 +203,8 @@ def generate():
         tf = model.transformer_encoder(encoder_states=proj, encoder_mask=mask)
         preds = model.sortformer_modules.forward_speaker_sigmoids(tf) * mask.unsqueeze(-1)
     assert torch.equal(preds[0], tensors["mix0.offline.probs"]), "stage path != diarize()"
-    tensors.update({"stages.audio_normalized": sig_n, "stages.mel": mel, "stages.mel_len": mel_len.to(torch.int64),
+    # the normalised audio itself (x / (max + 1e-3)) is not stored: 700 kB for one division
+    tensors.update({"stages.audio_scale": (1 / (audio.max() + model.eps)).reshape(1), "stages.mel": mel, "stages.mel_len": mel_len.to(torch.int64),
                     "stages.pre_encode_out": pre, "stages.fc_encoder_out": enc,
                     "stages.fc_encoder_len": enc_len.to(torch.int64), "stages.encoder_proj_out": proj,
                     "stages.transformer_encoder_out": tf, "stages.preds": preds})
