@@ -31,10 +31,14 @@ class Token:
 
 @dataclass
 class Word:
+    """One word, its times in seconds, and `speaker` (a diarizer's label, "speaker_0", ...; None when the
+    transcript is not diarized)."""
+
     word: str
     start: float
     end: float
     confidence: Optional[float] = None
+    speaker: Optional[str] = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -55,6 +59,9 @@ class Segment:
     no_speech_prob: Optional[float] = None
     compression_ratio: Optional[float] = None
     temperature: Optional[float] = None
+    # A diarized transcript's segments are split at every change of speaker: this is their one speaker
+    # (None when not diarized).
+    speaker: Optional[str] = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -66,6 +73,23 @@ class Segment:
         d = _known(cls, d)
         d["words"] = [Word.from_dict(w) for w in d.get("words", [])]
         return cls(**d)
+
+
+@dataclass
+class SpeakerTurn:
+    """One stretch of one speaker's speech, as a diarizer finds it ("who spoke when"): times in seconds.
+    Labels are "speaker_0", "speaker_1", ... in order of first appearance."""
+
+    speaker: str
+    start: float
+    end: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "SpeakerTurn":
+        return cls(**_known(cls, d))
 
 
 @dataclass
@@ -136,7 +160,9 @@ class Transcript:
     """What every model family returns, serialized with the same keys whatever the family:
     text (no leading or trailing space), language (None when the model does not say), duration
     (seconds of audio), model (the name it was loaded by), segments, words, tokens, nbest (the
-    ranked alternatives of a Parakeet beam search; None otherwise)."""
+    ranked alternatives of a Parakeet beam search; None otherwise), speakers (a diarized transcript's
+    speaker turns, sorted by start then speaker; None when not diarized: then every word's and
+    segment's `speaker` is None too)."""
 
     text: str
     duration: float
@@ -148,6 +174,7 @@ class Transcript:
     # does not say (Parakeet).
     language: Optional[str] = None
     nbest: Optional[NBest] = None
+    speakers: Optional[list[SpeakerTurn]] = None
 
     def __post_init__(self) -> None:
         self.text = self.text.strip()
@@ -162,6 +189,7 @@ class Transcript:
             "words": [w.to_dict() for w in self.words],
             "tokens": [t.to_dict() for t in self.tokens],
             "nbest": self.nbest.to_dict() if self.nbest is not None else None,
+            "speakers": [t.to_dict() for t in self.speakers] if self.speakers is not None else None,
         }
 
     @classmethod
@@ -175,6 +203,7 @@ class Transcript:
             model=d.get("model", ""),
             language=d.get("language"),
             nbest=NBest.from_dict(d["nbest"]) if d.get("nbest") else None,
+            speakers=[SpeakerTurn.from_dict(t) for t in d["speakers"]] if d.get("speakers") is not None else None,
         )
 
 
