@@ -71,7 +71,7 @@ class Recognizer(ABC):
     def check_options(self, diarize: bool = False, diarizer=None, num_speakers=None, **given) -> None:
         """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing); with
         diarize=True the diarizer is loaded (once) and checked too."""
-        self._plan(diarize, diarizer, num_speakers, given)
+        self._diarize_plan(diarize, diarizer, num_speakers, given)
 
     def stream_options(self, **given):
         if self.StreamOptions is None:
@@ -98,7 +98,7 @@ class Recognizer(ABC):
         `max_speakers`; None: as many as it finds). A diarizer's own transcribe() takes num_speakers
         without diarize (its option); any other recognizer refuses diarizer= and num_speakers without
         diarize=True."""
-        plan = self._plan(diarize, diarizer, num_speakers, given)
+        plan = self._diarize_plan(diarize, diarizer, num_speakers, given)
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         if not items:
@@ -110,7 +110,7 @@ class Recognizer(ABC):
         return out[0] if single else out
 
     # -- diarize=True
-    def _plan(self, diarize, diarizer, num_speakers, given: dict):
+    def _diarize_plan(self, diarize, diarizer, num_speakers, given: dict):
         """The checked options of a call (`_Diarize` with diarize=True), before any work."""
         if not isinstance(diarize, bool):
             raise OptionValueError("diarize", f"diarize must be True or False, got {diarize!r}")
