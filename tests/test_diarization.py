@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import io
+import json
 import random
 import threading
 from dataclasses import dataclass
@@ -455,3 +456,87 @@ def test_the_sortformer_short_names(monkeypatch, tmp_path):
         assert hub.resolve(alias) == (tmp_path, alias)
         assert asked == [repo]
     assert hub.ALIASES[hub.DEFAULT_DIARIZER] == "nvidia/diar_streaming_sortformer_4spk-v2.1"
+
+
+# ------------------------------------------------------------------------------------ the command
+
+@pytest.fixture
+def fakes(monkeypatch, tmp_path):
+    """load_model gives a FakeASR for "asr", a FakeDiarizer for "diar"; a 5 s WAV in tmp_path."""
+    made = []
+
+    def load_model(name=None, device="cpu", dtype=None, threads=None):
+        if name not in ("asr", "diar"):
+            raise transcribe.ModelError(f"unknown model {name!r}")
+        model = FakeASR(name) if name == "asr" else FakeDiarizer(name)
+        made.append(model)
+        return model
+
+    monkeypatch.setattr(transcribe, "load_model", load_model, raising=False)
+    monkeypatch.setattr(transcribe.loading, "load_model", load_model)
+    wav = tmp_path / "mix.wav"
+    wav.write_bytes(wav_bytes(5.0))
+    return made, wav
+
+
+def cli(capsys, *argv):
+    from transcribe import cli as command
+
+    code = command.main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_command_diarizes_to_json_rttm_txt_and_files(fakes, capsys, tmp_path):
+    made, wav = fakes
+    code, out, err = cli(capsys, wav, "--model", "asr", "--diarize", "--diarizer", "diar", "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    assert [w["speaker"] for w in doc["words"]] == ["speaker_0"] * 4 + ["speaker_1"] * 6
+    for s in doc["segments"]:
+        assert {w["speaker"] for w in s["words"]} == {s["speaker"]}
+    assert doc["speakers"][0] == {"speaker": "speaker_0", "start": 0.0, "end": 2.0}
+    code, out, err = cli(capsys, wav, "--model", "asr", "--diarize", "--diarizer", "diar", "-f", "rttm")
+    assert code == 0 and out.splitlines() == ["SPEAKER mix 1 0.000 2.000 <NA> <NA> speaker_0 <NA> <NA>",
+                                              "SPEAKER mix 1 1.920 3.040 <NA> <NA> speaker_1 <NA> <NA>"]
+    code, out, _ = cli(capsys, wav, "--model", "asr", "--diarize", "--diarizer", "diar")  # txt: times asked for all the same
+    assert code == 0 and out == "speaker_0: w0 w1 w2 w3.\nspeaker_1: w4 w5 w6 w7. w8 w9\n"
+    code, out, err = cli(capsys, wav, "--model", "asr", "--diarize", "--diarizer", "diar", "--num-speakers", "1",
+                         "-f", "all", "-o", tmp_path / "out")
+    assert (code, err) == (0, "")
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["mix.json", "mix.rttm", "mix.srt", "mix.txt", "mix.vtt"]
+    assert (tmp_path / "out" / "mix.rttm").read_text() == "SPEAKER mix 1 0.000 4.960 <NA> <NA> speaker_0 <NA> <NA>\n"
+    assert "<v speaker_0>" in (tmp_path / "out" / "mix.vtt").read_text()
+    # a diarizer as the model: its turns, and its own --num-speakers
+    code, out, err = cli(capsys, wav, "--model", "diar", "--num-speakers", "2", "-f", "txt")
+    assert (code, err) == (0, "") and out == "speaker_0 0.00 2.00\nspeaker_1 1.92 4.96\n"
+    code, out, _ = cli(capsys, wav, "--model", "diar", "-f", "rttm")
+    assert code == 0 and len(out.splitlines()) == 2
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["--model", "asr", "-f", "rttm"], "rttm needs a diarized transcript (--diarize, or a diarizer model): asr is not a diarizer"),
+    (["--model", "asr", "--diarizer", "diar"], "--diarizer needs --diarize"),
+    (["--model", "asr", "--num-speakers", "2"], "num_speakers (--num-speakers) needs diarize=True (--diarize): asr is a "
+                                                "Fake recognizer, not a diarizer"),
+    (["--model", "asr", "--diarize", "--diarizer", "diar", "--num-speakers", "5"],
+     "--num-speakers must be at most 4 (the diarizer's speakers), got 5"),
+    (["--model", "asr", "--diarize", "--diarizer", "asr"], "asr is a Fake recognizer, not a diarizer"),
+    (["--model", "diar", "--diarize", "--diarizer", "diar"], "diar is a diarizer: give it as diarizer=/--diarizer"),
+    (["--model", "asr", "--diarize", "--num-speakers", "0"], "--num-speakers: "),
+])
+def test_the_command_s_refusals_are_one_line_and_exit_2(fakes, capsys, argv, said):
+    made, wav = fakes
+    code, out, err = cli(capsys, wav, *argv)
+    assert code == 2 and out == ""
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("transcribe: error: ") and said in last, err
+    assert all(not getattr(m, "seen", None) and not getattr(m, "calls", None) for m in made)  # no work done
+
+
+def test_stream_and_batch_have_no_diarize(fakes, capsys, tmp_path):
+    _, wav = fakes
+    code, _, err = cli(capsys, "--stream", wav, "--model", "asr", "--diarize")
+    assert code == 2 and "--diarize does not apply to --stream" in err
+    code, _, err = cli(capsys, "batch", wav, "--output-dir", tmp_path / "b", "--diarize")
+    assert code == 2 and "--diarize" in err.strip().splitlines()[-1]
