@@ -214,7 +214,7 @@ def realistic_joint(asr, enc_frames, steps, tokens_target: float, original: dict
 
 def chunks_of(asr, sched, pcm) -> list:
     from transcribe.parakeet import cache_aware
-    from transcribe.parakeet.live_features import LiveMelFeatures
+    from transcribe.nemo.live_features import LiveMelFeatures
 
     feats = LiveMelFeatures(asr.model.preprocessor)
     frames = feats.push(pcm)

@@ -51,7 +51,7 @@ def main() -> int:
     from machine import cpu_line
     from speech_clip import speech_clip
     from transcribe.parakeet import cache_aware
-    from transcribe.parakeet.live_features import LiveMelFeatures
+    from transcribe.nemo.live_features import LiveMelFeatures
     from transcribe.parakeet.model import ParakeetModel
     from transcribe.runtime import model_call
 

@@ -21,7 +21,7 @@ import torch
 from transcribe.audio import load_audio
 from transcribe.nemo.checkpoint import read_nemo
 from transcribe.nemo.frontend import NemoMelFrontEnd
-from transcribe.parakeet.live_features import LiveMelFeatures
+from transcribe.nemo.live_features import LiveMelFeatures
 from transcribe.parakeet.config import FrontEndConfig, settings
 
 from .conftest import AUDIO, TINY

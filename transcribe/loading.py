@@ -81,6 +81,8 @@ FAMILIES = (
     # Canary before Whisper (Whisper takes any transformers folder, to report a foreign model_type; Canary takes
     # only model_type canary) and before Parakeet (both read .nemo files; Canary's config alone).
     Family("canary", "transcribe.canary"),
+    # Sortformer before Parakeet: both read .nemo files; a diarizer's config alone says what it is.
+    Family("sortformer", "transcribe.sortformer"),
     Family("whisper", "transcribe.whisper"),
     Family("parakeet", "transcribe.parakeet"),
 )

@@ -437,6 +437,12 @@ class ConformerEncoder(nn.Module):
         different attention can share one model. att_context_size: one of `att_context_sizes` for
         this call (a multi-lookahead model), the default (the first) when None."""
         x, lengths = self.pre_encode(feats.transpose(1, 2), lengths)
+        return self.layers_forward(x, lengths, local_context, att_context_size)
+
+    def layers_forward(self, x: torch.Tensor, lengths: torch.Tensor, local_context=MODEL_DEFAULT,
+                       att_context_size: Optional[Sequence[int]] = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The conformer layers on the subsampling's output x [B, T, d_model] (NeMo's `bypass_pre_encode`:
+        scaled, positions, layers) -> ([B, d_model, T], lengths [B])."""
         b, t, _ = x.shape
         if self.xscale is not None:
             x = x * self.xscale

@@ -206,3 +206,45 @@ class DecoderState:
                             [(pick(k), pick(v)) for k, v in self.cross_kv], pick(self.cross_mask), self.position)
 
 
+
+
+class _EncoderBlock(nn.Module):
+    """NeMo's `TransformerEncoderBlock`: self-attention and feed-forward, each with a residual; layer norms
+    before each (pre_ln) or after each residual (post-LN)."""
+
+    def __init__(self, hidden: int, inner: int, heads: int, activation: str, pre_ln: bool):
+        super().__init__()
+        self.pre_ln = pre_ln
+        self.layer_norm_1 = nn.LayerNorm(hidden, eps=1e-5)
+        self.first_sub_layer = _Attention(hidden, heads)
+        self.layer_norm_2 = nn.LayerNorm(hidden, eps=1e-5)
+        self.second_sub_layer = _FeedForward(hidden, inner, activation)
+
+    def forward(self, x: torch.Tensor, mask: Optional[torch.Tensor]) -> torch.Tensor:
+        att = self.first_sub_layer
+        if self.pre_ln:
+            h = self.layer_norm_1(x)
+            h = x + att.attend(h, *att.keys_values(h), mask)
+            return h + self.second_sub_layer(self.layer_norm_2(h))
+        h = self.layer_norm_1(x + att.attend(x, *att.keys_values(x), mask))
+        return self.layer_norm_2(h + self.second_sub_layer(h))
+
+
+class TransformerEncoder(nn.Module):
+    """NeMo's `TransformerEncoder` (`layers.{i}.*`, `final_layer_norm` when pre-LN with a final norm): states
+    [B, T, hidden] and their valid lengths -> [B, T, hidden]; padded keys are masked (NeMo adds -10000 to
+    their scores: the same softmax for every valid row)."""
+
+    def __init__(self, hidden: int, inner: int, layers: int, heads: int, activation: str = "relu",
+                 pre_ln: bool = False, final_norm: bool = True):
+        super().__init__()
+        self.layers = nn.ModuleList(_EncoderBlock(hidden, inner, heads, activation, pre_ln) for _ in range(layers))
+        self.final_layer_norm = nn.LayerNorm(hidden, eps=1e-5) if pre_ln and final_norm else None
+
+    def forward(self, x: torch.Tensor, lengths: Optional[torch.Tensor] = None) -> torch.Tensor:
+        mask = None
+        if lengths is not None and bool((lengths < x.shape[1]).any()):
+            mask = (torch.arange(x.shape[1], device=x.device)[None, :] < lengths[:, None])[:, None, None, :]
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x if self.final_layer_norm is None else self.final_layer_norm(x)

@@ -31,7 +31,7 @@ from ..runtime import model_call
 from ..search import stream_greedy
 from ..streaming import CommitToken, StreamingSession
 from . import cache_aware
-from .live_features import LiveMelFeatures
+from ..nemo.live_features import LiveMelFeatures
 from .options import BUFFERED_ONLY, CACHE_AWARE_ONLY, ParakeetStreamOptions
 
 EVENT_PIECES = {"<EOU>": "eou", "<EOB>": "eob"}

@@ -40,7 +40,7 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-from ..nemo.frontend import NemoMelFrontEnd
+from .frontend import NemoMelFrontEnd
 
 __all__ = ["LiveMelFeatures"]
 
