@@ -24,6 +24,7 @@ from transcribe.errors import OptionValueError, TranscribeError
 from transcribe.options import option
 from transcribe.recognizer import Recognizer
 from transcribe.results import Segment, SpeakerTurn, Transcript, Word
+from transcribe.writers import to_rttm
 
 from .conftest import SHARED
 
@@ -540,3 +541,72 @@ def test_stream_and_batch_have_no_diarize(fakes, capsys, tmp_path):
     assert code == 2 and "--diarize does not apply to --stream" in err
     code, _, err = cli(capsys, "batch", wav, "--output-dir", tmp_path / "b", "--diarize")
     assert code == 2 and "--diarize" in err.strip().splitlines()[-1]
+
+
+# ---------------------------------------------------------------- end to end: the tiny Sortformer
+
+SF = SHARED / "models" / "sortformer-tiny"
+SF_MODEL = SF / "sortformer-tiny.nemo"
+MIX0 = SF / "mix0.wav"
+PARAKEET = SHARED / "models" / "parakeet-tiny" / "tiny-tdt-fit.nemo"
+real = pytest.mark.skipif(not (SF_MODEL.is_file() and PARAKEET.is_file()),
+                          reason="the shared tiny Sortformer and Parakeet models are not in ../shared/models")
+
+
+def _check_attributed(doc: dict) -> None:
+    """Every word has a speaker consistent with the turns; segments hold one speaker each; times monotonic."""
+    turns = [T(**t) for t in doc["speakers"]]
+    assert turns and doc["words"]
+    for w in doc["words"]:
+        assert w["speaker"] is not None and w["speaker"] == speaker_at(turns, w["start"], w["end"])
+    assert [w for s in doc["segments"] for w in s["words"]] == doc["words"]  # nothing dropped, in order
+    for s in doc["segments"]:
+        assert {w["speaker"] for w in s["words"]} == {s["speaker"]}
+    starts = [w["start"] for w in doc["words"]]
+    assert starts == sorted(starts)
+
+
+@real
+def test_the_must_show_command_with_the_tiny_sortformer(capsys):
+    code, out, err = cli(capsys, MIX0, "--model", PARAKEET, "--diarize", "--diarizer", SF_MODEL, "--format", "json")
+    assert (code, err) == (0, "")
+    doc = json.loads(out)
+    _check_attributed(doc)
+    diarizer = transcribe.load_model(str(SF_MODEL))
+    assert doc["speakers"] == [t.to_dict() for t in diarizer.transcribe(str(MIX0)).speakers]
+    # the same through the API, with the diarizer loaded or named, and each input decoded once
+    asr = transcribe.load_model(str(PARAKEET))
+    by_object = asr.transcribe(OneShot(MIX0.read_bytes()), diarize=True, diarizer=diarizer)
+    assert by_object.to_dict() == asr.transcribe(str(MIX0), diarize=True, diarizer=str(SF_MODEL)).to_dict()
+    assert by_object.to_dict()["words"] == doc["words"]
+    one = asr.transcribe(str(MIX0), diarize=True, diarizer=diarizer, num_speakers=1)
+    assert {w.speaker for w in one.words} == {"speaker_0"} and {t.speaker for t in one.speakers} == {"speaker_0"}
+    assert one.text == by_object.text  # the recognizer's text is left as it was
+
+
+@real
+@pytest.mark.parametrize("argv, said", [
+    (["--model", SF_MODEL, "--diarize", "--diarizer", SF_MODEL], "sortformer-tiny.nemo is a diarizer: give it as "
+                                                                 "diarizer=/--diarizer"),
+    (["--model", PARAKEET, "--diarize", "--diarizer", PARAKEET], "tiny-tdt-fit.nemo is a Parakeet recognizer, not a "
+                                                                 "diarizer"),
+    (["--model", PARAKEET, "--diarize", "--diarizer", SF_MODEL, "--num-speakers", "5"],
+     "--num-speakers must be at most 4 (the diarizer's speakers), got 5"),
+    (["--model", PARAKEET, "--num-speakers", "2"], "tiny-tdt-fit.nemo is a Parakeet model and does not take "
+                                                   "--num-speakers (it is not a diarizer: add --diarize"),
+    (["--model", SF_MODEL, "--num-speakers", "5"], "--num-speakers must be at most 4"),
+    (["--model", PARAKEET, "-f", "rttm"], "rttm needs a diarized transcript"),
+])
+def test_bad_pairings_with_the_real_models_are_one_line_exit_2(capsys, argv, said):
+    code, out, err = cli(capsys, MIX0, *argv)
+    assert code == 2 and out == "" and len(err.strip().splitlines()) == 1 and said in err, err
+
+
+@real
+@pytest.mark.xfail(strict=True, reason="the command's worker (jobs/work.py) passes timestamps=, which SortformerOptions "
+                                       "does not take yet (the family's to add, command=False, form=None)")
+def test_a_sortformer_model_writes_rttm_from_the_command(capsys):
+    code, out, err = cli(capsys, MIX0, "--model", SF_MODEL, "--format", "rttm", "--num-speakers", "2")
+    assert (code, err) == (0, "")
+    turns = transcribe.load_model(str(SF_MODEL)).transcribe(str(MIX0), num_speakers=2).speakers
+    assert out == to_rttm(Transcript("", 0.0, speakers=turns), file_id="mix0")
