@@ -49,6 +49,7 @@ class SortformerOptions:
     max_offline_s: float = option(600.0, help="diarizer: longer inputs take the streaming path", parse=float,
                                   command=False, form=None)
     sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
+    timestamps: bool = option(True, help="(speaker turns are always timed)", command=False, form=None)
 
     def __post_init__(self):
         if self.mode is not None and self.mode not in MODES:
@@ -64,3 +65,4 @@ class SortformerOptions:
         integer("num_speakers", self.num_speakers, 1, 64)
         number("max_offline_s", self.max_offline_s, *MAX_OFFLINE_S, allow_none=False, why="seconds")
         sample_rate(self.sample_rate)
+        boolean("timestamps", self.timestamps)
