@@ -535,10 +535,10 @@ def test_the_command_s_refusals_are_one_line_and_exit_2(fakes, capsys, argv, sai
     assert all(not getattr(m, "seen", None) and not getattr(m, "calls", None) for m in made)  # no work done
 
 
-def test_stream_and_batch_have_no_diarize(fakes, capsys, tmp_path):
-    _, wav = fakes
-    code, _, err = cli(capsys, "--stream", wav, "--model", "asr", "--diarize")
-    assert code == 2 and "--diarize does not apply to --stream" in err
+def test_batch_has_no_diarize_and_a_stream_s_speaker_limit_needs_it(fakes, capsys, tmp_path):
+    _, wav = fakes  # (--stream --diarize: tests/test_stream_diarize.py)
+    code, _, err = cli(capsys, "--stream", wav, "--model", "asr", "--num-speakers", "2")
+    assert code == 2 and "--num-speakers needs --diarize" in err
     code, _, err = cli(capsys, "batch", wav, "--output-dir", tmp_path / "b", "--diarize")
     assert code == 2 and "--diarize" in err.strip().splitlines()[-1]
 

@@ -147,10 +147,6 @@ def diarize_problem(args) -> Optional[str]:
     """The usage error of the speaker flags (checked before anything is loaded), or None."""
     if args.diarizer is not None and not args.diarize:
         return "--diarizer needs --diarize"
-    if getattr(args, "stream", None) is not None:
-        given = [f for f, on in (("--diarize", args.diarize), ("--num-speakers", getattr(args, NUM_SPEAKERS, None)
-                                                                is not None)) if on]
-        if given:
-            return f"{', '.join(given)} {'does' if len(given) == 1 else 'do'} not apply to --stream (a live session " \
-                   "has no diarizer yet)"
+    if getattr(args, "stream", None) is not None and getattr(args, NUM_SPEAKERS, None) is not None and not args.diarize:
+        return "--num-speakers needs --diarize"  # (a live session's speaker limit is its diarizer's: stream_cli.py)
     return None
