@@ -603,8 +603,6 @@ def test_bad_pairings_with_the_real_models_are_one_line_exit_2(capsys, argv, sai
 
 
 @real
-@pytest.mark.xfail(strict=True, reason="the command's worker (jobs/work.py) passes timestamps=, which SortformerOptions "
-                                       "does not take yet (the family's to add, command=False, form=None)")
 def test_a_sortformer_model_writes_rttm_from_the_command(capsys):
     code, out, err = cli(capsys, MIX0, "--model", SF_MODEL, "--format", "rttm", "--num-speakers", "2")
     assert (code, err) == (0, "")

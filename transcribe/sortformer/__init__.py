@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "StreamOptions", "DIARIZER", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "DIARIZER", "detect", "load", "export_gguf"]
 
 KIND = "Sortformer"
 from .options import SortformerOptions as Options  # noqa: E402
@@ -44,3 +44,12 @@ def load(path: Path, name: str, device, dtype, kind: str):
         cfg, state = read_sortformer_gguf(path)
         return SortformerDiarizer.from_state(cfg, state, str(path), name, device, dtype)
     return SortformerDiarizer.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a Sortformer `.nemo`: transcribe.cpp's `sortformer` schema (the only one), f32
+    by default (`gguf_export.export_gguf`)."""
+    from .gguf_export import export_gguf as export
+
+    return export(path, out, schema, qtype, meta, name)
