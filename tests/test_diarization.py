@@ -608,3 +608,18 @@ def test_a_sortformer_model_writes_rttm_from_the_command(capsys):
     assert (code, err) == (0, "")
     turns = transcribe.load_model(str(SF_MODEL)).transcribe(str(MIX0), num_speakers=2).speakers
     assert out == to_rttm(Transcript("", 0.0, speakers=turns), file_id="mix0")
+
+
+def test_speaker_usage_errors_import_neither_torch_nor_numpy():
+    import subprocess
+    import sys
+
+    code = ("import sys\nfrom transcribe.cli import main\n"
+            "rcs = [main(['x.wav', '--diarizer', 'm']), main(['x.wav', '--diarize', '--num-speakers', '0']),\n"
+            "       main(['--stream', 'x.wav', '--diarize']), main(['x.wav', '-f', 'all', '--diarize'])]\n"
+            "assert rcs == [2, 2, 2, 2], rcs\n"
+            "import transcribe.diarization, transcribe.writers\n"
+            "heavy = sorted(m for m in ('torch', 'numpy', 'soundfile', 'av') if m in sys.modules)\n"
+            "assert not heavy, heavy\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nemo.checkpoint import adopt
+from ..nemo.checkpoint import adopt, own_names
 from ..nemo.conformer import ConformerEncoder
 from ..nemo.frontend import NemoMelFrontEnd
 from ..nemo.transformer import TransformerEncoder
@@ -52,13 +52,7 @@ class SortformerModel(nn.Module):
         self.subsampling_factor = config.subsampling_factor
 
     def load_nemo_state_dict(self, sd: dict) -> None:
-        own = {}
-        for k, v in sd.items():
-            if k.startswith("preprocessor.featurizer."):
-                own["preprocessor." + k[len("preprocessor.featurizer."):]] = v
-            elif not k.endswith("num_batches_tracked"):
-                own[k] = v
-        adopt(self, own, lambda: NemoMelFrontEnd(self.preprocessor.config))
+        adopt(self, own_names(sd), lambda: NemoMelFrontEnd(self.preprocessor.config))
 
     # The precision the network runs in (float32; bfloat16 or float16 when loaded so; int8 layers take float32).
     dtype: torch.dtype = torch.float32
