@@ -616,7 +616,7 @@ def test_speaker_usage_errors_import_neither_torch_nor_numpy():
 
     code = ("import sys\nfrom transcribe.cli import main\n"
             "rcs = [main(['x.wav', '--diarizer', 'm']), main(['x.wav', '--diarize', '--num-speakers', '0']),\n"
-            "       main(['--stream', 'x.wav', '--diarize']), main(['x.wav', '-f', 'all', '--diarize'])]\n"
+            "       main(['--stream', 'x.wav', '--num-speakers', '2']), main(['x.wav', '-f', 'all', '--diarize'])]\n"
             "assert rcs == [2, 2, 2, 2], rcs\n"
             "import transcribe.diarization, transcribe.writers\n"
             "heavy = sorted(m for m in ('torch', 'numpy', 'soundfile', 'av') if m in sys.modules)\n"
