@@ -398,6 +398,18 @@ def test_real_sortformer_over_http(real, offline):
 
     body = ok(post({"response_format": "diarized_json"}))
     assert [(s["text"], s["speaker"]) for s in body["segments"]] == [(s.text, s.speaker) for s in t.segments]
+    # requests at once (run as one batch when they meet: one model call, one diarizer call): the same answers
+    answers = [None] * 3
+
+    def one(i):
+        answers[i] = ok(post({"response_format": "diarized_json"}))
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(3)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert answers == [body] * 3
     verbose = ok(post({"response_format": "verbose_json", "diarize": "true", "timestamp_granularities[]": "word"}))
     assert verbose["speakers"] == [{"speaker": x.speaker, "start": round(x.start, 3), "end": round(x.end, 3)}
                                    for x in t.speakers]

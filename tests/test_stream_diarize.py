@@ -321,6 +321,10 @@ def test_cache_aware_parakeet_with_the_streaming_sortformer(sortformer):
         alone.feed(pcm[i:i + 2560])
     alone.finish()
     assert alone.turns(True) == turns
+    # at most one speaker: the diarizer merges the others into it
+    one = asr.stream().add_diarizer(sortformer, num_speakers=1)
+    words = run_session(one, pcm, piece=2560)[0]
+    assert {w.speaker for w in words} == {"speaker_0"} and {t.speaker for t in one.speaker_turns()} == {"speaker_0"}
 
 
 def test_stream_command_with_the_streaming_sortformer(capsys, sortformer):
