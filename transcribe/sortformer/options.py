@@ -58,6 +58,10 @@ class SortformerOptions:
             boolean("async_update", self.async_update)
         for name in ("onset", "offset"):
             number(name, getattr(self, name), 0.0, 1.0, allow_none=False, why="a probability")
+        if self.onset < self.offset:
+            # NeMo's hysteresis: a turn starts above onset and ends below offset; with onset < offset a value
+            # between them would start and end a turn on every 10 ms unit
+            raise OptionValueError("onset", f"onset ({self.onset:g}) must be at least offset ({self.offset:g})")
         for name in ("pad_onset", "pad_offset"):
             number(name, getattr(self, name), 0.0, MAX_PAD_S, allow_none=False, why="seconds")
         for name in ("min_duration_on", "min_duration_off"):

@@ -58,22 +58,28 @@ def _nemo_merge(segs: list) -> list:
 
 
 def binarize(probs: np.ndarray, p: PostProcessing, units: int) -> list:
-    seq = np.repeat(np.asarray(probs, dtype=np.float32), units)
+    """NeMo's `binarization` over the probabilities repeated `units` times. The repeated units of one frame are
+    equal, so a threshold is crossed only at a frame's first unit: the loop runs over frames, each at unit
+    index frame x units, which is what NeMo's loop over units finds."""
+    seq = np.asarray(probs, dtype=np.float32)
     onset, offset = np.float32(p.onset), np.float32(p.offset)
+    above, below = seq > onset, seq < offset
     segs = []
     speech, start = False, 0.0
-    i = 0
-    for i in range(len(seq)):
+    # only frames where the state can change: above onset while silent, below offset while speaking
+    for f in np.flatnonzero(above | below).tolist():
+        i = f * units
         if speech:
-            if seq[i] < offset:
+            if below[f]:
                 if i * UNIT_S + p.pad_offset > max(0, start - p.pad_onset):
                     segs.append([_f32(max(0, start - p.pad_onset)), _f32(i * UNIT_S + p.pad_offset)])
                 start = i * UNIT_S
                 speech = False
-        elif seq[i] > onset:
+        elif above[f]:
             start = i * UNIT_S
             speech = True
     if speech:
+        i = len(seq) * units - 1
         segs.append([_f32(max(0, start - p.pad_onset)), _f32(i * UNIT_S + p.pad_offset)])
     return _nemo_merge(segs)
 

@@ -193,6 +193,11 @@ class LiveDiarizer:
         self._rows: list = []
         self.samples = 0
         self.finished = False
+        self._turns: tuple = (-1, [])  # (frames, turns) of the last turns() call
+        # How far back from the last diarized frame a turn may still change: a later turn's pad_onset reaches
+        # back, and a turn shorter than min_duration_on or a gap shorter than min_duration_off is decided
+        # only when it ends.
+        self.settle_s = opts.pad_onset + max(opts.min_duration_on, opts.min_duration_off)
 
     @property
     def frames_done(self) -> int:
@@ -225,5 +230,12 @@ class LiveDiarizer:
 
     def turns(self, final: bool = False) -> list:
         """Speaker turns of the frames diarized so far (a turn still open at the last frame ends there; with
-        `final` false it may still grow)."""
-        return self.diarizer.turns(self.probs, self.opts)
+        `final` false it may still grow, and turns within `settle_s` of the last frame may still change).
+        Worked out again only when frames have come since the last call."""
+        n = self.frames_done
+        if self._turns[0] != n:
+            rows = [r for r in self._rows if len(r)]
+            if len(rows) > 1:
+                self._rows = [np.concatenate(rows, axis=0)]
+            self._turns = (n, self.diarizer.turns(self.probs, self.opts))
+        return list(self._turns[1])
