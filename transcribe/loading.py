@@ -5,8 +5,10 @@ the family contract: `KIND` (its name in messages), `Options` and `StreamOptions
 dataclasses, `<family>/options.py`; StreamOptions None without a live session), `detect(path)` (whether,
 and in which format, a path holds one of its models, from its files alone), `load(path, name, device,
 dtype, kind)` (its recognizer, a `transcribe.recognizer.Recognizer`), and optionally `PIECE_S` (the piece
-length batch jobs cut long inputs into), `TASK_INPUTS` (inputs per batch-job task), `FASTEST_CPU_DTYPE`
-and `export_gguf(path, out, schema, qtype, meta, name) -> (schema, qtype)` (`transcribe convert`).
+length batch jobs cut long inputs into), `TASK_INPUTS` (inputs per batch-job task), `FASTEST_CPU_DTYPE`,
+`export_gguf(path, out, schema, qtype, meta, name) -> (schema, qtype)` (`transcribe convert`) and `DIARIZER`
+(true for a family of diarizers: its recognizers have `diarizer = True`, `max_speakers` and `diarize()`, and
+their transcripts carry speaker turns, no text; `transcribe.diarization`).
 """
 from __future__ import annotations
 
