@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Optional, TextIO
 
-from ..errors import TranscribeError
+from ..errors import OptionsNotTaken, OptionValueError, TranscribeError
 from ..writers import WRITERS, no_room
 from .inputs import Item, JobError, collect, probe
 from .job import (SCRATCH, Assembler, Outputs, Results, clear_scratch, drop_scratch, drop_stale_temporaries,
@@ -67,11 +67,13 @@ class BatchOptions:
     - resume: go on with the job in the folder; overwrite: replace output files in the way;
     - device, dtype: as `load_model`'s; batch_size: inputs (or pieces) a model call takes (default: the
       model's choice, the family's TASK_INPUTS a task);
-    - piece_s: cut inputs longer than this at pauses (None: the family's PIECE_S; 0: never); detector:
-      the pause detector (auto, silero, energy);
+    - piece_s: cut inputs longer than this at pauses (None: the family's PIECE_S; 0: never; with diarize,
+      or a diarizer as the model, None is 0 and another value an error); detector: the pause detector
+      (auto, silero, energy);
     - max_line_width, max_line_count: srt/vtt cue layout;
     - progress: show the progress display on `stream` (default: stderr);
-    - decoding: every other keyword, the family's transcribe() options.
+    - decoding: every other keyword: the family's transcribe() options, and Recognizer.transcribe's
+      diarize, diarizer (a name or path: each worker loads it once), num_speakers and diarizer_options.
     """
     manifest: Optional[str] = None
     formats: tuple = ("json",)
@@ -112,6 +114,15 @@ class BatchOptions:
             raise JobError(f"piece length must be 0 (no cuts) or 10-3600 s, got {self.piece_s}")
         if (self.decoding.get("nbest") or 1) > 1 and self.piece_s != 0:
             raise JobError("nbest lists of pieces do not join: give piece_s=0 (--piece-s 0) with nbest")
+        if self.decoding.get("diarize") is True:
+            # A diarizer numbers speakers in order of appearance within one run: the labels of two pieces
+            # would not name the same people. Whole inputs then (the diarizer's streaming path bounds its
+            # memory on long ones); an explicit cut length is refused rather than ignored.
+            if self.piece_s is None:
+                object.__setattr__(self, "piece_s", 0)
+            elif self.piece_s != 0:
+                raise JobError("a diarized input is not cut into pieces (speaker labels do not join across "
+                               "pieces): leave piece_s unset or give 0 (--piece-s 0) with diarize")
 
 
 def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, model: Optional[str] = None,
@@ -124,7 +135,13 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, model:
     job = BatchOptions.of(options)
     from ..loading import check_options_offline
 
-    check_options_offline(model, job.decoding)  # a local model's family refuses what it does not take, before any work
+    try:  # a local model's family refuses what it does not take (a local diarizer too), before any work
+        check_options_offline(model, job.decoding)
+    except (OptionsNotTaken, OptionValueError):
+        raise
+    except TranscribeError as e:
+        raise JobError(str(e)) from None
+    _check_speaker_formats(model, job)
 
     items = collect(inputs, job.manifest)
     out_dir = Path(output_dir)
@@ -192,6 +209,19 @@ def _run_job(items: list[Item], out_dir: Path, model: Optional[str], job: BatchO
         _drive(outcomes(events, todo), outputs, results, summary, shown, out_dir)
     finally:
         shown.close()
+
+
+def _check_speaker_formats(model: Optional[str], job: BatchOptions) -> None:
+    """rttm (speaker turns) without diarize from a model known, from its files, not to be a diarizer: a
+    JobError before any work (a hub id's inputs fail one by one, each saying why)."""
+    if "rttm" not in job.formats or job.decoding.get("diarize") is True:
+        return
+    from ..loading import known_family
+    from ..writers import NOT_DIARIZED
+
+    found = known_family(model)
+    if found is not None and not found[1].contract("DIARIZER", False):
+        raise JobError(f"{NOT_DIARIZED}: {found[0]} is not a diarizer")
 
 
 def _lock(out_dir: Path) -> Optional[int]:
