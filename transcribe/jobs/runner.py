@@ -298,6 +298,8 @@ def run_here(todo: list[Item], options: Options, workers: int = 1, out_dir: Opti
         if worker is None:
             try:
                 worker = Worker(options)  # a bad model or option stops the job before any input
+            except (OptionsNotTaken, OptionValueError):
+                raise  # as check_options_offline raises them: each surface spells the option its own way
             except TranscribeError as e:
                 raise JobError(str(e)) from None
         executor, family = local.Inline(worker), worker.family
