@@ -137,6 +137,16 @@ def test_diarizer_options_in_the_api(models):
         asr.check_options(diarize=True, diarizer=diar, diarizer_options={"beam_size": 2})
 
 
+def test_the_call_keywords_are_recognizer_transcribe_s():
+    import inspect
+
+    from transcribe.loading import CALL_KEYWORDS
+    from transcribe.recognizer import Recognizer
+
+    params = inspect.signature(Recognizer.transcribe).parameters
+    assert [n for n, p in params.items() if p.kind == p.POSITIONAL_OR_KEYWORD][2:] == list(CALL_KEYWORDS)
+
+
 @pytest.mark.parametrize("argv, said", [
     (["--model", PARAKEET, "--diarizer-mode", "offline"],
      "tiny-tdt-fit.nemo is a Parakeet model and does not take --diarizer-mode (it is not a diarizer: add --diarize"),

@@ -168,9 +168,8 @@ def diarizer_option_names(model, diarizer) -> frozenset:
     one not known before loading (a hub id, the default diarizer) counts as every registered family of its
     kind: diarizers (a family's DIARIZER) or recognizers."""
     from .hub import DEFAULT_DIARIZER
-    from .loading import FAMILIES, known_family
+    from .loading import CALL_KEYWORDS, FAMILIES, known_family
     from .options import names
-    from .recognizer import CALL_KEYWORDS
 
     def of(name, diarizers: bool) -> frozenset:
         found = known_family(name)

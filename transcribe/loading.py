@@ -171,18 +171,21 @@ def family_of(path) -> Optional[str]:
     return None if family is None else family.name
 
 
+# Recognizer.transcribe's own keywords besides a family's options (what surfaces pass beside them; kept here,
+# where they are told apart before loading, since the recognizer imports this module).
+CALL_KEYWORDS = ("diarize", "diarizer", "num_speakers", "diarizer_options")
+
+
 def check_options_offline(name: Optional[str], options: dict) -> None:
     """Raises errors.OptionsNotTaken for options the family of the model `name` does not take, and
     errors.OptionValueError for a value its options refuse, when that family is known without loading it or
     using the network (the default model, a local path): the command and batch jobs check so before loading
     (minutes for a large model); the loaded model checks again, and alone for a hub id.
 
-    `options` may hold Recognizer.transcribe's own keywords (`recognizer.CALL_KEYWORDS`: diarize, diarizer,
+    `options` may hold Recognizer.transcribe's own keywords (`CALL_KEYWORDS`: diarize, diarizer,
     num_speakers, diarizer_options), which are not the family's: with diarize=True a local diarizer (named by
     its path) is checked the same way, to be a diarizer and to take `diarizer_options` and num_speakers; a
     local model that is a diarizer is refused as the recognizer."""
-    from .recognizer import CALL_KEYWORDS
-
     options = dict(options or {})
     call = {k: options.pop(k) for k in CALL_KEYWORDS if k in options}
     diarize = call.get("diarize") is True

@@ -27,8 +27,8 @@ _DIARIZERS_LOCK = threading.Lock()
 _WORD_TIMES = "word_timestamps"
 
 
-# Recognizer.transcribe's own keywords besides the family's options (what a surface passes beside them).
-CALL_KEYWORDS = ("diarize", "diarizer", "num_speakers", "diarizer_options")
+# The keyword num_speakers=, which a diarizer's own options take too (its speaker limit).
+_NUM_SPEAKERS = "num_speakers"
 # What the recognizer itself gives the diarizer: its inputs are arrays at the diarizer's rate.
 _SET_BY_RECOGNIZER = ("sample_rate",)
 
@@ -138,7 +138,7 @@ class Recognizer(ABC):
                 if not self.diarizer:
                     raise TranscribeError(f"num_speakers (--num-speakers) needs diarize=True (--diarize): {self.name} "
                                           f"is a {self.kind} recognizer, not a diarizer")
-                given = {**given, "num_speakers": num_speakers}
+                given = {**given, _NUM_SPEAKERS: num_speakers}
             return self.options(**given)
         if self.diarizer:
             raise TranscribeError(f"{self.name} is a diarizer: give it as diarizer=/--diarizer")
@@ -147,7 +147,7 @@ class Recognizer(ABC):
         from .diarization import check_num_speakers
 
         if num_speakers is None:
-            num_speakers = own.pop("num_speakers", None)
+            num_speakers = own.pop(_NUM_SPEAKERS, None)
         check_num_speakers(num_speakers, getattr(model, "max_speakers", None))
         _check_diarizer_options(model, own, num_speakers)
         given = dict(given)
@@ -240,7 +240,7 @@ def _diarizer_options(given, num_speakers) -> dict:
         if name in given:
             raise TranscribeError(f"diarizer_options: {name} is the recognizer's option (the diarizer is given the "
                                   "decoded audio at its own rate): give it to transcribe()")
-    if "num_speakers" in given and num_speakers is not None:
+    if _NUM_SPEAKERS in given and num_speakers is not None:
         raise TranscribeError("num_speakers is given twice: as num_speakers= and in diarizer_options")
     return dict(given)
 
@@ -254,6 +254,6 @@ def _check_diarizer_options(model, own: dict, num_speakers) -> None:
     if check is None:
         return
     try:
-        check(**own, **({} if num_speakers is None else {"num_speakers": num_speakers}))
+        check(**own, **({} if num_speakers is None else {_NUM_SPEAKERS: num_speakers}))
     except OptionValueError as e:
         raise OptionValueError(e.option, f"{e} (an option of the diarizer {model.name})") from None
