@@ -568,6 +568,32 @@ def test_the_command_s_refusals_are_one_line_and_exit_2(fakes, capsys, argv, sai
     assert all(not getattr(m, "seen", None) and not getattr(m, "calls", None) for m in made)  # no work done
 
 
+def test_the_command_routes_the_diarizer_family_s_options_to_it():
+    """With --diarize, a flag of an option the diarizer's family takes and the recognizer's does not goes to
+    diarizer_options; the names come from the registry (a family's DIARIZER), never from a table."""
+    import argparse
+    import dataclasses
+
+    from transcribe.cli_args import diarize_options, diarizer_option_names
+    from transcribe.loading import CALL_KEYWORDS, FAMILIES
+
+    def names(f):
+        return {x.name for x in dataclasses.fields(f.options)}
+
+    diarizers = [f for f in FAMILIES if f.contract("DIARIZER", False)]
+    recognizers = [f for f in FAMILIES if not f.contract("DIARIZER", False)]
+    routed = diarizer_option_names(None, None)  # the default model (Whisper, local) and diarizer (a hub id)
+    assert diarizers and routed and "mode" in routed and "onset" in routed
+    assert routed == set().union(*map(names, diarizers)) - set().union(*map(names, recognizers)) - set(CALL_KEYWORDS)
+    assert not routed & {"sample_rate", "timestamps", "num_speakers"}  # both take them, or a keyword of its own
+    args = argparse.Namespace(diarize=True, diarizer=None, model=None, num_speakers=2)
+    got = diarize_options(args).call_options({"mode": "offline", "beam_size": 4, "sample_rate": 8000})
+    assert got == {"beam_size": 4, "sample_rate": 8000, "diarize": True, "diarizer": None, "num_speakers": 2,
+                   "diarizer_options": {"mode": "offline"}}
+    args.diarize = False
+    assert diarize_options(args).call_options({"mode": "offline"}) == {"mode": "offline", "num_speakers": 2}
+
+
 def test_stream_has_no_diarize_and_batch_diarizes_whole_inputs(fakes, capsys, tmp_path):
     made, wav = fakes
     code, _, err = cli(capsys, "--stream", wav, "--model", "asr", "--diarize")

@@ -1,8 +1,9 @@
 """The command line's shared options: the decoding flags, generated from every registered family's
 options (`transcribe.surfaces`: one flag per option name that some family's Surface gives the command),
 the subtitle arguments, and what the flags given become as `transcribe()` keywords (used by `transcribe`
-and `transcribe batch`); and the command's speaker flags (--diarize, --diarizer, --num-speakers: `transcribe`
-only, since batch jobs cut long inputs into pieces, across which a diarizer's speaker labels do not hold)."""
+and `transcribe batch`); and the speaker flags (--diarize, --diarizer, --num-speakers; `transcribe` and
+`transcribe batch`, whose jobs then never cut an input: a diarizer's speaker labels do not hold across
+pieces), with --diarize routing the flags of the diarizer family's own options to `diarizer_options`."""
 from __future__ import annotations
 
 import argparse
