@@ -215,11 +215,16 @@ def test_batch_refusals_come_before_any_work(tmp_path):
         (dict(model=str(PARAKEET), diarize=True, diarizer=str(PARAKEET)), "tiny-tdt-fit.nemo is a Parakeet "
                                                                            "recognizer, not a diarizer"),
         (dict(model=str(SF_MODEL), diarize=True), "sortformer-tiny.nemo is a diarizer: give it as diarizer="),
+        (dict(model=str(SF_MODEL), piece_s=30, formats=["rttm"]), "sortformer-tiny.nemo is a diarizer, whose inputs "
+                                                                  "are not cut into pieces"),
         (dict(model=str(PARAKEET), diarize=True, diarizer=str(SF_MODEL), diarizer_options={"onset": 2}),
          "onset must lie in [0, 1] (a probability), got 2 (an option of the diarizer sortformer-tiny.nemo)"),
         (dict(model=str(PARAKEET), diarize=True, diarizer=str(SF_MODEL), diarizer_options={"bogus": 1}),
          "sortformer-tiny.nemo is a Sortformer model and does not take bogus"),
     ]
+    cases.append((dict(model=str(PARAKEET), diarize=True, diarizer=transcribe.load_model(str(SF_MODEL))),
+                  "diarizer: give a batch job the diarizer's name or path (each worker loads it once), not a loaded "
+                  "model (SortformerDiarizer)"))
     for kw, said in cases:
         with pytest.raises(transcribe.TranscribeError) as e:
             transcribe.batch([str(MIXES[0])], str(tmp_path / "job"), workers=1, **kw)

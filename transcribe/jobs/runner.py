@@ -114,6 +114,10 @@ class BatchOptions:
             raise JobError(f"piece length must be 0 (no cuts) or 10-3600 s, got {self.piece_s}")
         if (self.decoding.get("nbest") or 1) > 1 and self.piece_s != 0:
             raise JobError("nbest lists of pieces do not join: give piece_s=0 (--piece-s 0) with nbest")
+        diarizer = self.decoding.get("diarizer")
+        if diarizer is not None and not isinstance(diarizer, (str, os.PathLike)):
+            raise JobError("diarizer: give a batch job the diarizer's name or path (each worker loads it once), "
+                           f"not a loaded model ({type(diarizer).__name__})")
         if self.decoding.get("diarize") is True:
             # A diarizer numbers speakers in order of appearance within one run: the labels of two pieces
             # would not name the same people. Whole inputs then (the diarizer's streaming path bounds its
@@ -141,7 +145,7 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, model:
         raise
     except TranscribeError as e:
         raise JobError(str(e)) from None
-    _check_speaker_formats(model, job)
+    _check_speakers(model, job)
 
     items = collect(inputs, job.manifest)
     out_dir = Path(output_dir)
@@ -211,17 +215,24 @@ def _run_job(items: list[Item], out_dir: Path, model: Optional[str], job: BatchO
         shown.close()
 
 
-def _check_speaker_formats(model: Optional[str], job: BatchOptions) -> None:
-    """rttm (speaker turns) without diarize from a model known, from its files, not to be a diarizer: a
-    JobError before any work (a hub id's inputs fail one by one, each saying why)."""
-    if "rttm" not in job.formats or job.decoding.get("diarize") is True:
+def _check_speakers(model: Optional[str], job: BatchOptions) -> None:
+    """What a model known from its files (a local path, the default) tells before any work (JobError): rttm
+    (speaker turns) without diarize from a model that is not a diarizer; a diarizer as the model with pieces
+    asked for (its speaker labels do not join across them). A hub id's are told once it is loaded."""
+    if job.decoding.get("diarize") is True or ("rttm" not in job.formats and not job.piece_s):
         return
     from ..loading import known_family
     from ..writers import NOT_DIARIZED
 
     found = known_family(model)
-    if found is not None and not found[1].contract("DIARIZER", False):
+    if found is None:
+        return
+    diarizer = found[1].contract("DIARIZER", False)
+    if "rttm" in job.formats and not diarizer:
         raise JobError(f"{NOT_DIARIZED}: {found[0]} is not a diarizer")
+    if diarizer and job.piece_s:
+        raise JobError(f"{found[0]} is a diarizer, whose inputs are not cut into pieces (speaker labels do not "
+                       f"join across pieces): leave piece_s unset or give 0 (--piece-s 0)")
 
 
 def _lock(out_dir: Path) -> Optional[int]:
