@@ -20,7 +20,7 @@ import soundfile as sf
 import transcribe
 from transcribe import hub
 from transcribe.diarization import Diarization, attribute, check_num_speakers, limit_speakers, speaker_at
-from transcribe.errors import OptionValueError, TranscribeError
+from transcribe.errors import OptionsNotTaken, OptionValueError, TranscribeError
 from transcribe.options import option
 from transcribe.recognizer import Recognizer
 from transcribe.results import Segment, SpeakerTurn, Transcript, Word
@@ -87,6 +87,11 @@ class FakeDiarizerOptions:
     num_speakers: int = option(None, help="speakers", command=False, form=None)
     sample_rate: int = option(None, help="rate", command=False, form=None)
     timestamps: bool = option(True, help="times", command=False, form=None)
+    onset: float = option(0.5, help="a turn starts above this", command=False, form=None)
+
+    def __post_init__(self):
+        if not 0.0 <= self.onset <= 1.0:
+            raise OptionValueError("onset", f"onset must lie in [0, 1], got {self.onset}")
 
 
 class FakeDiarizer(Recognizer):
@@ -101,9 +106,11 @@ class FakeDiarizer(Recognizer):
     def __init__(self, name="fake-diar"):
         self.name = name
         self.calls = []
+        self.onsets = []  # the onset option of each diarize() call
 
-    def diarize(self, audio, sample_rate=None, num_speakers=None):
+    def diarize(self, audio, sample_rate=None, num_speakers=None, **options):
         check_num_speakers(num_speakers, self.max_speakers)
+        self.onsets.append(self.options(**options).onset)
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         out = []
@@ -446,6 +453,32 @@ def test_refusals_come_before_any_work():
     diar.check_options(num_speakers=2)
 
 
+def test_the_diarizer_s_own_options_are_checked_by_it_before_any_work():
+    asr, diar = FakeASR(), FakeDiarizer()
+    got = asr.transcribe(wav_bytes(5.0), diarize=True, diarizer=diar, diarizer_options={"onset": 0.25})
+    assert diar.onsets == [0.25] and got.speakers == [T("speaker_0", 0.0, 2.0), T("speaker_1", 1.92, 4.96)]
+    # num_speakers may ride in diarizer_options too (the diarizer's option), but not twice
+    asr.transcribe(wav_bytes(5.0), diarize=True, diarizer=diar, diarizer_options={"num_speakers": 1})
+    assert diar.calls[-1][-1] == 1
+    cases = [
+        (dict(diarizer_options={"onset": 2.0}), OptionValueError,
+         r"^onset must lie in \[0, 1\], got 2.0 \(an option of the diarizer fake-diar\)$"),
+        (dict(diarizer_options={"beam_size": 4}), OptionsNotTaken, "^fake-diar is a FakeDiar model and does not take beam_size$"),
+        (dict(diarizer_options={"sample_rate": 8000}), TranscribeError, "sample_rate is the recognizer's option"),
+        (dict(diarizer_options={"num_speakers": 1}, num_speakers=2), TranscribeError, "num_speakers is given twice"),
+        (dict(diarizer_options={"num_speakers": 5}), OptionValueError, "num_speakers must be at most 4"),
+        (dict(diarizer_options=["onset"]), OptionValueError, "diarizer_options must be a dict"),
+    ]
+    calls = len(diar.calls)
+    for kw, err, msg in cases:
+        for call in (asr.check_options, lambda **k: asr.transcribe(OneShot(b"never read"), **k)):
+            with pytest.raises(err, match=msg):
+                call(diarize=True, diarizer=diar, **kw)
+    with pytest.raises(TranscribeError, match="diarizer_options are the options of a diarizer run with diarize=True"):
+        asr.transcribe(OneShot(b"never read"), diarizer_options={"onset": 0.3})
+    assert len(diar.calls) == calls and len(asr.seen) == 2
+
+
 def test_the_sortformer_short_names(monkeypatch, tmp_path):
     for alias, repo in (("sortformer-v2.1", "nvidia/diar_streaming_sortformer_4spk-v2.1"),
                         ("sortformer-v2", "nvidia/diar_streaming_sortformer_4spk-v2"),
@@ -535,12 +568,50 @@ def test_the_command_s_refusals_are_one_line_and_exit_2(fakes, capsys, argv, sai
     assert all(not getattr(m, "seen", None) and not getattr(m, "calls", None) for m in made)  # no work done
 
 
-def test_batch_has_no_diarize_and_a_stream_s_speaker_limit_needs_it(fakes, capsys, tmp_path):
-    _, wav = fakes  # (--stream --diarize: tests/test_stream_diarize.py)
+def test_the_command_routes_the_diarizer_family_s_options_to_it():
+    """With --diarize, a flag of an option the diarizer's family takes and the recognizer's does not goes to
+    diarizer_options; the names come from the registry (a family's DIARIZER), never from a table."""
+    import argparse
+    import dataclasses
+
+    from transcribe.cli_args import diarize_options, diarizer_option_names
+    from transcribe.loading import CALL_KEYWORDS, FAMILIES
+
+    def names(f):
+        return {x.name for x in dataclasses.fields(f.options)}
+
+    diarizers = [f for f in FAMILIES if f.contract("DIARIZER", False)]
+    recognizers = [f for f in FAMILIES if not f.contract("DIARIZER", False)]
+    routed = diarizer_option_names(None, None)  # the default model (Whisper, local) and diarizer (a hub id)
+    assert diarizers and routed and "mode" in routed and "onset" in routed
+    assert routed == set().union(*map(names, diarizers)) - set().union(*map(names, recognizers)) - set(CALL_KEYWORDS)
+    assert not routed & {"sample_rate", "timestamps", "num_speakers"}  # both take them, or a keyword of its own
+    args = argparse.Namespace(diarize=True, diarizer=None, model=None, num_speakers=2)
+    got = diarize_options(args).call_options({"mode": "offline", "beam_size": 4, "sample_rate": 8000})
+    assert got == {"beam_size": 4, "sample_rate": 8000, "diarize": True, "diarizer": None, "num_speakers": 2,
+                   "diarizer_options": {"mode": "offline"}}
+    args.diarize = False
+    assert diarize_options(args).call_options({"mode": "offline"}) == {"mode": "offline", "num_speakers": 2}
+
+
+def test_a_stream_s_speaker_limit_needs_diarize_and_batch_diarizes_whole_inputs(fakes, capsys, tmp_path):
+    made, wav = fakes  # (--stream --diarize: tests/test_stream_diarize.py)
     code, _, err = cli(capsys, "--stream", wav, "--model", "asr", "--num-speakers", "2")
     assert code == 2 and "--num-speakers needs --diarize" in err
-    code, _, err = cli(capsys, "batch", wav, "--output-dir", tmp_path / "b", "--diarize")
-    assert code == 2 and "--diarize" in err.strip().splitlines()[-1]
+    out = tmp_path / "b"
+    code, _, err = cli(capsys, "batch", wav, "-o", out, "--model", "asr", "--diarize", "--diarizer", "diar",
+                       "--num-speakers", "1", "-f", "all", "--workers", "1", "-q")
+    assert (code, err) == (0, "")
+    assert sorted(p.name for p in out.iterdir()) == ["mix.json", "mix.rttm", "mix.srt", "mix.txt", "mix.vtt",
+                                                     "results.jsonl"]
+    assert (out / "mix.rttm").read_text() == "SPEAKER mix 1 0.000 4.960 <NA> <NA> speaker_0 <NA> <NA>\n"
+    assert {w["speaker"] for w in json.loads((out / "mix.json").read_text())["words"]} == {"speaker_0"}
+    for argv, said in ((["--diarizer", "diar"], "--diarizer needs --diarize"),
+                       (["--diarize", "--piece-s", "30"], "speaker labels do not join across pieces"),
+                       (["-f", "rttm,json", "--diarize", "--diarizer", "asr"], "asr is a Fake recognizer, not a diarizer")):
+        code, _, err = cli(capsys, "batch", wav, "-o", tmp_path / "c", "--model", "asr", "--workers", "1", *argv)
+        assert code == 2 and said in err.strip().splitlines()[-1], err
+    assert not (tmp_path / "c" / "results.jsonl").exists()
 
 
 # ---------------------------------------------------------------- end to end: the tiny Sortformer

@@ -13,7 +13,8 @@ Importing the package is cheap: PyTorch is imported when a model is loaded, not 
 """
 from .errors import AudioError, ModelError, TranscribeError
 from .loading import load_model
-from .results import Segment, Token, Transcript, Word
+from .diarization import Diarization
+from .results import Segment, SpeakerTurn, Token, Transcript, Word
 from .streaming import Latency, StreamEvent, StreamingSession
 
 __version__ = "0.1.0"
@@ -34,7 +35,7 @@ def batch(inputs=(), output_dir: str = "transcripts", **options):
 
 
 __all__ = [
-    "load_model", "load_audio", "batch", "Transcript", "Segment", "Word", "Token",
+    "load_model", "load_audio", "batch", "Transcript", "Segment", "Word", "Token", "SpeakerTurn", "Diarization",
     "StreamingSession", "StreamEvent", "Latency",
     "TranscribeError", "AudioError", "ModelError", "__version__",
 ]

@@ -203,13 +203,17 @@ def _run(args) -> int:
 
     # What can be told before the model loads (minutes for a large one) is told first: inputs that are not
     # there, and options a local model's family does not take.
-    try:  # a local model's options, before PyTorch is imported
-        check_options_offline(args.model, diarize_options(args).family_options(_decoding_options(args)))
+    diarize = diarize_options(args)
+    try:  # a local model's options (and a local diarizer's), before PyTorch is imported
+        check_options_offline(args.model, diarize.call_options(_decoding_options(args)))
     except OptionsNotTaken as e:
-        _say(f"error: {_one_line(e.spelled(flag))}{diarize_options(args).hint(e.names)}")
+        _say(f"error: {_one_line(e.spelled(flag))}{diarize.hint(e.names)}")
         return 2
     except OptionValueError as e:
         _say(f"error: {_one_line(e.spelled(value_flag))}")
+        return 2
+    except TranscribeError as e:  # a diarizer as the model with --diarize, a recognizer as --diarizer
+        _say(f"error: {_one_line(str(e))}")
         return 2
     from .audio_source import source_problem
 
@@ -238,12 +242,11 @@ def _worker(args, formats: list[str]):
 
     # The command's rules: no cuts (the model takes any length), timestamps only when a format shows them, a
     # list as the model takes it, and only a TranscribeError is an input's failure (else exit 1).
-    # --diarize: the diarizer's keywords ride with the decoding options (Recognizer.transcribe takes them), whole
-    # inputs only (piece_s 0: a diarizer's speaker labels hold within one run), and times always (speakers go
-    # to words and segments by their times).
+    # --diarize: the diarizer's keywords and its own options (diarizer_options) ride with the decoding options
+    # (Recognizer.transcribe takes them), and times always (speakers go to words and segments by their times).
     diarize = diarize_options(args)
     options = Options(model=args.model, device=args.device, dtype=args.dtype, threads=args.threads,
-                      batch_size=args.batch_size, piece_s=0, decoding={**diarize.family_options(_decoding_options(args)), **diarize.keywords},
+                      batch_size=args.batch_size, piece_s=0, decoding=diarize.call_options(_decoding_options(args)),
                       timestamps=formats != ["txt"] or diarize.on, batch_lists=False, contain=False)
     try:
         worker = Worker(options)

@@ -1,8 +1,9 @@
 """The command line's shared options: the decoding flags, generated from every registered family's
 options (`transcribe.surfaces`: one flag per option name that some family's Surface gives the command),
 the subtitle arguments, and what the flags given become as `transcribe()` keywords (used by `transcribe`
-and `transcribe batch`); and the command's speaker flags (--diarize, --diarizer, --num-speakers: `transcribe`
-only, since batch jobs cut long inputs into pieces, across which a diarizer's speaker labels do not hold)."""
+and `transcribe batch`); and the speaker flags (--diarize, --diarizer, --num-speakers; `transcribe` and
+`transcribe batch`, whose jobs then never cut an input: a diarizer's speaker labels do not hold across
+pieces), with --diarize routing the flags of the diarizer family's own options to `diarizer_options`."""
 from __future__ import annotations
 
 import argparse
@@ -114,24 +115,41 @@ def add_diarize_arguments(p: argparse.ArgumentParser) -> None:
 @dataclass(frozen=True)
 class Diarize:
     """What the speaker flags ask: `on` (--diarize), `keywords` (what Recognizer.transcribe takes for it),
-    and the speaker limit given (`num_speakers`)."""
+    the speaker limit given (`num_speakers`), and `routed`: the option names whose flags set the diarizer's
+    options (`diarizer_options`) with --diarize (`diarizer_option_names`)."""
 
     on: bool
     num_speakers: Optional[int] = None
     keywords: dict = field(default_factory=dict)
+    routed: frozenset = frozenset()
 
     def family_options(self, decoding: dict) -> dict:
         """The model's own options: without --diarize, --num-speakers is the model's (a diarizer's); with it,
-        the diarizer's (in `keywords`)."""
+        the diarizer's (in `keywords`), as are the diarizer's own options (`routed`)."""
         if self.on:
-            return {k: v for k, v in decoding.items() if k != NUM_SPEAKERS}
+            return {k: v for k, v in decoding.items() if k != NUM_SPEAKERS and k not in self.routed}
         if self.num_speakers is None:
             return dict(decoding)
         return {**decoding, NUM_SPEAKERS: self.num_speakers}
 
+    def diarizer_options(self, decoding: dict) -> dict:
+        """With --diarize, the diarizer's own options among the flags given (Recognizer.transcribe's
+        `diarizer_options`); without it, none."""
+        return {k: v for k, v in decoding.items() if k in self.routed} if self.on else {}
+
+    def call_options(self, decoding: dict) -> dict:
+        """Every keyword of Recognizer.transcribe the flags give: the model's options, and with --diarize the
+        speaker keywords and the diarizer's options."""
+        out = {**self.family_options(decoding), **self.keywords}
+        own = self.diarizer_options(decoding)
+        if own:
+            out["diarizer_options"] = own
+        return out
+
     def hint(self, refused) -> str:
-        """What to add to a model's refusal of `refused` options: --num-speakers without --diarize."""
-        if not self.on and NUM_SPEAKERS in set(refused):
+        """What to add to a model's refusal of `refused` options: a diarizer's option (--num-speakers,
+        --diarizer-mode, ...) without --diarize."""
+        if not self.on and set(refused) & (diarizer_only_names() | {NUM_SPEAKERS}):
             return " (it is not a diarizer: add --diarize to run one beside it)"
         return ""
 
@@ -140,7 +158,41 @@ def diarize_options(args) -> Diarize:
     n = getattr(args, NUM_SPEAKERS, None)
     if not args.diarize:
         return Diarize(False, n)
-    return Diarize(True, n, dict(diarize=True, diarizer=args.diarizer, num_speakers=n))
+    return Diarize(True, n, dict(diarize=True, diarizer=args.diarizer, num_speakers=n),
+                   diarizer_option_names(getattr(args, "model", None), args.diarizer))
+
+
+def diarizer_option_names(model, diarizer) -> frozenset:
+    """The option names the command gives the diarizer with --diarize (as `diarizer_options`): those its
+    family's Options take and the recognizer's family's do not (an option both take, such as sample_rate or
+    timestamps, stays the recognizer's). Each family is the one its local files say (loading.known_family);
+    one not known before loading (a hub id, the default diarizer) counts as every registered family of its
+    kind: diarizers (a family's DIARIZER) or recognizers."""
+    from .hub import DEFAULT_DIARIZER
+    from .loading import CALL_KEYWORDS, FAMILIES, known_family
+    from .options import names
+
+    def of(name, diarizers: bool) -> frozenset:
+        found = known_family(name)
+        if found is not None and bool(found[1].contract("DIARIZER", False)) == diarizers:
+            return names(found[1].options)
+        return frozenset().union(*(names(f.options) for f in FAMILIES
+                                   if bool(f.contract("DIARIZER", False)) == diarizers))
+
+    own = of(DEFAULT_DIARIZER if diarizer is None else diarizer, True)
+    return own - of(model, False) - frozenset(CALL_KEYWORDS)
+
+
+def diarizer_only_names() -> frozenset:
+    """The option names some registered diarizer family takes (a family's DIARIZER) and no other family."""
+    from .loading import FAMILIES
+    from .options import names
+
+    def of(diarizers: bool) -> frozenset:
+        return frozenset().union(*(names(f.options) for f in FAMILIES
+                                   if bool(f.contract("DIARIZER", False)) == diarizers))
+
+    return of(True) - of(False)
 
 
 def diarize_problem(args) -> Optional[str]:

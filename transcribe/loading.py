@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
-from .errors import ModelError
+from .errors import ModelError, OptionValueError, TranscribeError
 from .hub import ALIASES, DEFAULT_MODEL, resolve
 
 _DTYPES = {
@@ -173,20 +173,65 @@ def family_of(path) -> Optional[str]:
     return None if family is None else family.name
 
 
+# Recognizer.transcribe's own keywords besides a family's options (what surfaces pass beside them; kept here,
+# where they are told apart before loading, since the recognizer imports this module).
+CALL_KEYWORDS = ("diarize", "diarizer", "num_speakers", "diarizer_options")
+
+
 def check_options_offline(name: Optional[str], options: dict) -> None:
     """Raises errors.OptionsNotTaken for options the family of the model `name` does not take, and
-    errors.OptionValueError for a value its options refuse, when that family is known without loading it or using the network (the default model, a local path): the
-    command and batch jobs check so before loading (minutes for a large model); the loaded model
-    checks again, and alone for a hub id."""
-    if not options or not _resolves_offline(name):
+    errors.OptionValueError for a value its options refuse, when that family is known without loading it or
+    using the network (the default model, a local path): the command and batch jobs check so before loading
+    (minutes for a large model); the loaded model checks again, and alone for a hub id.
+
+    `options` may hold Recognizer.transcribe's own keywords (`CALL_KEYWORDS`: diarize, diarizer,
+    num_speakers, diarizer_options), which are not the family's: with diarize=True a local diarizer (named by
+    its path) is checked the same way, to be a diarizer and to take `diarizer_options` and num_speakers; a
+    local model that is a diarizer is refused as the recognizer."""
+    options = dict(options or {})
+    call = {k: options.pop(k) for k in CALL_KEYWORDS if k in options}
+    diarize = call.get("diarize") is True
+    if not diarize and call.get("num_speakers") is not None:
+        options["num_speakers"] = call["num_speakers"]  # a diarizer's own option (a recognizer refuses it)
+    family = known_family(name) if (options or diarize) else None
+    if family is None:
+        family_name = None
+    else:
+        family_name, family = family
+        if diarize and family.contract("DIARIZER", False):
+            raise TranscribeError(f"{family_name} is a diarizer: give it as diarizer=/--diarizer")
+        if options:
+            family.check_options(family_name, options)
+    if not diarize or not isinstance(call.get("diarizer"), (str, os.PathLike)):
+        return  # the default diarizer is a hub id; a loaded one was checked when it was given
+    found = known_family(call["diarizer"])
+    if found is None:
         return
+    display, diarizer = found
+    if not diarizer.contract("DIARIZER", False):
+        raise TranscribeError(f"{display} is a {diarizer.kind} recognizer, not a diarizer")
+    own = dict(call.get("diarizer_options") or {}) if isinstance(call.get("diarizer_options"), dict) else {}
+    if call.get("num_speakers") is not None:
+        own.setdefault("num_speakers", call["num_speakers"])
+    own.pop("sample_rate", None)  # the recognizer's (Recognizer.transcribe says so)
+    if own:
+        try:
+            diarizer.check_options(display, own)
+        except OptionValueError as e:
+            raise OptionValueError(e.option, f"{e} (an option of the diarizer {display})") from None
+
+
+def known_family(name) -> "Optional[tuple[str, Family]]":
+    """(display name, Family) of the model `name` when its family is known without loading it or using the
+    network (the default model, a local path), else None."""
+    if not _resolves_offline(name):
+        return None
     try:
         path, display = resolve(name)
     except ModelError:
-        return  # loading it says why
+        return None  # loading it says why
     family = local_family(path)
-    if family is not None:
-        family.check_options(display, options)
+    return None if family is None else (display, family)
 
 
 def local_family(path) -> Optional[Family]:

@@ -27,15 +27,23 @@ _DIARIZERS_LOCK = threading.Lock()
 _WORD_TIMES = "word_timestamps"
 
 
+# The keyword num_speakers=, which a diarizer's own options take too (its speaker limit).
+_NUM_SPEAKERS = "num_speakers"
+# What the recognizer itself gives the diarizer: its inputs are arrays at the diarizer's rate.
+_SET_BY_RECOGNIZER = ("sample_rate",)
+
+
 @dataclass(frozen=True)
 class _Diarize:
-    """What a call with diarize=True runs: the diarizer, its speaker limit, the recognizer's checked
-    options (array inputs at the model's rate), and the rate of the caller's arrays."""
+    """What a call with diarize=True runs: the diarizer, its speaker limit and its own options
+    (`diarizer_options`, checked by its Options), the recognizer's checked options (array inputs at the
+    model's rate), and the rate of the caller's arrays."""
 
     diarizer: Any
     num_speakers: Optional[int]
     opts: Any
     sample_rate: Optional[int]
+    diarizer_options: dict = None
 
 
 class Recognizer(ABC):
@@ -68,10 +76,11 @@ class Recognizer(ABC):
     def check_for_model(self, opts) -> None:
         """Checks of `opts` that need the loaded model (a family overrides it); raises TranscribeError."""
 
-    def check_options(self, diarize: bool = False, diarizer=None, num_speakers=None, **given) -> None:
+    def check_options(self, diarize: bool = False, diarizer=None, num_speakers=None, diarizer_options=None,
+                      **given) -> None:
         """Raises TranscribeError for options `transcribe` would refuse (it transcribes nothing); with
-        diarize=True the diarizer is loaded (once) and checked too."""
-        self._diarize_plan(diarize, diarizer, num_speakers, given)
+        diarize=True the diarizer is loaded (once) and its options checked too."""
+        self._diarize_plan(diarize, diarizer, num_speakers, given, diarizer_options)
 
     def stream_options(self, **given):
         if self.StreamOptions is None:
@@ -84,7 +93,8 @@ class Recognizer(ABC):
 
     # -- calls
     @scoped
-    def transcribe(self, audio, diarize: bool = False, diarizer=None, num_speakers: Optional[int] = None, **given):
+    def transcribe(self, audio, diarize: bool = False, diarizer=None, num_speakers: Optional[int] = None,
+                   diarizer_options: Optional[dict] = None, **given):
         """One input or a list of inputs -> a `Transcript` or a list of them (the family's options:
         `self.Options`).
 
@@ -95,10 +105,14 @@ class Recognizer(ABC):
         speakers on its segments only. `diarizer`: None (the default diarizer, `hub.DEFAULT_DIARIZER`),
         a model name or path (loaded once on this model's device, with its threads, and kept), or a
         loaded diarizer. `num_speakers`: the most speakers the diarizer keeps (1 to its
-        `max_speakers`; None: as many as it finds). A diarizer's own transcribe() takes num_speakers
-        without diarize (its option); any other recognizer refuses diarizer= and num_speakers without
-        diarize=True."""
-        plan = self._diarize_plan(diarize, diarizer, num_speakers, given)
+        `max_speakers`; None: as many as it finds). `diarizer_options`: the diarizer's own options, a
+        dict given to its `diarize()` (Sortformer: mode, async_update, onset, offset, pad_onset,
+        pad_offset, min_duration_on, min_duration_off, ...), checked by its Options before any work (a
+        name it does not take or a bad value: one error naming the diarizer); `sample_rate` is the
+        recognizer's (the diarizer gets the decoded arrays at its rate). A diarizer's own transcribe()
+        takes num_speakers without diarize (its option); any other recognizer refuses diarizer=,
+        num_speakers and diarizer_options without diarize=True."""
+        plan = self._diarize_plan(diarize, diarizer, num_speakers, given, diarizer_options)
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
         if not items:
@@ -110,25 +124,32 @@ class Recognizer(ABC):
         return out[0] if single else out
 
     # -- diarize=True
-    def _diarize_plan(self, diarize, diarizer, num_speakers, given: dict):
+    def _diarize_plan(self, diarize, diarizer, num_speakers, given: dict, diarizer_options=None):
         """The checked options of a call (`_Diarize` with diarize=True), before any work."""
         if not isinstance(diarize, bool):
             raise OptionValueError("diarize", f"diarize must be True or False, got {diarize!r}")
         if not diarize:
             if diarizer is not None:
                 raise TranscribeError("a diarizer (diarizer=, --diarizer) is used with diarize=True (--diarize)")
+            if diarizer_options is not None:
+                raise TranscribeError("diarizer_options are the options of a diarizer run with diarize=True "
+                                      "(--diarize)")
             if num_speakers is not None:
                 if not self.diarizer:
                     raise TranscribeError(f"num_speakers (--num-speakers) needs diarize=True (--diarize): {self.name} "
                                           f"is a {self.kind} recognizer, not a diarizer")
-                given = {**given, "num_speakers": num_speakers}
+                given = {**given, _NUM_SPEAKERS: num_speakers}
             return self.options(**given)
         if self.diarizer:
             raise TranscribeError(f"{self.name} is a diarizer: give it as diarizer=/--diarizer")
+        own = _diarizer_options(diarizer_options, num_speakers)
         model = self._load_diarizer(diarizer)
         from .diarization import check_num_speakers
 
+        if num_speakers is None:
+            num_speakers = own.pop(_NUM_SPEAKERS, None)
         check_num_speakers(num_speakers, getattr(model, "max_speakers", None))
+        _check_diarizer_options(model, own, num_speakers)
         given = dict(given)
         sample_rate = given.pop("sample_rate", None)
         if given.get("timestamps", True) is False:
@@ -143,7 +164,7 @@ class Recognizer(ABC):
                 opts = self.options(**given)  # a family that cannot time words: speakers on its segments
         else:
             opts = self.options(**given)
-        return _Diarize(model, num_speakers, opts, sample_rate)
+        return _Diarize(model, num_speakers, opts, sample_rate, own)
 
     def _load_diarizer(self, diarizer):
         """The diarizer a call names: a loaded one as it is, a name loaded once (on this model's device,
@@ -173,7 +194,8 @@ class Recognizer(ABC):
         for group in self.groups(items, plan.sample_rate):
             pcms = [pcm for _, pcm in group]
             transcripts = self._transcribe(pcms, plan.opts)
-            found = plan.diarizer.diarize(pcms, sample_rate=self.sample_rate, num_speakers=plan.num_speakers)
+            found = plan.diarizer.diarize(pcms, sample_rate=self.sample_rate, num_speakers=plan.num_speakers,
+                                          **plan.diarizer_options)
             if len(found) != len(pcms):
                 raise RuntimeError(f"the diarizer gave {len(found)} answers for {len(pcms)} inputs")
             out.extend(attribute(t, d.turns) for t, d in zip(transcripts, found))
@@ -205,3 +227,33 @@ def _check_diarizer(model) -> None:
     if getattr(model, "diarizer", False) is not True:
         raise TranscribeError(f"{getattr(model, 'name', model)} is a {getattr(model, 'kind', '') or 'speech'} "
                               "recognizer, not a diarizer")
+
+
+def _diarizer_options(given, num_speakers) -> dict:
+    """`diarizer_options` as a new dict, its form checked (its names and values are the diarizer's to check)."""
+    if given is None:
+        return {}
+    if not isinstance(given, dict) or not all(isinstance(k, str) for k in given):
+        raise OptionValueError("diarizer_options", "diarizer_options must be a dict of the diarizer's options by "
+                               f"name, got {type(given).__name__}")
+    for name in _SET_BY_RECOGNIZER:
+        if name in given:
+            raise TranscribeError(f"diarizer_options: {name} is the recognizer's option (the diarizer is given the "
+                                  "decoded audio at its own rate): give it to transcribe()")
+    if _NUM_SPEAKERS in given and num_speakers is not None:
+        raise TranscribeError("num_speakers is given twice: as num_speakers= and in diarizer_options")
+    return dict(given)
+
+
+def _check_diarizer_options(model, own: dict, num_speakers) -> None:
+    """The diarizer's options (`own`, and the speaker limit) checked by its own Options: a name it does not
+    take is errors.OptionsNotTaken naming it; a bad value an OptionValueError saying whose option it is."""
+    if not own:
+        return  # num_speakers alone: check_num_speakers said what the contract asks
+    check = getattr(model, "options", None)
+    if check is None:
+        return
+    try:
+        check(**own, **({} if num_speakers is None else {_NUM_SPEAKERS: num_speakers}))
+    except OptionValueError as e:
+        raise OptionValueError(e.option, f"{e} (an option of the diarizer {model.name})") from None

@@ -3,6 +3,7 @@
     transcribe batch INPUTS... | --manifest FILE.jsonl  --output-dir DIR [--model M] [--format json,srt]
                      [--workers N] [--threads N] [--ray [ADDRESS]] [--resume] [--overwrite]
                      [--batch-size N] [--piece-s S] [--device cpu|cuda] [--dtype T] [decoding options] [-q]
+                     [--diarize [--diarizer MODEL] [--num-speakers N] [the diarizer's options]]
 
 Exit status: 0 every input transcribed; 3 the job ran to its end but some inputs failed (each has
 its reason in DIR/results.jsonl and on stderr; run again with --resume to retry them); 2 a job that
@@ -21,10 +22,12 @@ from ..errors import OptionsNotTaken, OptionValueError, TranscribeError
 PROG = "transcribe batch"
 EXIT_SOME_FAILED = 3
 FORMATS = ("txt", "json", "srt", "vtt")
+SPEAKER_FORMATS = ("rttm",)  # speaker turns: with --diarize (all includes it then), or a diarizer model
 
 
 def _parser() -> argparse.ArgumentParser:
-    from ..cli_args import add_decoding_arguments, add_dtype_argument, positive_int as _positive_int
+    from ..cli_args import add_decoding_arguments, add_diarize_arguments, add_dtype_argument
+    from ..cli_args import positive_int as _positive_int
 
     p = argparse.ArgumentParser(
         prog=PROG,
@@ -43,7 +46,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("-m", "--model", default=None,
                    help="model file, directory, short name or hub id (default: Whisper tiny.en, installed)")
     p.add_argument("-f", "--format", default="json", metavar="F[,F...]",
-                   help="output formats, comma-separated: txt, json, srt, vtt, or all (default: json)")
+                   help="output formats, comma-separated: txt, json, srt, vtt, rttm (speaker turns: --diarize, or a "
+                        "diarizer model), or all (rttm too with --diarize) (default: json)")
     p.add_argument("--workers", type=_positive_int, metavar="N",
                    help="worker processes, each with the model loaded once (default: the fastest measured here; "
                         "with --ray: actors, default one per CPU's worth of threads)")
@@ -60,36 +64,43 @@ def _parser() -> argparse.ArgumentParser:
                    help="inputs (or pieces) a model call takes together (default: the model's choice; 8 a task)")
     p.add_argument("--piece-s", type=float, metavar="S",
                    help="cut inputs longer than S seconds at pauses into pieces of at most S, run in parallel and "
-                        "joined (default: Whisper 30, Parakeet 120, Granite 90; 0: never cut)")
+                        "joined (default: Whisper 30, Parakeet 120, Granite 90; 0: never cut; --diarize and "
+                        "diarizer models: never cut, speaker labels do not join across pieces)")
     p.add_argument("--vad", dest="detector", default="auto", choices=("auto", "silero", "energy"),
                    help="pause detector for the cuts (default: auto, Silero VAD when installed)")
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     add_dtype_argument(p)
     add_decoding_arguments(p)
+    add_diarize_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar and no summary")
     return p
 
 
 def main(argv: Optional[list[str]] = None) -> int:
-    from ..cli_args import decoding_options
+    from ..cli_args import decoding_options, diarize_options, diarize_problem
 
     parser = _parser()
     try:
         args = parse(sys.argv[1:] if argv is None else argv, parser)
     except SystemExit as e:
         return e.code if isinstance(e.code, int) else (0 if e.code is None else 2)
-    formats = list(FORMATS) if args.format == "all" else [f.strip() for f in args.format.split(",") if f.strip()]
+    if args.format == "all":
+        formats = list(FORMATS) + (list(SPEAKER_FORMATS) if args.diarize else [])
+    else:
+        formats = [f.strip() for f in args.format.split(",") if f.strip()]
     problem = None
     if not args.inputs and not args.manifest:
         problem = "give INPUTS (files, directories, globs) or --manifest FILE.jsonl"
-    elif not formats or any(f not in FORMATS for f in formats):
-        problem = f"--format {args.format}: choose from {', '.join(FORMATS)} (comma-separated) or all"
+    elif not formats or any(f not in FORMATS + SPEAKER_FORMATS for f in formats):
+        problem = f"--format {args.format}: choose from {', '.join(FORMATS + SPEAKER_FORMATS)} (comma-separated) or all"
     elif args.nbest is not None and args.nbest > (args.beam_size or 1):
         problem = f"--nbest {args.nbest} needs --beam-size of at least {args.nbest}"
     elif args.hotword_weight is not None and not args.hotwords:
         problem = "--hotword-weight needs --hotwords"
     elif args.lm_weight is not None and not args.lm:
         problem = "--lm-weight needs --lm"
+    else:
+        problem = diarize_problem(args)
     if problem:
         parser.print_usage(sys.stderr)
         print(f"{PROG}: error: {problem}", file=sys.stderr)
@@ -103,19 +114,22 @@ def main(argv: Optional[list[str]] = None) -> int:
     from .runner import batch
 
     progress = not args.quiet and _isatty(sys.stderr)
+    diarize = diarize_options(args)  # --diarize: the speaker keywords and the diarizer's own options
     try:
         s = batch(args.inputs, args.output_dir, manifest=args.manifest, model=args.model, formats=formats,
                   workers=args.workers, threads=args.threads, ray=args.ray, resume=args.resume,
                   overwrite=args.overwrite, device=args.device, dtype=args.dtype, batch_size=args.batch_size,
                   piece_s=args.piece_s, detector=args.detector, max_line_width=args.max_line_width,
-                  max_line_count=args.max_line_count, progress=progress, **decoding_options(args))
+                  max_line_count=args.max_line_count, progress=progress,
+                  **diarize.call_options(decoding_options(args)))
     except KeyboardInterrupt:
         print(f"\n{PROG}: interrupted; finished inputs are in {args.output_dir} (--resume goes on)", file=sys.stderr)
         return 130
     except (OptionsNotTaken, OptionValueError) as e:  # named by the command's flags, in the words of every surface
         from ..cli_args import flag, value_flag
 
-        print(f"{PROG}: error: {_one_line(e.spelled(value_flag if isinstance(e, OptionValueError) else flag))}",
+        hint = "" if isinstance(e, OptionValueError) else diarize.hint(e.names)
+        print(f"{PROG}: error: {_one_line(e.spelled(value_flag if isinstance(e, OptionValueError) else flag))}{hint}",
               file=sys.stderr)
         return 2
     except TranscribeError as e:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Iterable, Iterator, NamedTuple, Optional, TextIO
 
-from ..errors import TranscribeError
+from ..errors import OptionsNotTaken, OptionValueError, TranscribeError
 from ..writers import WRITERS, no_room
 from .inputs import Item, JobError, collect, probe
 from .job import (SCRATCH, Assembler, Outputs, Results, clear_scratch, drop_scratch, drop_stale_temporaries,
@@ -67,11 +67,13 @@ class BatchOptions:
     - resume: go on with the job in the folder; overwrite: replace output files in the way;
     - device, dtype: as `load_model`'s; batch_size: inputs (or pieces) a model call takes (default: the
       model's choice, the family's TASK_INPUTS a task);
-    - piece_s: cut inputs longer than this at pauses (None: the family's PIECE_S; 0: never); detector:
-      the pause detector (auto, silero, energy);
+    - piece_s: cut inputs longer than this at pauses (None: the family's PIECE_S; 0: never; with diarize,
+      or a diarizer as the model, None is 0 and another value an error); detector: the pause detector
+      (auto, silero, energy);
     - max_line_width, max_line_count: srt/vtt cue layout;
     - progress: show the progress display on `stream` (default: stderr);
-    - decoding: every other keyword, the family's transcribe() options.
+    - decoding: every other keyword: the family's transcribe() options, and Recognizer.transcribe's
+      diarize, diarizer (a name or path: each worker loads it once), num_speakers and diarizer_options.
     """
     manifest: Optional[str] = None
     formats: tuple = ("json",)
@@ -112,6 +114,19 @@ class BatchOptions:
             raise JobError(f"piece length must be 0 (no cuts) or 10-3600 s, got {self.piece_s}")
         if (self.decoding.get("nbest") or 1) > 1 and self.piece_s != 0:
             raise JobError("nbest lists of pieces do not join: give piece_s=0 (--piece-s 0) with nbest")
+        diarizer = self.decoding.get("diarizer")
+        if diarizer is not None and not isinstance(diarizer, (str, os.PathLike)):
+            raise JobError("diarizer: give a batch job the diarizer's name or path (each worker loads it once), "
+                           f"not a loaded model ({type(diarizer).__name__})")
+        if self.decoding.get("diarize") is True:
+            # A diarizer numbers speakers in order of appearance within one run: the labels of two pieces
+            # would not name the same people. Whole inputs then (the diarizer's streaming path bounds its
+            # memory on long ones); an explicit cut length is refused rather than ignored.
+            if self.piece_s is None:
+                object.__setattr__(self, "piece_s", 0)
+            elif self.piece_s != 0:
+                raise JobError("a diarized input is not cut into pieces (speaker labels do not join across "
+                               "pieces): leave piece_s unset or give 0 (--piece-s 0) with diarize")
 
 
 def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, model: Optional[str] = None,
@@ -124,7 +139,13 @@ def batch(inputs: Iterable[str] = (), output_dir: str = "transcripts", *, model:
     job = BatchOptions.of(options)
     from ..loading import check_options_offline
 
-    check_options_offline(model, job.decoding)  # a local model's family refuses what it does not take, before any work
+    try:  # a local model's family refuses what it does not take (a local diarizer too), before any work
+        check_options_offline(model, job.decoding)
+    except (OptionsNotTaken, OptionValueError):
+        raise
+    except TranscribeError as e:
+        raise JobError(str(e)) from None
+    _check_speakers(model, job)
 
     items = collect(inputs, job.manifest)
     out_dir = Path(output_dir)
@@ -192,6 +213,26 @@ def _run_job(items: list[Item], out_dir: Path, model: Optional[str], job: BatchO
         _drive(outcomes(events, todo), outputs, results, summary, shown, out_dir)
     finally:
         shown.close()
+
+
+def _check_speakers(model: Optional[str], job: BatchOptions) -> None:
+    """What a model known from its files (a local path, the default) tells before any work (JobError): rttm
+    (speaker turns) without diarize from a model that is not a diarizer; a diarizer as the model with pieces
+    asked for (its speaker labels do not join across them). A hub id's are told once it is loaded."""
+    if job.decoding.get("diarize") is True or ("rttm" not in job.formats and not job.piece_s):
+        return
+    from ..loading import known_family
+    from ..writers import NOT_DIARIZED
+
+    found = known_family(model)
+    if found is None:
+        return
+    diarizer = found[1].contract("DIARIZER", False)
+    if "rttm" in job.formats and not diarizer:
+        raise JobError(f"{NOT_DIARIZED}: {found[0]} is not a diarizer")
+    if diarizer and job.piece_s:
+        raise JobError(f"{found[0]} is a diarizer, whose inputs are not cut into pieces (speaker labels do not "
+                       f"join across pieces): leave piece_s unset or give 0 (--piece-s 0)")
 
 
 def _lock(out_dir: Path) -> Optional[int]:
@@ -268,6 +309,8 @@ def run_here(todo: list[Item], options: Options, workers: int = 1, out_dir: Opti
         if worker is None:
             try:
                 worker = Worker(options)  # a bad model or option stops the job before any input
+            except (OptionsNotTaken, OptionValueError):
+                raise  # as check_options_offline raises them: each surface spells the option its own way
             except TranscribeError as e:
                 raise JobError(str(e)) from None
         executor, family = local.Inline(worker), worker.family

@@ -1,6 +1,7 @@
 """The work of a batch job, wherever it runs (this process, a worker process, a Ray actor).
 
-A `Worker` holds one loaded model. It decodes inputs, cuts long ones at pauses
+A `Worker` holds one loaded model (and, with diarize=True, the diarizer its recognizer loads once and
+keeps: `Recognizer.check_options` loads it before any input). It decodes inputs, cuts long ones at pauses
 (`transcribe.long_input.cut_spans`) into pieces of at most `piece_s` seconds, transcribes lists of
 pieces in batches, and says for each what came out: a `Transcript` as a dict, or the reason it
 failed. A failure is the input's alone: a batch the model refuses is retried one input at a time, so
@@ -46,10 +47,18 @@ PIECE_S_DEFAULT = 120.0
 
 
 def piece_seconds(options: Options, family) -> float:
-    """`options.piece_s`, else the family's PIECE_S (`family`: a loading.Family, or None when unknown)."""
+    """`options.piece_s`, else the family's PIECE_S (`family`: a loading.Family, or None when unknown); 0 (no
+    cuts) with diarize=True or a diarizer family: speaker labels do not join across pieces."""
     if options.piece_s is not None:
         return float(options.piece_s)
+    if diarized(options, family):
+        return 0.0
     return float(family.contract("PIECE_S", PIECE_S_DEFAULT)) if family is not None else PIECE_S_DEFAULT
+
+
+def diarized(options: Options, family) -> bool:
+    """Whether the job's transcripts carry speakers: diarize=True, or a diarizer as the model."""
+    return options.decoding.get("diarize") is True or bool(family is not None and family.contract("DIARIZER", False))
 
 
 def family_of_model(name: Optional[str]):
@@ -85,6 +94,9 @@ class Worker:
         self.rate = int(self.model.sample_rate)
         self.family = family_of(self.model)
         self.piece_s = piece_seconds(options, self.family)
+        if self.piece_s and (diarized(options, self.family) or getattr(self.model, "diarizer", False)):
+            raise TranscribeError(f"speaker labels do not join across pieces: a diarized input is never cut "
+                                  f"(piece_s {options.piece_s:g} was given; leave it unset or give 0)")
         self.frame_s = getattr(self.model, "frame_s", None)  # what token frames count; None: no frames
         one_by_one = self.family is not None and self.family.contract("LIST_ONE_BY_ONE", False)
         self.batch_lists = options.batch_lists and bool(one_by_one)
