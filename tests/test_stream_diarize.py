@@ -8,6 +8,7 @@ finished" and "word covered" happens. The last ones run the tiny streaming Sortf
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -334,3 +335,36 @@ def test_stream_command_with_the_streaming_sortformer(capsys, sortformer):
     final = json.loads(out.splitlines()[-1])
     assert final["speakers"] and all(w["speaker"] is not None for w in final["words"])
     assert {w["speaker"] for w in final["words"]} <= {t["speaker"] for t in final["speakers"]}
+
+
+def test_model_stream_with_diarize_labels_words():
+    """`model.stream(diarize=True, diarizer=...)` is `stream()` plus `add_diarizer`: the same labels."""
+    import numpy as np
+
+    import transcribe
+    from transcribe.audio import load_audio
+
+    shared = Path(__file__).resolve().parents[1].parent / "shared" / "models"
+    asr_path, sf_path = shared / "parakeet-tiny" / "tiny-tdt-fit.nemo", shared / "sortformer-tiny" / "sortformer-tiny.nemo"
+    if not (asr_path.is_file() and sf_path.is_file()):
+        pytest.skip("the shared tiny models are not there")
+    asr, sf = transcribe.load_model(str(asr_path)), transcribe.load_model(str(sf_path))
+    pcm = load_audio(str(shared / "sortformer-tiny" / "mix0.wav"), 16000)
+
+    def words(session):
+        with session as s:
+            got = []
+            for i in range(0, len(pcm), 8000):
+                s.feed(pcm[i:i + 8000])
+                got += s.drain_words()
+            s.finalize()
+            got += s.drain_words()
+            return [(w.word, w.speaker) for w in got]  # the drained Word objects get their labels too
+
+    a = words(asr.stream(diarize=True, diarizer=sf))
+    b = words(asr.stream().add_diarizer(sf))
+    assert a == b and a and all(sp is not None for _, sp in a)
+    with pytest.raises(transcribe.TranscribeError):
+        asr.stream(num_speakers=2)
+    with pytest.raises(transcribe.TranscribeError):
+        sf.stream(diarize=True, diarizer=sf)

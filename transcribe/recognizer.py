@@ -201,10 +201,25 @@ class Recognizer(ABC):
             out.extend(attribute(t, d.turns) for t, d in zip(transcripts, found))
         return out
 
-    def stream(self, **given):
+    def stream(self, diarize: bool = False, diarizer=None, num_speakers: Optional[int] = None, **given):
         """A live session (`transcribe.streaming.StreamingSession`, a context manager) with the
-        family's stream options (`self.StreamOptions`)."""
-        return self._stream(self.stream_options(**given))
+        family's stream options (`self.StreamOptions`). diarize=True: a diarizer (`diarizer`: None for the
+        default, a name or path loaded once and kept, or a loaded one) labels the committed words with speakers
+        as they come (`StreamingSession.add_diarizer`), at most `num_speakers` of them."""
+        if not isinstance(diarize, bool):
+            raise OptionValueError("diarize", f"diarize must be True or False, got {diarize!r}")
+        if not diarize:
+            if diarizer is not None or num_speakers is not None:
+                raise TranscribeError("diarizer= and num_speakers= are used with diarize=True")
+            return self._stream(self.stream_options(**given))
+        if self.diarizer:
+            raise TranscribeError(f"{self.name} is a diarizer: give it as diarizer=")
+        model = self._load_diarizer(diarizer)
+        from .diarization import check_num_speakers
+
+        check_num_speakers(num_speakers, getattr(model, "max_speakers", None))
+        session = self._stream(self.stream_options(**given))
+        return session.add_diarizer(model, num_speakers=num_speakers)
 
     @abstractmethod
     def _transcribe(self, items: list, opts) -> list:

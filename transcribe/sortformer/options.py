@@ -36,14 +36,14 @@ class SortformerOptions:
                                           "real-time rule) in streaming mode (default: the model's)",
                                           action=argparse.BooleanOptionalAction, parse=parse_bool, form=None)
     onset: float = option(0.5, help="diarizer: a speaker's turn starts above this probability (NeMo: 0.5)",
-                          parse=float, command=False)
-    offset: float = option(0.5, help="diarizer: ... and ends below this one (NeMo: 0.5)", parse=float, command=False)
-    pad_onset: float = option(0.0, help="diarizer: seconds added before each turn", parse=float, command=False)
-    pad_offset: float = option(0.0, help="diarizer: seconds added after each turn", parse=float, command=False)
+                          parse=float, flag="--diarizer-onset")
+    offset: float = option(0.5, help="diarizer: ... and ends below this one (NeMo: 0.5)", parse=float, flag="--diarizer-offset")
+    pad_onset: float = option(0.0, help="diarizer: seconds added before each turn", parse=float, flag="--diarizer-pad-onset")
+    pad_offset: float = option(0.0, help="diarizer: seconds added after each turn", parse=float, flag="--diarizer-pad-offset")
     min_duration_on: float = option(0.0, help="diarizer: turns shorter than this are dropped (seconds)", parse=float,
-                                    command=False)
+                                    flag="--diarizer-min-duration-on")
     min_duration_off: float = option(0.0, help="diarizer: gaps shorter than this are closed (seconds)", parse=float,
-                                     command=False)
+                                     flag="--diarizer-min-duration-off")
     num_speakers: Optional[int] = option(None, help="at most N speakers", parse=parse_positive_int, command=False,
                                          form=None)
     max_offline_s: float = option(600.0, help="diarizer: longer inputs take the streaming path", parse=float,
