@@ -67,13 +67,18 @@ def check_rate(rate, name: str) -> None:
                               f"({MIN_RATE:,} to {MAX_RATE:,} Hz)")
 
 
+_CHECK_BLOCK = 1 << 20  # samples
+
+
 def check_samples(x, name: str) -> None:
     """An AudioError for NaN or infinite samples, an AudioLimitError for one beyond MAX_AMPLITUDE."""
     if x.size == 0:
         return
     import numpy as np
 
-    peak = float(np.max(np.abs(x)))  # NaN propagates through max
+    # block by block: no temporary as large as the audio (an hour at 16 kHz is 230 MB); NaN propagates through max
+    flat = x.reshape(-1)
+    peak = float(np.max([np.max(np.abs(flat[i:i + _CHECK_BLOCK])) for i in range(0, flat.size, _CHECK_BLOCK)]))
     if not math.isfinite(peak):
         raise AudioError(f"{name}: contains NaN or infinite samples")
     if peak > MAX_AMPLITUDE:
