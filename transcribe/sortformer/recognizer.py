@@ -102,21 +102,37 @@ class SortformerDiarizer(Recognizer):
         opts = self.options(**given)
         single = not isinstance(audio, (list, tuple))
         items = [audio] if single else list(audio)
-        out = [None] * len(items)
-        for group in self.groups(items, opts.sample_rate):
-            for i, pcm in group:
-                out[i] = self._diarize_pcm(pcm, opts)
+        out = [self._diarize_pcm(self._pcm(item, opts.sample_rate), opts) for item in items]
         return out[0] if single else out
 
     def _transcribe(self, items: list, opts: SortformerOptions) -> list:
         from ..results import Transcript
 
-        out = [None] * len(items)
-        for group in self.groups(items, opts.sample_rate):
-            for i, pcm in group:
-                d = self._diarize_pcm(pcm, opts)
-                out[i] = Transcript(text="", duration=d.duration, model=self.name, speakers=d.turns)
+        out = []
+        for item in items:
+            d = self._diarize_pcm(self._pcm(item, opts.sample_rate), opts)
+            out.append(Transcript(text="", duration=d.duration, model=self.name, speakers=d.turns))
         return out
+
+    def _pcm(self, item, sample_rate: Optional[int]) -> np.ndarray:
+        """One input as float32 samples at the model's rate. Inputs are diarized one at a time, each decoded
+        when its turn comes; a float32 mono array already at the model's rate is checked and read in place
+        (never written: no copy of an hour's 230 MB), anything else goes through `audio.model_input`."""
+        rate = self.sample_rate if sample_rate is None else sample_rate
+        if isinstance(item, np.ndarray) and item.ndim == 1 and item.dtype == np.float32 and rate == self.sample_rate:
+            from ..audio_limits import check_samples, max_seconds_or_default, too_long
+            from ..errors import AudioError
+
+            if item.size == 0:
+                raise AudioError("<array>: contains no audio samples")
+            limit = max_seconds_or_default(None)
+            if limit is not None and item.size / rate > limit:
+                raise too_long("<array>", limit, item.size / rate, "holds")
+            check_samples(item, "<array>")
+            return item
+        from ..audio import model_input
+
+        return model_input(item, self.sample_rate, sample_rate)
 
     def _diarize_pcm(self, pcm: np.ndarray, opts: SortformerOptions):
         from ..diarization import Diarization
