@@ -37,7 +37,6 @@ import dataclasses
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional, Sequence
 
-from .errors import OptionValueError
 from .results import Segment, SpeakerTurn, Transcript, Word
 
 if TYPE_CHECKING:  # pragma: no cover

@@ -10,8 +10,6 @@ implements, one `HARMLESS_KEYS` lists (no effect at inference), or an error nami
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
-from typing import Optional
-
 from ..nemo.config import EncoderConfig, FrontEndConfig, check_sizes, encoder_config, frontend_config, settings, short
 
 # The model class (the config's `target`) this family builds.
