@@ -73,7 +73,7 @@ def check_lines(lines: list[dict]) -> dict:
     assert kinds[-1] == "final" and kinds.count("final") == 1
     for d in lines[:-1]:
         assert d["type"] in ("partial", "word", "eou", "eob"), d
-        keys = {"partial": {"type", "text"}, "word": {"type", "word", "start", "end", "confidence"}}
+        keys = {"partial": {"type", "text"}, "word": {"type", "word", "start", "end", "confidence", "speaker"}}
         assert set(d) == keys.get(d["type"], {"type", "token", "frame", "time"}), d
     final = lines[-1]
     assert set(final) == {"type", "text", "tokens", "words", "events"}

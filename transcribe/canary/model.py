@@ -14,7 +14,7 @@ from typing import Optional
 import torch
 from torch import nn
 
-from ..nemo.checkpoint import adopt
+from ..nemo.checkpoint import adopt, own_names
 from ..nemo.conformer import ConformerEncoder
 from ..nemo.frontend import NemoMelFrontEnd
 from ..nemo.transformer import DecoderState, Head, TransformerDecoder
@@ -49,13 +49,7 @@ class CanaryModel(nn.Module):
 
     # -- loading
     def load_nemo_state_dict(self, sd: dict) -> None:
-        own = {}
-        for k, v in sd.items():
-            if k.startswith("preprocessor.featurizer."):
-                own["preprocessor." + k[len("preprocessor.featurizer."):]] = v
-            elif not k.endswith("num_batches_tracked"):
-                own[k] = v
-        adopt(self, own, lambda: NemoMelFrontEnd(self.config.preprocessor))
+        adopt(self, own_names(sd), lambda: NemoMelFrontEnd(self.config.preprocessor))
 
     # -- running
     @torch.no_grad()

@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Iterator, Optional
 
 from ..results import Transcript
-from ..writers import WRITERS, write_atomically
+from ..writers import render, write_atomically
 from .inputs import Item, JobError
 from .local import WorkerSetupError
 from .work import join, piece_error, reason
@@ -110,14 +110,14 @@ class Outputs:
     def paths(self, item: Item) -> list[Path]:
         return [self.out_dir / f"{item.id}.{fmt}" for fmt in self.formats]
 
-    def render(self, fmt: str, result: dict) -> str:
-        t = Transcript.from_dict(result)
-        return WRITERS[fmt](t, **self.cue_options) if fmt in ("srt", "vtt") else WRITERS[fmt](t)
+    def render(self, fmt: str, result: dict, file_id: str = "audio") -> str:
+        """`result` (a transcript's dict) as `fmt`; `file_id` names the recording in rttm."""
+        return render(Transcript.from_dict(result), fmt, file_id=file_id, **self.cue_options)
 
     def write(self, item: Item, result: dict) -> list[str]:
         written = []
         for fmt, path in zip(self.formats, self.paths(item)):
-            text = self.render(fmt, result)
+            text = self.render(fmt, result, item.id)
             path.parent.mkdir(parents=True, exist_ok=True)
             write_atomically(path, text, os.replace if self.replace else _place)  # nothing left on failure
             written.append(path.relative_to(self.out_dir).as_posix())

@@ -238,6 +238,18 @@ def _member_name(mp) -> Optional[str]:
     return Path(mp).name
 
 
+def own_names(sd: dict) -> dict:
+    """A NeMo state dict under the names of this package's modules: the front end's `preprocessor.featurizer.*`
+    as `preprocessor.*`; batch norm's `num_batches_tracked` counters (training only) left out."""
+    own = {}
+    for k, v in sd.items():
+        if k.startswith("preprocessor.featurizer."):
+            own["preprocessor." + k[len("preprocessor.featurizer."):]] = v
+        elif not k.endswith("num_batches_tracked"):
+            own[k] = v
+    return own
+
+
 def adopt(model, own: dict, front_end, ignore: tuple = ("preprocessor.",)) -> None:
     """Give `model` (built on the meta device, with `.preprocessor` a NeMo mel front end and `.encoder` a
     FastConformer) the tensors `own` under its own names: KeyError naming what is missing (but the names

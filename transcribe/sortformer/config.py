@@ -102,6 +102,9 @@ class SortformerConfig:
     fc_d_model: int
     tf_d_model: int
     streaming_mode: bool  # the config's mode: NeMo's diarize() runs the streaming path when true
+    async_streaming: bool = False  # the config's streaming update: NeMo's asynchronous one when true
+    eps: float = 1e-3  # the offline input scaling's 1 / (max + eps)
+    projection: bool = True  # NeMo builds encoder_proj only when encoder.d_model != model_defaults.tf_d_model
 
     @property
     def subsampling_factor(self) -> int:
@@ -178,12 +181,25 @@ def parse_config(cfg: dict) -> SortformerConfig:
         raise ValueError(f"transformer_encoder.num_attention_heads = {transformer.num_attention_heads} does not "
                          f"divide hidden_size {transformer.hidden_size}")
     mode = cfg.get("streaming_mode", False)
-    if not isinstance(mode, bool):
-        raise ValueError(f"streaming_mode = {short(mode)} must be true or false")
+    asynchronous = cfg.get("async_streaming", False)
+    for key, value in (("streaming_mode", mode), ("async_streaming", asynchronous)):
+        if not isinstance(value, bool):
+            raise ValueError(f"{key} = {short(value)} must be true or false")
+    eps = cfg.get("eps", 1e-3)
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
+        raise ValueError(f"eps = {short(eps)} is not implemented (the input scaling's small positive constant)")
+    defaults = cfg.get("model_defaults") if isinstance(cfg.get("model_defaults"), dict) else {}
+    # NeMo's __init__ compares encoder.d_model with model_defaults.tf_d_model (older archives put the widths in
+    # sortformer_modules alone: the same values)
+    projection = enc.d_model != defaults.get("tf_d_model", tf)
     rate = cfg.get("sample_rate", pre.sample_rate)
     if rate != pre.sample_rate:
         raise ValueError(f"sample_rate = {short(rate)} differs from preprocessor.sample_rate = {pre.sample_rate}")
-    return SortformerConfig(target, pre.sample_rate, pre, enc, transformer, streaming, n_spk, fc, tf, mode)
+    if not projection and tf != enc.d_model:
+        raise ValueError(f"model_defaults.tf_d_model = {defaults.get('tf_d_model')} equals encoder.d_model (no "
+                         f"projection) but the Transformer is {tf} wide")
+    return SortformerConfig(target, pre.sample_rate, pre, enc, transformer, streaming, n_spk, fc, tf, mode,
+                            asynchronous, float(eps), projection)
 
 
 class _Sized:

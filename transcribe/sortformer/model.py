@@ -14,22 +14,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..nemo.checkpoint import adopt
+from ..nemo.checkpoint import adopt, own_names
 from ..nemo.conformer import ConformerEncoder
 from ..nemo.frontend import NemoMelFrontEnd
 from ..nemo.transformer import TransformerEncoder
 from .config import SortformerConfig
 
-# NeMo's offline forward scales the waveform by 1 / (max + eps) (the largest sample, not the largest magnitude).
-SCALE_EPS = 1e-3
-
 
 class _Modules(nn.Module):
     """NeMo's `SortformerModules`: the projection and the head."""
 
-    def __init__(self, fc_d_model: int, tf_d_model: int, n_spk: int):
+    def __init__(self, fc_d_model: int, tf_d_model: int, n_spk: int, projection: bool = True):
         super().__init__()
-        self.encoder_proj = nn.Linear(fc_d_model, tf_d_model)
+        self.encoder_proj = nn.Linear(fc_d_model, tf_d_model) if projection else None
         self.first_hidden_to_hidden = nn.Linear(tf_d_model, tf_d_model)
         self.single_hidden_to_spks = nn.Linear(tf_d_model, n_spk)
         self.hidden_to_spks = nn.Linear(2 * tf_d_model, n_spk)  # in the checkpoint; NeMo's inference never uses it
@@ -47,7 +44,7 @@ class SortformerModel(nn.Module):
         pre = config.preprocessor
         self.preprocessor = NemoMelFrontEnd(replace(pre, pad_to=0))
         self.encoder = ConformerEncoder(config.encoder)
-        self.sortformer_modules = _Modules(config.fc_d_model, config.tf_d_model, config.n_spk)
+        self.sortformer_modules = _Modules(config.fc_d_model, config.tf_d_model, config.n_spk, config.projection)
         t = config.transformer
         self.transformer_encoder = TransformerEncoder(t.hidden_size, t.inner_size, t.num_layers, t.num_attention_heads,
                                                       t.hidden_act, t.pre_ln, t.pre_ln_final_layer_norm)
@@ -55,13 +52,7 @@ class SortformerModel(nn.Module):
         self.subsampling_factor = config.subsampling_factor
 
     def load_nemo_state_dict(self, sd: dict) -> None:
-        own = {}
-        for k, v in sd.items():
-            if k.startswith("preprocessor.featurizer."):
-                own["preprocessor." + k[len("preprocessor.featurizer."):]] = v
-            elif not k.endswith("num_batches_tracked"):
-                own[k] = v
-        adopt(self, own, lambda: NemoMelFrontEnd(self.preprocessor.config))
+        adopt(self, own_names(sd), lambda: NemoMelFrontEnd(self.preprocessor.config))
 
     # The precision the network runs in (float32; bfloat16 or float16 when loaded so; int8 layers take float32).
     dtype: torch.dtype = torch.float32
@@ -69,9 +60,10 @@ class SortformerModel(nn.Module):
     # -- running
     @torch.no_grad()
     def features(self, audio: torch.Tensor, scale: bool) -> torch.Tensor:
-        """audio [samples] float32 -> log-mel [n_mels, T]; `scale`: NeMo's offline input scaling."""
+        """audio [samples] float32 -> log-mel [n_mels, T]; `scale`: NeMo's offline input scaling, by 1 / (max + eps)
+        (the largest sample, not the largest magnitude)."""
         if scale:
-            audio = audio * (1.0 / (audio.max() + SCALE_EPS))
+            audio = audio * (1.0 / (audio.max() + self.config.eps))
         feats, frames = self.preprocessor(audio[None], torch.tensor([audio.shape[0]], device=audio.device))
         return feats[0, :, : int(frames[0])]
 
@@ -87,7 +79,9 @@ class SortformerModel(nn.Module):
         layers, the projection, the Transformer and the head over the whole sequence."""
         x = embs[None].to(self.dtype)
         enc, _ = self.encoder.layers_forward(x, torch.tensor([x.shape[1]], device=x.device))
-        h = self.sortformer_modules.encoder_proj(enc.transpose(1, 2))
+        h = enc.transpose(1, 2)
+        if self.sortformer_modules.encoder_proj is not None:
+            h = self.sortformer_modules.encoder_proj(h)
         h = self.transformer_encoder(h)
         return self.sortformer_modules.head(h)[0].float()
 

@@ -136,6 +136,10 @@ class SortformerDiarizer(Recognizer):
         units = max(1, round(self.frame_s / 0.01))
         return speaker_turns(probs, pp, units)
 
+    def async_update(self, opts: SortformerOptions) -> bool:
+        """The streaming update rule: the option, else the model's config (`async_streaming`)."""
+        return self.model.config.async_streaming if opts.async_update is None else opts.async_update
+
     def path(self, seconds: float, opts: SortformerOptions) -> str:
         """"offline" or "streaming": the option, else the model's own; an offline model's long input streams."""
         if opts.mode is not None:
@@ -159,7 +163,7 @@ class SortformerDiarizer(Recognizer):
                 return np.zeros((0, m.n_spk), np.float32)
             return m.offline(feats).cpu().numpy()
         feats = Features(m.preprocessor, file_stats(m.preprocessor, pcm))
-        loop = ChunkLoop(m, opts.async_update)
+        loop = ChunkLoop(m, self.async_update(opts))
         out = []
         for i in range(0, len(pcm), BLOCK):
             out.append(loop.push(feats.push(pcm[i:i + BLOCK])))
@@ -184,7 +188,7 @@ class LiveDiarizer:
         self.opts = opts
         m = diarizer.model
         self.features = Features(m.preprocessor, None)
-        self.loop = ChunkLoop(m, opts.async_update)
+        self.loop = ChunkLoop(m, diarizer.async_update(opts))
         self.frame_s = diarizer.frame_s
         self._rows: list = []
         self.samples = 0
