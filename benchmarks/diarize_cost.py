@@ -74,15 +74,8 @@ def child(args) -> int:
     pcm, _ = speech_clip(args.seconds)
     together = "diarize" in inspect.signature(asr.transcribe).parameters
 
-    def run_diarize(x):
-        if hasattr(dia, "diarize"):
-            try:
-                return dia.diarize(x, sample_rate=SAMPLE_RATE).turns
-            except ModuleNotFoundError:  # transcribe.diarization not there yet: the two steps diarize() runs
-                pass
-        return dia.turns(dia.probabilities(x, dia.options(sample_rate=SAMPLE_RATE)), dia.options())
-
-    calls = {"transcribe": lambda x: asr.transcribe(x), "diarize": run_diarize}
+    calls = {"transcribe": lambda x: asr.transcribe(x),
+             "diarize": lambda x: dia.diarize(x, sample_rate=SAMPLE_RATE).turns}
     if together:
         calls["together"] = lambda x: asr.transcribe(x, diarize=True, diarizer=dia)
     short = pcm[: 20 * SAMPLE_RATE]

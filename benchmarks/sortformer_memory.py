@@ -12,13 +12,16 @@ Run from the repository root with the project's Python:
              --threads N        torch threads (default 2)
              --bound X          the target: peak RSS at the longest length at most X times the shortest's
                                 (default 1.3, issue 30)
+             --call C           diarize (default: the public call) or probabilities: `model.probabilities(audio)`
+                                and `model.turns(...)`, the two steps diarize() runs, without its audio intake
+                                (`transcribe.audio.model_input`, which copies an in-memory array: see the README)
 
 Every (precision, length) runs in a fresh child process, so its peak RSS (getrusage ru_maxrss) is its own:
 import the package, `transcribe.runtime.tune_malloc()` (as the command line), load the model
 (`transcribe.load_model(path, threads=N, dtype=None | "bfloat16")`), make the audio (the 60 s benchmark clip,
 benchmarks/speech_clip.py, repeated to the length into one preallocated float32 array: no temporary copies),
 then one call `model.diarize(audio, sample_rate=16000)` (the model's streaming path: NeMo's chunk loop with
-the speaker cache, sync update). Reported: RSS after the load, after the audio is made, peak RSS, the call's
+the speaker cache, sync update; --call probabilities: the same without the audio intake). Reported: RSS after the load, after the audio is made, peak RSS, the call's
 own growth (peak - RSS before the call), the audio array's size, the output's frames, and the call's time.
 The ratio that issue 30 bounds is peak RSS at 60 minutes / at 10 minutes.
 """
@@ -53,8 +56,6 @@ def _rss_mb() -> float:
 
 
 def child(args) -> int:
-    import importlib.util
-
     import numpy as np
     import torch
 
@@ -81,20 +82,19 @@ def child(args) -> int:
         audio[i:i + len(clip)] = clip[: n - i]
     del clip
     rss_audio = _rss_mb()
-    diarize_api = importlib.util.find_spec("transcribe.diarization") is not None
     t0 = time.perf_counter()
-    if diarize_api:
+    if args.call == "diarize":
         d = model.diarize(audio, sample_rate=SAMPLE_RATE)
         probs, turns = d.probs, d.turns
-    else:  # before transcribe.diarization exists: the two steps diarize() runs
-        probs = model.probabilities(audio, model.options(sample_rate=SAMPLE_RATE))
+    else:  # the two steps diarize() runs, on the array as it is (no audio intake: model_input)
+        probs = model.probabilities(audio, model.options())
         turns = model.turns(probs, model.options())
     call_s = time.perf_counter() - t0
     peak = _peak_rss_mb()
     print(TAG + json.dumps(dict(
         minutes=float(args.child_minutes), precision=args.child_precision, load_s=round(load_s, 2),
         call_s=round(call_s, 2), rtfx=round(n / SAMPLE_RATE / call_s, 2), frames=int(probs.shape[0]), turns=len(turns),
-        call="model.diarize" if diarize_api else "model.probabilities + model.turns",
+        call="model.diarize" if args.call == "diarize" else "model.probabilities + model.turns",
         rss_after_import_mb=round(rss_import), rss_after_load_mb=round(rss_loaded), peak_after_load_mb=round(peak_loaded),
         audio_mb=round(audio.nbytes / 2**20, 1), rss_after_audio_mb=round(rss_audio), peak_rss_mb=round(peak),
         call_growth_mb=round(peak - rss_audio), rss_after_call_mb=round(_rss_mb()),
@@ -110,6 +110,7 @@ def main(argv=None) -> int:
     ap.add_argument("--precisions", default="bf16,fp32")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--bound", type=float, default=1.3)
+    ap.add_argument("--call", choices=("diarize", "probabilities"), default="diarize")
     ap.add_argument("--json")
     ap.add_argument("--child-minutes", help=argparse.SUPPRESS)
     ap.add_argument("--child-precision", help=argparse.SUPPRESS)
@@ -131,7 +132,7 @@ def main(argv=None) -> int:
         for m in minutes:
             env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads))
             cmd = [sys.executable, str(Path(__file__).resolve()), "--child-minutes", str(m), "--child-precision", prec,
-                   "--model", args.model, "--threads", str(args.threads)]
+                   "--model", args.model, "--threads", str(args.threads), "--call", args.call]
             print(f"[{time.strftime('%H:%M:%S')}] {prec} {m:g} min (load average {os.getloadavg()[0]:.2f}) ...",
                   file=sys.stderr, flush=True)
             p = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
@@ -167,7 +168,7 @@ def main(argv=None) -> int:
         Path(args.json).write_text(json.dumps(dict(
             started=started, package_commit=package_commit(),
             model=str(model.relative_to(REPO)) if model.is_relative_to(REPO) else str(model),
-            threads=args.threads, bound=args.bound, **cpu_info(),
+            threads=args.threads, bound=args.bound, call=args.call, **cpu_info(),
             loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in os.getloadavg()],
             results=rows, verdicts=verdicts, table=text), indent=2) + "\n")
         print(f"\nwritten {args.json}")

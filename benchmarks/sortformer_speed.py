@@ -67,7 +67,6 @@ REPO = HERE.parent
 DEFAULT_MODEL = "local-models/diar_streaming_sortformer_4spk-v2.1-random.nemo"  # make_sortformer_model.py
 DEFAULT_NEMO_PYTHON = ".venv-nemo/bin/python"  # tools/setup_nemo_venv.sh
 SAMPLE_RATE = 16000
-DIARIZE_API = True  # ours: model.diarize() (False: probabilities() + turns(), what diarize() runs)
 
 
 # --------------------------------------------------------------------------------------
@@ -145,10 +144,6 @@ def _ours_child(model_path: str, precision: str, threads: int, stages: "Stages |
     import transcribe
     import transcribe.runtime
 
-    global DIARIZE_API
-    import importlib.util
-
-    DIARIZE_API = importlib.util.find_spec("transcribe.diarization") is not None
     transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
     rss_import = _rss_mb()
     t0 = time.perf_counter()
@@ -173,12 +168,7 @@ def _ours_child(model_path: str, precision: str, threads: int, stages: "Stages |
         stages.wrap(model, "probabilities", "probabilities (all)")
 
     def run(wav, pcm):
-        if DIARIZE_API:
-            return model.diarize(pcm, sample_rate=SAMPLE_RATE).probs
-        # before transcribe.diarization exists, diarize() cannot build its result: the same two steps it runs
-        probs = model.probabilities(pcm, model.options(sample_rate=SAMPLE_RATE))
-        model.turns(probs, model.options())
-        return probs
+        return model.diarize(pcm, sample_rate=SAMPLE_RATE).probs
 
     return rss_import, load_s, run
 
@@ -220,8 +210,6 @@ def child_main(args) -> int:
         load_s=round(load_s, 2), warmup_s=round(warmup_s, 2), times_s=[round(t, 3) for t in times],
         peak_rss_mb=round(_peak_rss_mb()), rss_after_import_mb=round(rss_import), rss_after_load_mb=round(rss_loaded),
         frames=int(probs.shape[0]), torch=torch.__version__,
-        call=("model.diarize" if DIARIZE_API else "model.probabilities + model.turns") if args.child == "ours"
-        else "model.diarize",
     )
     if stages is not None:
         result["stages"] = stages.report()
@@ -258,6 +246,41 @@ def compare(a, b) -> dict:
                 mean_abs_diff=float(d.mean()) if n else 0.0,
                 argmax_differs=int((a[:n].argmax(1) != b[:n].argmax(1)).sum()),
                 active_differs=int(((a[:n] > 0.5) != (b[:n] > 0.5)).sum()))
+
+
+def tiny_agreement(threads: int) -> dict:
+    """Ours bf16 and fp32 against NeMo's float32 streaming (sync) probabilities on the shared tiny Sortformer,
+    which was trained briefly on two-speaker mixtures (../shared/models/sortformer-tiny): bf16's effect on a
+    model whose outputs mean something, beside the random model's."""
+    import numpy as np
+    import soundfile as sf
+    import torch
+
+    sys.path.insert(0, str(REPO))
+    import transcribe
+
+    torch.set_num_threads(threads)
+    tiny = REPO / ".." / "shared" / "models" / "sortformer-tiny"
+    if not (tiny / "references.json").exists():
+        return {}
+    refs = json.loads((tiny / "references.json").read_text())["mixtures"]
+    out = {}
+    for prec, dtype in (("fp32", None), ("bf16", "bfloat16")):
+        model = transcribe.load_model(str(tiny / "sortformer-tiny.nemo"), threads=threads, dtype=dtype)
+        frames = argmax = active = 0
+        worst = 0.0
+        for name in sorted(refs):
+            ref = np.asarray(refs[name]["streaming_sync"]["probs"], dtype=np.float32).reshape(-1, 4)
+            pcm, _ = sf.read(tiny / f"{name}.wav", dtype="float32")
+            got = model.probabilities(pcm, model.options(mode="streaming"))
+            c = compare(got, ref)
+            frames += c["frames"][1]
+            argmax += c["argmax_differs"]
+            active += c["active_differs"]
+            worst = max(worst, c["max_abs_diff"])
+        out[f"tiny ours {prec} vs nemo fp32"] = dict(mixtures=len(refs), frames=frames, max_abs_diff=worst,
+                                                      argmax_differs=argmax, active_differs=active)
+    return out
 
 
 def table(rows: list[dict]) -> str:
@@ -401,6 +424,8 @@ def main(argv=None) -> int:
                  (("ours", "bf16"), ("ours", "fp32"))]:
         if a in probs and b in probs:
             agreement[f"{a[0]} {a[1]} vs {b[0]} {b[1]}"] = compare(probs[a], probs[b])
+    if not args.stages and "ours" in impls:
+        agreement.update(tiny_agreement(args.threads))
     extra = ""
     by = {r["precision"]: r for r in rows}
     if not args.stages and "bf16" in by and "fp32" in by and by["bf16"].get("ours") and by["fp32"].get("nemo"):
