@@ -39,8 +39,10 @@ time; their calls then alternate (the order flips every round), one call at a ti
         encoder, projection, Transformer and head weights in bfloat16 (front end and cache float32).
 Each child: one warm-up call, then one timed call (time.perf_counter) per round; the last call's per-frame
 probabilities are saved and compared: ours float32 against NeMo float32 (max abs difference; frames whose most
-likely speaker differs), ours bf16 against NeMo float32 and NeMo bf16 (the same two). Reported per engine: load
-time, best and median call, RTFx (audio seconds / call), peak RSS (getrusage ru_maxrss, includes the model
+likely speaker differs), ours bf16 against NeMo float32 and NeMo bf16 (the same two); then, in this process,
+ours fp32 and bf16 against NeMo's float32 streaming references of the shared tiny Sortformer's three mixtures
+(../shared/models/sortformer-tiny, trained briefly: bf16's effect where outputs mean something).
+Reported per engine: load time, best and median call, RTFx (audio seconds / call), peak RSS (getrusage ru_maxrss, includes the model
 load); ratios ours/NeMo speed: of the best calls, of the medians, and the median of the per-round ratios; and
 ours bf16 against NeMo fp32. The CPU (machine.cpu_info) and the load average before and after are recorded.
 
