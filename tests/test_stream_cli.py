@@ -16,7 +16,7 @@ import pytest
 import soundfile as sf
 
 import transcribe
-from transcribe import cli, stream_cli
+from transcribe import cli, stream_cli, stream_print
 from transcribe.audio import load_audio
 
 from .conftest import AUDIO, REPO, TINY
@@ -239,7 +239,7 @@ class ScriptedSession:
 
 def test_output_order_and_final_over_utterances():
     out = io.StringIO()
-    w = stream_cli._JsonLines(out)
+    w = stream_print.JsonLines(out)
     s = ScriptedSession()
     w.update(s)
     w.update(s)
@@ -255,14 +255,14 @@ def test_output_order_and_final_over_utterances():
     assert final["tokens"] == [{"id": 5, "text": " hello", "frame": 0, "start": 0.0, "end": 0.5, "confidence": 0.9}]
     assert final["events"] == [{"type": "eou", "token": "<EOU>", "frame": 13, "time": 1.04}]
     out = io.StringIO()
-    t = stream_cli._Text(out)
+    t = stream_print.Text(out)
     s = ScriptedSession()
     t.update(s)
     t.update(s)
     t.close(s)
     assert out.getvalue() == "hello world\nnext one\n"  # one line per utterance, a newline at the end
     out = io.StringIO()
-    t = stream_cli._Text(out)
+    t = stream_print.Text(out)
     s.new = ["last\n"]
     t.update(s)
     t.close(s)

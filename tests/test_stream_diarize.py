@@ -8,7 +8,6 @@ finished" and "word covered" happens. The last ones run the tiny streaming Sortf
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -296,10 +295,6 @@ def test_stream_diarize_errors(capsys, monkeypatch):
 
 @pytest.fixture(scope="module")
 def sortformer():
-    from transcribe.loading import FAMILIES
-
-    if not any(f.name == "sortformer" for f in FAMILIES):
-        pytest.skip("the Sortformer family is not registered yet")
     model = transcribe.load_model(str(SORTFORMER))
     assert model.diarizer is True
     return model
@@ -337,19 +332,10 @@ def test_stream_command_with_the_streaming_sortformer(capsys, sortformer):
     assert {w["speaker"] for w in final["words"]} <= {t["speaker"] for t in final["speakers"]}
 
 
-def test_model_stream_with_diarize_labels_words():
+def test_model_stream_with_diarize_labels_words(sortformer):
     """`model.stream(diarize=True, diarizer=...)` is `stream()` plus `add_diarizer`: the same labels."""
-    import numpy as np
-
-    import transcribe
-    from transcribe.audio import load_audio
-
-    shared = Path(__file__).resolve().parents[1].parent / "shared" / "models"
-    asr_path, sf_path = shared / "parakeet-tiny" / "tiny-tdt-fit.nemo", shared / "sortformer-tiny" / "sortformer-tiny.nemo"
-    if not (asr_path.is_file() and sf_path.is_file()):
-        pytest.skip("the shared tiny models are not there")
-    asr, sf = transcribe.load_model(str(asr_path)), transcribe.load_model(str(sf_path))
-    pcm = load_audio(str(shared / "sortformer-tiny" / "mix0.wav"), 16000)
+    asr, sf = transcribe.load_model(str(OFFLINE)), sortformer
+    pcm = load_audio(str(MIX0), 16000)
 
     def words(session):
         with session as s:

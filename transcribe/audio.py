@@ -54,14 +54,17 @@ _GROWTH = 4
 _SOUNDFILE_MAGIC = (b"RIFF", b"RF64", b"RIFX", b"fLaC", b"OggS", b"FORM", b".snd", b"BW64")
 
 
-def model_input(source, model_rate: int, sample_rate: Optional[int] = None) -> np.ndarray:
+def model_input(source, model_rate: int, sample_rate: Optional[int] = None, *, copy: bool = True) -> np.ndarray:
     """What a model's `transcribe()` takes, as mono float32 at `model_rate`: an array or tensor is
     mono audio at `sample_rate` (the model's own rate when None), resampled when the rates differ;
-    anything else (a path, bytes, a file object, "-") is decoded and resampled from its own rate."""
+    anything else (a path, bytes, a file object, "-") is decoded and resampled from its own rate.
+    copy=False: a float32 mono numpy array already at `model_rate` comes back itself, checked as any
+    input (for a caller that never writes it: an hour of audio is 230 MB)."""
     if _is_array(source):
         if getattr(source, "ndim", 1) != 1:
             raise AudioError(f"<array>: an audio array must be 1-D mono, got shape {tuple(source.shape)}")
-        return load_audio(source, model_rate, source_rate=model_rate if sample_rate is None else sample_rate)
+        return load_audio(source, model_rate, source_rate=model_rate if sample_rate is None else sample_rate,
+                          copy=copy)
     if sample_rate is not None:
         raise AudioError(f"sample_rate={sample_rate} applies to arrays only: a file carries its own rate")
     return load_audio(source, model_rate)
@@ -89,7 +92,7 @@ def load_groups(items, load, rate: int, max_seconds: float = GROUP_AUDIO_S):
 
 
 def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] = None,
-               max_seconds: Optional[float] = None) -> np.ndarray:
+               max_seconds: Optional[float] = None, copy: bool = True) -> np.ndarray:
     """Return the audio in `source` as a mono float32 1-D numpy array at `sample_rate` Hz.
 
     Channels are mixed by their mean; the rate is converted with soxr at high quality.
@@ -107,14 +110,15 @@ def load_audio(source, sample_rate: int = 16000, *, source_rate: Optional[int] =
     The length is checked before decoding where the header tells it (libsndfile's frame count of a
     WAV, FLAC, AIFF, AU or Ogg file, the duration FFmpeg reads from any other container, an array's
     shape) and enforced while decoding otherwise: decoding stops once the audio passes the limit.
-    Memory: the output (4 bytes a sample at `sample_rate`) and at most a quarter more while it grows.
+    Memory: the output (4 bytes a sample at `sample_rate`) and at most a quarter more while it grows;
+    with copy=False a float32 mono numpy array already at `sample_rate` is returned itself (checked).
     """
     if not isinstance(sample_rate, (int, np.integer)) or isinstance(sample_rate, bool) or sample_rate <= 0:
         raise AudioError(f"sample_rate must be a positive integer, got {sample_rate!r}")
     sample_rate = int(sample_rate)
     check_rate(sample_rate, "sample_rate")
     limit = audio_limits.max_seconds_or_default(max_seconds)
-    return _load(source, _Target(sample_rate, limit), source_rate)
+    return _load(source, _Target(sample_rate, limit), source_rate, copy)
 
 
 class _Target(NamedTuple):
@@ -123,9 +127,9 @@ class _Target(NamedTuple):
     max_seconds: Optional[float] = None
 
 
-def _load(source, target: "_Target", source_rate) -> np.ndarray:
+def _load(source, target: "_Target", source_rate, copy: bool = True) -> np.ndarray:
     if _is_array(source):
-        return _from_array(source, target, source_rate)
+        return _from_array(source, target, source_rate, copy)
     if source_rate is not None:
         raise AudioError("source_rate applies only to arrays and tensors; encoded audio carries its own rate")
 
@@ -380,7 +384,7 @@ def _is_array(source) -> bool:
     return torch is not None and isinstance(source, torch.Tensor)
 
 
-def _from_array(source, target: _Target, source_rate) -> np.ndarray:
+def _from_array(source, target: _Target, source_rate, copy: bool = True) -> np.ndarray:
     name = "<array>"
     if source_rate is None:
         raise AudioError(f"{name}: source_rate is required for arrays and tensors")
@@ -425,6 +429,8 @@ def _from_array(source, target: _Target, source_rate) -> np.ndarray:
             else x.reshape(-1)
     if x.size == 0:
         raise AudioError(f"{name}: contains no audio samples")
+    if not copy and x is source and x.ndim == 1 and x.flags.c_contiguous and source_rate == target.rate:
+        return x  # float32 mono at the rate already: checked above, handed back as it is
     out = _Collector(name, target)
     out.push(np.ascontiguousarray(x), source_rate)
     return out.finish()
