@@ -107,13 +107,9 @@ class Features:
         self.norm = frontend.normalize
         if self.norm not in (None, "per_feature", "all_features"):
             raise ValueError(f"normalize = {self.norm!r} is not implemented for streaming")
-        plain = frontend if self.norm is None else _plain(frontend)
-        self.live = LiveMelFeatures(plain)
+        self.live = LiveMelFeatures(frontend if self.norm is None else _plain(frontend))
         self.stats = stats
-        n = frontend.n_mels
-        self._sum = np.zeros(n if self.norm == "per_feature" else 1)
-        self._sq = np.zeros_like(self._sum)
-        self._n = 0
+        self._running = _Moments(frontend)
 
     def push(self, pcm) -> torch.Tensor:
         return self._normalize(self.live.push(pcm))
@@ -125,17 +121,38 @@ class Features:
         if self.norm is None or x.shape[1] == 0:
             return x
         if self.stats is None:  # live: the statistics of the frames so far
-            axis = 1 if self.norm == "per_feature" else None
-            xd = x.double().numpy()
-            self._sum += xd.sum(axis=axis)
-            self._sq += (xd * xd).sum(axis=axis)
-            self._n += x.shape[1] * (1 if self.norm == "per_feature" else x.shape[0])
-            mean, std = _mean_std(self._sum, self._sq, self._n)
+            self._running.add(x)
+            mean, std = self._running.mean_std()
         else:
             mean, std = self.stats
         mean = torch.as_tensor(np.asarray(mean, dtype=np.float32)).reshape(-1, 1)
         std = torch.as_tensor(np.asarray(std, dtype=np.float32)).reshape(-1, 1)
         return (x - mean) / std
+
+
+class _Moments:
+    """Sums (float64) of mel frames and of their squares, per band (`per_feature`) or over all (`all_features`),
+    and NeMo's statistics from them: the mean and the standard deviation (n - 1 in the denominator) + 1e-5."""
+
+    def __init__(self, frontend: NemoMelFrontEnd):
+        self.per = frontend.normalize == "per_feature"
+        self.sum = np.zeros(frontend.n_mels if self.per else 1)
+        self.sq = np.zeros_like(self.sum)
+        self.n = 0
+
+    def add(self, x: torch.Tensor) -> None:
+        xd = x.double().numpy()
+        axis = 1 if self.per else None
+        self.sum += xd.sum(axis=axis)
+        self.sq += (xd * xd).sum(axis=axis)
+        self.n += x.shape[1] * (1 if self.per else x.shape[0])
+
+    def mean_std(self) -> tuple:
+        n = self.n
+        mean = self.sum / max(n, 1)
+        var = (self.sq - n * mean * mean) / (n - 1) if n > 1 else np.full_like(self.sum, np.nan)
+        std = np.sqrt(np.maximum(var, 0.0))
+        return mean, np.where(np.isnan(std), 0.0, std) + _STD_EPS
 
 
 def _plain(frontend: NemoMelFrontEnd) -> NemoMelFrontEnd:
@@ -144,31 +161,14 @@ def _plain(frontend: NemoMelFrontEnd) -> NemoMelFrontEnd:
     return fe
 
 
-def _mean_std(s, sq, n: int):
-    mean = s / max(n, 1)
-    var = (sq - n * mean * mean) / (n - 1) if n > 1 else np.full_like(s, np.nan)
-    std = np.sqrt(np.maximum(var, 0.0))
-    std = np.where(np.isnan(std), 0.0, std) + _STD_EPS
-    return mean, std
-
-
 def file_stats(frontend: NemoMelFrontEnd, audio: np.ndarray) -> Optional[tuple]:
-    """A file's normalization statistics (NeMo's: each band's mean and standard deviation, n - 1 in the
-    denominator, + 1e-5), gathered block by block in float64; None when the front end does not normalize."""
+    """A file's normalization statistics (NeMo's), gathered block by block in a first pass over its samples;
+    None when the front end does not normalize."""
     if frontend.normalize is None:
         return None
-    per = frontend.normalize == "per_feature"
     live = LiveMelFeatures(_plain(frontend))
-    s = np.zeros(frontend.n_mels if per else 1)
-    sq = np.zeros_like(s)
-    n = 0
-    for i in range(0, max(len(audio), 1), BLOCK):
-        part = audio[i:i + BLOCK]
-        x = live.push(part) if len(part) else live.push(np.zeros(0, np.float32))
-        if i + BLOCK >= len(audio):
-            x = torch.cat([x, live.finish()], dim=1)
-        xd = x.double().numpy()
-        s += xd.sum(axis=1 if per else None)
-        sq += (xd * xd).sum(axis=1 if per else None)
-        n += x.shape[1] * (1 if per else x.shape[0])
-    return _mean_std(s, sq, n)
+    moments = _Moments(frontend)
+    for i in range(0, len(audio), BLOCK):
+        moments.add(live.push(audio[i:i + BLOCK]))
+    moments.add(live.finish())
+    return moments.mean_std()
