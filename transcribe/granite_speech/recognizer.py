@@ -79,10 +79,8 @@ class GraniteSpeechASR(Recognizer):
             cfg = parse_config(raw)
         except ModelError as e:
             raise ModelError(f"{path}: {e}") from None
-        if dtype == torch.int8:
-            raise ModelError(f"{name}: int8 is not implemented for Granite Speech models yet (float32, bfloat16, "
-                             "float16)")
-        dtype = dtype or torch.float32
+        int8 = dtype == torch.int8
+        dtype = torch.float32 if dtype is None or int8 else dtype
         state = read_weights(path)
         lm_state = lm_tensors(state)
         if cfg.has_lora_adapter:
@@ -90,6 +88,8 @@ class GraniteSpeechASR(Recognizer):
             log.debug("%s: LoRA adapter merged into %d matrices", name, n)
         model = GraniteSpeechModel.from_state(cfg, {k: v for k, v in state.items() if not k.startswith("lm.")},
                                               lm_state, str(path), dtype)
+        if int8:
+            model.quantize_int8()
         tokenizer = LLMTokenizer.load(path)
         stop_ids, defaults = _generation(path, raw, tokenizer)
         model.to(device)
