@@ -163,3 +163,62 @@ def test_a_config_setting_not_implemented_is_refused(tmp_path):
     (d / "config.json").write_text(json.dumps(cfg))
     with pytest.raises(ModelError, match="use_qformer_text_input"):
         transcribe.load_model(str(d))
+
+
+def test_the_lora_adapter_is_merged_and_matters(tmp_path):
+    ref = json.loads((REFS / "g33.json").read_text())
+    want = ref["no_adapter"]["results"]["jfk.wav"]["greedy_ids"]
+    d = _copy(tmp_path, "g33")
+    cfg = json.loads((d / "config.json").read_text())
+    cfg["has_lora_adapter"] = False  # the base weights alone: transformers with its adapter disabled
+    (d / "config.json").write_text(json.dumps(cfg))
+    bare = transcribe.load_model(str(d))
+    prompt = bare.prompts.build(None, None, _instruction(ref))
+    [[g]] = bare.decode([_audio("jfk.wav")], prompt, bare.options(max_new_tokens=ref["greedy_call"]["max_new_tokens"]))
+    assert g.ids == _trim(want, bare.stop_ids)
+    assert g.ids != _trim(ref["audios"]["jfk.wav"]["greedy_ids"], bare.stop_ids)
+
+
+def test_translation_prompt_and_ids():
+    ref = json.loads((REFS / "g33.json").read_text())["translate_jfk"]
+    asr = transcribe.load_model(str(MODELS / "g33"))
+    prompt = asr.prompts.build("translate", "fr", None)
+    assert prompt.text == ref["prompt_text"]
+    [[g]] = asr.decode([_audio("jfk.wav")], prompt, asr.options(task="translate", target_language="fr",
+                                                                 max_new_tokens=60))
+    assert g.ids == _trim(ref["greedy_ids"], asr.stop_ids)
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_bf16_and_int8_follow_float32(dtype):
+    """bf16 rounds every product and int8 every weight and activation: their ids may part from float32's, so
+    the check is the text: on jfk, the tiny model's words agree with float32's but for at most two."""
+    ref = json.loads((REFS / "g40.json").read_text())["audios"]["jfk.wav"]["greedy_text"].split()
+    asr = transcribe.load_model(str(MODELS / "g40"), dtype=dtype)
+    got = asr.transcribe(str(AUDIO / "jfk.wav"), max_new_tokens=60).text.split()
+    import difflib
+
+    same = sum(b.size for b in difflib.SequenceMatcher(a=ref, b=got).get_matching_blocks())
+    assert same >= len(ref) - 2 and abs(len(got) - len(ref)) <= 2, got
+
+
+def test_options_of_other_families_and_bad_values_are_refused():
+    from transcribe.errors import OptionsNotTaken, OptionValueError
+
+    asr = transcribe.load_model(str(MODELS / "g40"))
+    with pytest.raises(OptionsNotTaken):
+        asr.options(language="en")
+    with pytest.raises(OptionValueError, match="target_language"):
+        asr.options(task="translate")
+    with pytest.raises(OptionValueError, match="cannot time words"):
+        asr.options(word_timestamps=True)
+    with pytest.raises(OptionValueError, match="nbest"):
+        asr.options(nbest=3, beam_size=2)
+
+
+def test_nbest_comes_back_ranked():
+    asr = transcribe.load_model(str(MODELS / "g40"))
+    t = asr.transcribe(str(AUDIO / "jfk.wav"), beam_size=3, nbest=3, max_new_tokens=60)
+    hyps = t.nbest.hypotheses
+    assert len(hyps) == 3 and hyps[0].text == t.text and t.nbest.beam == "transformers"
+    assert hyps[0].score >= hyps[1].score >= hyps[2].score
