@@ -222,3 +222,54 @@ def test_nbest_comes_back_ranked():
     hyps = t.nbest.hypotheses
     assert len(hyps) == 3 and hyps[0].text == t.text and t.nbest.beam == "transformers"
     assert hyps[0].score >= hyps[1].score >= hyps[2].score
+
+
+# ---------------------------------------------------------------------------------------------- command
+
+def _cli(model: Path, *args) -> "subprocess.CompletedProcess":
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "transcribe", str(AUDIO / "jfk.wav"), "--model", str(model), *args],
+                          capture_output=True, text=True, cwd=str(HERE.parent), timeout=300)
+
+
+def test_the_command_prints_the_reference_text_in_the_shared_schema():
+    r = _cli(MODELS / "g40", "--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    doc = json.loads((REFS / "g40.json").read_text())
+    ref = doc["audios"]["jfk.wav"]
+    assert out["text"] == ref["greedy_text"].strip()
+    # the reference's greedy output ends with EOS within its 60 tokens, so the command's default bound gives the same
+    assert [t["id"] for t in out["tokens"]] == _trim(ref["greedy_ids"], [doc["tokenizer"]["eos_token_id"]])
+    assert set(out) >= {"text", "language", "duration", "model", "segments", "words", "tokens", "nbest", "speakers"}
+    assert out["duration"] == pytest.approx(11.0) and out["segments"][0]["end"] == pytest.approx(11.0)
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--language", "en"], "g40 is a Granite Speech model and does not take --language"),
+    (["--task", "translate"], "target_language"),
+    (["--word-timestamps"], "cannot time words"),
+])
+def test_the_command_refuses_bad_options_in_one_line(args, words):
+    r = _cli(MODELS / "g40", *args, "--format", "json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert words in r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
+def test_the_command_refuses_a_broken_checkpoint_in_one_line(tmp_path):
+    d = _copy(tmp_path, "g40")
+    (d / "model.safetensors").unlink()
+    r = _cli(d)
+    assert r.returncode == 2 and "model.safetensors" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    d = _copy(tmp_path / "t", "g40")
+    cfg = json.loads((d / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = "{{ messages }}"
+    (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+    for name in ("chat_template.jinja", "chat_template.json"):
+        if (d / name).exists():
+            (d / name).unlink()
+    r = _cli(d)
+    assert r.returncode == 2 and "chat template" in r.stderr and len(r.stderr.strip().splitlines()) == 1
