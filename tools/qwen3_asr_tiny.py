@@ -2,7 +2,10 @@
 
 Run from the repository root with the NeMo/transformers venv (transformers 5.24.0):
 
-    OMP_NUM_THREADS=1 .venv-nemo/bin/python tools/qwen3_asr_tiny.py [--steps 700] [--out tests/models/qwen3_asr/tiny]
+    OMP_NUM_THREADS=1 .venv-nemo/bin/python tools/qwen3_asr_tiny.py --steps 1200 --max-seconds 480
+
+The committed model came from exactly that call; the 480 s cap stopped it after 1073 steps (train_log.json).
+To redo that run without depending on the machine's speed: --steps 1200 --stop-at 1073 --max-seconds 1e9.
 
 (`.venv-nemo` is the venv that holds transformers; any interpreter with transformers >= 5.24, tokenizers,
 soundfile and torch works.) Audio comes from <repo>/../shared/audio (jfk.wav and dev/manifest.jsonl).
@@ -228,12 +231,14 @@ def build_config(tok):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", default=str(REPO / "tests" / "models" / "qwen3_asr" / "tiny"))
-    ap.add_argument("--steps", type=int, default=700)
+    ap.add_argument("--steps", type=int, default=1200)
     ap.add_argument("--lr", type=float, default=3e-3)
     ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--vocab", type=int, default=640)
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--max-seconds", type=float, default=600)
+    ap.add_argument("--max-seconds", type=float, default=480, help="wall-clock cap on training")
+    ap.add_argument("--stop-at", type=int, default=None,
+                    help="stop after this many steps (the schedule still spans --steps): reproduces a time-capped run")
     args = ap.parse_args()
     torch.set_num_threads(1)
     torch.manual_seed(args.seed)
@@ -328,6 +333,8 @@ def main():
             log.append({"step": step, "weighted_loss": round(loss.item(), 4), "token_nll": round(plain.item(), 4),
                         "seconds": round(time.time() - t0, 1)})
             print(log[-1], flush=True)
+        if args.stop_at is not None and step + 1 >= args.stop_at:
+            break
         if time.time() - t0 > args.max_seconds:
             print("time cap reached")
             break
