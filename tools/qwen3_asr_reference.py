@@ -181,6 +181,25 @@ def main():
                 "greedy_raw": proc.decode(new, skip_special_tokens=False),
                 "same_as_single_after_trimming_pad": new.tolist()[: len(single)] == single,
             })
+        # the batched features are not the single-clip features: compare them (and the projector output) per row
+        for i, c in enumerate(CLIPS):
+            single = proc.apply_transcription_request(audio=wavs[c], language=lang)
+            n = int(single["input_features_mask"].sum())
+            T = single["input_features"].shape[-1]
+            fb, fs = enc["input_features"][i], single["input_features"][0]
+            d = (fb[:, :n] - fs[:, :n]).abs().amax(0)
+            with torch.no_grad():
+                pb = model.model.get_audio_features(enc["input_features"][i:i + 1],
+                                                    enc["input_features_mask"][i:i + 1]).pooler_output
+                ps = model.model.get_audio_features(single["input_features"], single["input_features_mask"]).pooler_output
+            rows[i]["vs_single"] = {
+                "valid_frames_max_abs_diff": d.max().item(),
+                "valid_frames_that_differ": torch.nonzero(d > 1e-6).flatten().tolist(),
+                "single_tail_frames_n_to_T": [n, T],
+                "single_tail_max_abs": fs[:, n:T].abs().max().item() if T > n else None,
+                "batch_tail_min_max": [fb[:, n:T].min().item(), fb[:, n:T].max().item()] if T > n else None,
+                "projector_max_abs_diff": (pb - ps).abs().max().item(),
+            }
         ref["batch"][mode] = {
             "padding_side": "left (Qwen3ASRProcessor text_kwargs padding_side='left'); pad id = tokenizer pad "
                             f"{tok.pad_token_id} ({tok.pad_token}); generated rows are padded after EOS with "
