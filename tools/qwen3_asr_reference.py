@@ -96,10 +96,9 @@ def main():
                                           ["language English<asr_text>", "language English", "language None<asr_text>",
                                            "\n", "system\n", "And so, my fellow Americans"]}},
         "audio_token_formula": (
-            "n_tokens(F) = (F // 100) * 13 + ceil3(F % 100), ceil3(r) = ((((r - 1) // 2 + 1) - 1) // 2 + 1 - 1) // 2 + 1 "
-            "(three stride-2 convs, each L -> (L - 1) // 2 + 1); F = input_features_mask.sum() = valid mel frames; "
-            "processor._get_audio_token_length; note r == 0 gives (((-1)//2+1 -1)//2+1 -1)//2+1 = 1 in that formula "
-            "(python floor division), see README"),
+            "n_tokens(F) = (F // 100) * 13 + c(c(c(F % 100))) with c(L) = (L - 1) // 2 + 1 (python floor division; "
+            "c(c(c(0))) = 0); F = input_features_mask.sum() = valid mel frames (processor._get_audio_token_length, "
+            "n_window 50). Equivalently: per 100-frame chunk, three stride-2 k3 p1 convs, summed over chunks."),
         "generation_config_file": model.generation_config.to_diff_dict(),
         "clips": {},
     }
