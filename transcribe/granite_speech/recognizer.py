@@ -207,8 +207,9 @@ class GraniteSpeechASR(Recognizer):
         best = hyps[0]
         text = tok.decode(best.ids).strip()
         segments = [Segment(text, 0.0, duration)] if opts.timestamps and text else []
-        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration, logprob=None,
-                        piece=tok.token(i)) for i in best.ids]
+        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration,
+                        logprob=best.logprobs[k] if k < len(best.logprobs) else None, piece=tok.token(i))
+                  for k, i in enumerate(best.ids)]
         nbest = None
         if opts.nbest is not None:
             nbest = NBest(opts.beam_size or 1, False, [
