@@ -279,7 +279,6 @@ def make(variant: str, steps: int, lr: float):
         summary.append({"audio": it[0], "reference": it[2], "greedy": h, "wer": wer(it[2], h)})
         print(f"[{variant}] {it[0]} WER {wer(it[2], h):.2f}: {h!r}", flush=True)
 
-    torch.save(model.state_dict(), f"/tmp/granite_speech_tiny_{variant}.pt")  # scratch copy
     out = C.MODELS / variant
     if out.exists():
         shutil.rmtree(out)
