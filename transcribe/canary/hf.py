@@ -21,7 +21,7 @@ from NeMo is kept as transformers does it:
   <|startoftranscript|> <|emo:undefined|> <|src|> <|tgt|> <|pnc|>/<|nopnc|> <|noitn|> <|notimestamp|>
   <|nodiarize|>`), `decoder_start_token_id` its first token;
 - the searches are `generate()`'s: greedy (argmax of the raw logits, EOS ends a row) and transformers' beam
-  search (`hf_search.py`: hypotheses ranked by log-probability sum / length ** length_penalty, 1.0 by
+  search (`search/hf_beam.py`: hypotheses ranked by log-probability sum / length ** length_penalty, 1.0 by
   default, where NeMo's beam ranks raw sums); `generation_config.json`'s num_beams and length_penalty are
   the defaults (beam_size 1 is transformers' greedy search);
 - the length bound is `max_new_tokens` (the option, else `generation_config.json`'s `max_new_tokens` or
@@ -533,7 +533,7 @@ class CanaryHFASR(CanaryASR):
         return prompt, search
 
     def _beam(self, step, select, ids, search, max_new):
-        from .hf_search import beam
+        from ..search.hf_beam import beam
 
         return beam(step, select, ids, search.beam_size, max_new, self.tokenizer.eos, search.length_penalty)
 

@@ -1,0 +1,103 @@
+"""A Hugging Face `tokenizer.json` (byte-level BPE as Granite's and Qwen's LMs use it) through the `tokenizers`
+library, with what transformers adds from tokenizer_config.json: the special tokens (added tokens marked special
+and the named ones: eos, pad, bos, unk) that `decode(skip_special_tokens=True)` drops, its
+`clean_up_tokenization_spaces`, and the chat template text (read, never run: each family builds its prompt in
+code and checks the template is one it knows)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional, Sequence
+
+from ..errors import ModelError
+
+_NAMED = ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token")
+
+
+def _read_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as e:
+        raise ModelError(f"{path}: not readable JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise ModelError(f"{path}: not a JSON object")
+    return data
+
+
+def clean_up_spaces(text: str) -> str:
+    """transformers' `clean_up_tokenization`: the spaces English word pieces leave before punctuation and
+    contractions."""
+    for a, b in ((" .", "."), (" ?", "?"), (" !", "!"), (" ,", ","), (" ' ", "'"), (" n't", "n't"),
+                 (" 'm", "'m"), (" 's", "'s"), (" 've", "'ve"), (" 're", "'re")):
+        text = text.replace(a, b)
+    return text
+
+
+class LLMTokenizer:
+    def __init__(self, tokenizer, special: set[int], clean_up: bool, chat_template: Optional[str], where: str):
+        self._tok = tokenizer
+        self.special = frozenset(special)
+        self.clean_up = clean_up
+        self.chat_template = chat_template
+        self.where = where
+
+    @classmethod
+    def load(cls, directory: Path) -> "LLMTokenizer":
+        from tokenizers import Tokenizer
+
+        path = directory / "tokenizer.json"
+        if not path.is_file():
+            raise ModelError(f"{directory}: tokenizer.json is missing")
+        try:
+            tok = Tokenizer.from_file(str(path))
+        except Exception as e:  # the library's parse errors are plain Exceptions
+            raise ModelError(f"{path}: not a tokenizer the tokenizers library reads ({str(e)[:200]})") from None
+        cfg_path = directory / "tokenizer_config.json"
+        cfg = _read_json(cfg_path) if cfg_path.is_file() else {}
+        special = {int(i) for i, t in tok.get_added_tokens_decoder().items() if t.special}
+        for key in _NAMED:
+            value = cfg.get(key)
+            if isinstance(value, dict):
+                value = value.get("content")
+            if isinstance(value, str):
+                i = tok.token_to_id(value)
+                if i is not None:
+                    special.add(i)
+        template = cfg.get("chat_template")
+        for name in ("chat_template.jinja", "chat_template.json"):
+            p = directory / name
+            if template is None and p.is_file():
+                template = p.read_text(encoding="utf-8") if name.endswith(".jinja") else \
+                    _read_json(p).get("chat_template")
+        if isinstance(template, list):  # named templates: the default one
+            named = {t.get("name"): t.get("template") for t in template if isinstance(t, dict)}
+            template = named.get("default")
+        if template is not None and not isinstance(template, str):
+            raise ModelError(f"{cfg_path}: chat_template is not text")
+        return cls(tok, special, bool(cfg.get("clean_up_tokenization_spaces", False)), template, str(directory))
+
+    def __len__(self) -> int:
+        return self._tok.get_vocab_size(with_added_tokens=True)
+
+    def encode(self, text: str) -> list[int]:
+        """The ids of `text`; special-token strings in it become their ids; no BOS or EOS is added."""
+        return self._tok.encode(text, add_special_tokens=False).ids
+
+    def decode(self, ids: Sequence[int], skip_special: bool = True) -> str:
+        ids = [int(i) for i in ids]
+        if skip_special:
+            ids = [i for i in ids if i not in self.special]
+        text = self._tok.decode(ids, skip_special_tokens=False)
+        return clean_up_spaces(text) if self.clean_up else text
+
+    def token_id(self, token: str) -> int:
+        i = self._tok.token_to_id(token)
+        if i is None:
+            raise ModelError(f"{self.where}: the tokenizer has no token {token!r}")
+        return i
+
+    def has(self, token: str) -> bool:
+        return self._tok.token_to_id(token) is not None
+
+    def token(self, i: int) -> str:
+        return self._tok.id_to_token(int(i)) or ""
