@@ -79,7 +79,13 @@ class AudioEncoder(nn.Module):
         self.layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.layers))
         self.ln_post = nn.LayerNorm(cfg.d_model)
         # not a checkpoint tensor (transformers' buffer is not persistent): made here, moved with the module
-        self.register_buffer("positions", sinusoids(cfg.chunk_positions, cfg.d_model), persistent=False)
+        self.register_buffer("positions", self.table(cfg), persistent=False)
+
+    @staticmethod
+    def table(cfg: EncoderConfig) -> torch.Tensor:
+        """The sinusoidal positions of one chunk [chunk_positions, d_model] (float32, on the CPU)."""
+        with torch.device("cpu"):
+            return sinusoids(cfg.chunk_positions, cfg.d_model)
 
     def output_lengths(self, frames: torch.Tensor) -> torch.Tensor:
         """Encoder positions of inputs of `frames` valid mel frames (transformers' audio token count)."""
