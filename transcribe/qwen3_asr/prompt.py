@@ -9,7 +9,7 @@ template (no system text, one audio), built here in code, never by running the t
 N is the number of encoder positions of the input (`AudioEncoder.output_lengths`); the bracketed tail forces a
 language (its English name, "language English<asr_text>"); without it the model writes "language <Name><asr_text>"
 itself before the text. The template is checked first: the -hf conversion's template (by its SHA-256) or one
-holding every piece the layout above needs, in order; any other is refused (`check_template`).
+holding every piece the layout above needs (and none of another model's); any other is refused (`check_template`).
 
 The output is read as the processor's `decode(..., return_format="parsed")` reads it: the repetition fix
 (a character repeated more than 20 times kept once; a pattern of up to 20 characters repeated 20 times or more
@@ -44,10 +44,11 @@ SUFFIX = f"{AUDIO_END}<|im_end|>\n<|im_start|>assistant\n"
 
 # SHA-256 of the ASR chat template transformers' converter (convert_qwen3_asr_to_hf.py) writes into the -hf repos.
 KNOWN_TEMPLATES = {"a825f126881372d962a0defee2504ac0eb2b173d8ae64faaf8d09fd986b850ac": "transformers -hf"}
-# Pieces the template's text must hold, in this order, for the layout above (a template of other roles, of
-# text around the audio, or the forced aligner's `<timestamp>` template is refused).
+# Pieces another template's text must hold for the layout above (its source text: a template builds its parts in
+# any order, so only their presence is checked); one without them, or the forced aligner's `<timestamp>` template
+# (or another model's: images, thinking), is refused.
 _TEMPLATE_PIECES = ("<|im_start|>system", "<|im_end|>", "<|im_start|>user", f"{AUDIO_START}{AUDIO_PAD}{AUDIO_END}",
-                    "<|im_end|>", "<|im_start|>assistant")
+                    "<|im_start|>assistant")
 _FOREIGN = ("<timestamp>", "<|vision_start|>", "<think>")
 # Files a checkpoint's chat template may be in, first found wins (transformers 5's processor file first).
 _TEMPLATE_FILES = ("chat_template.jinja", "chat_template.json", "processor_config.json", "tokenizer_config.json")
@@ -103,12 +104,9 @@ def check_template(text: Optional[str], where: str) -> str:
     known = KNOWN_TEMPLATES.get(hashlib.sha256(text.encode("utf-8")).hexdigest())
     if known:
         return known
-    at = 0
     for piece in _TEMPLATE_PIECES:
-        found = text.find(piece, at)
-        if found < 0:
-            raise ModelError(f"{where}: unknown chat template (it lacks {piece!r} where Qwen3-ASR's prompt has it)")
-        at = found + len(piece)
+        if piece not in text:
+            raise ModelError(f"{where}: unknown chat template (it lacks {piece!r}, which Qwen3-ASR's prompt holds)")
     foreign = [p for p in _FOREIGN if p in text]
     if foreign:
         raise ModelError(f"{where}: unknown chat template (it holds {foreign[0]!r}: not Qwen3-ASR's speech "

@@ -1,0 +1,369 @@
+"""Qwen3-ASR (transformers' `qwen3_asr`, the -hf layout) against transformers 5.24.0's own outputs on the tiny
+model tests/models/qwen3_asr/tiny (tests/references/qwen3_asr/README.md says how the references were made and what
+the model is): the prompt ids of every recorded run, greedy token ids with the language detected and forced, beam
+search (4 beams: every hypothesis' ids and its score), a batch against each input alone, the stage tensors (front
+end, encoder input and output, projector, the first step's logits, the teacher-forced log-probabilities), the
+processor's output parsing, the command, and the refusals.
+
+Tolerances: the front end runs transformers' float32 operations on each input alone (the same STFT, filterbank
+product and log; measured difference 0); the encoder and LM the same products through other kernels and other
+batch shapes (the encoder's windows padded into one SDPA call, transformers' one call per window), which differ
+between CPUs (AVX2, AVX-512, AMX). Measured on this machine: encoder and projector outputs within 1e-6, logits
+and log-probabilities within 2e-6, beam scores within 1e-6. The bounds (1e-4 absolute on tensors whose values
+reach a few units; 1e-4 on beam scores, averages of log-probabilities) leave 50x for other CPUs, and the greedy
+and beam decisions the references record are not near-ties at that scale (the ids are compared exactly)."""
+import json
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import soundfile as sf
+import torch
+
+import transcribe
+from transcribe.errors import ModelError, OptionsNotTaken, OptionValueError
+
+from .conftest import AUDIO, MODELS, REPO
+
+MODEL = MODELS / "qwen3_asr" / "tiny"
+REF_DIR = REPO / "tests" / "references" / "qwen3_asr"
+REFS = json.loads((REF_DIR / "tiny.json").read_text(encoding="utf-8"))
+MAX_NEW = REFS["how"]["max_new_tokens"]
+_EOS = REFS["generation_config_file"].get("eos_token_id")
+STOPS = set(_EOS if isinstance(_EOS, list) else [_EOS])
+CLIPS = list(REFS["clips"])
+MODES = {"auto": None, "forced_English": "en"}
+CASES = [(c, m) for c in CLIPS for m in MODES]
+TOL = 1e-4
+
+
+def _audio(clip: str) -> np.ndarray:
+    x, sr = sf.read(str(AUDIO / clip), dtype="float32")
+    assert sr == 16000 and x.ndim == 1
+    return x
+
+
+def _until_stop(ids: list[int]) -> list[int]:
+    """Generated ids up to the first stop token (transformers fills finished rows with pad = a stop token)."""
+    out = []
+    for t in ids:
+        if t in STOPS:
+            break
+        out.append(t)
+    return out
+
+
+@pytest.fixture(scope="module")
+def model():
+    return transcribe.load_model(str(MODEL))
+
+
+def test_the_directory_is_detected_as_qwen3_asr():
+    from transcribe.loading import FAMILIES
+    from transcribe.qwen3_asr import detect
+
+    assert detect(MODEL) == "transformers"
+    assert next(f.name for f in FAMILIES if f.detect(MODEL)) == "qwen3_asr"  # not Whisper's "not a Whisper model"
+    assert detect(MODELS / "cohere-tiny") is None
+
+
+# ---------------------------------------------------------------------------------------------- prompts
+
+@pytest.mark.parametrize("clip,mode", CASES)
+def test_the_prompt_ids_are_the_processor_s(model, clip, mode):
+    ref = REFS["clips"][clip][mode]
+    feats, frames = model.frontend.batch([_audio(clip)])
+    assert int(frames[0]) == ref["valid_mel_frames"]
+    assert list(feats.shape) == ref["input_features_shape"]
+    rows = int(model.model.audio_tower.output_lengths(frames)[0])
+    assert rows == ref["num_audio_tokens"]
+    assert model.prompts.build(rows, MODES[mode]).ids == ref["input_ids"]
+
+
+def test_the_audio_token_count_is_the_processor_s(model):
+    for frames, n in REFS["audio_token_formula_checks"].items():
+        assert int(model.model.audio_tower.output_lengths(torch.tensor([int(frames)]))[0]) == n, frames
+
+
+def test_a_forced_language_is_named_as_the_processor_names_it(model):
+    from transcribe.qwen3_asr.prompt import LANGUAGES
+
+    enc = REFS["tokenizer"]["encode_examples"]
+    assert model.prompts.forced["en"] == enc["language English<asr_text>"]
+    assert len(LANGUAGES) == 30 and LANGUAGES["yue"] == "Cantonese" and LANGUAGES["fil"] == "Filipino"
+    # a code or an English name, any case, as transformers' resolve_language takes it
+    a = model.transcribe(_audio("jfk.wav")[:16000], language="English", max_new_tokens=3)
+    b = model.transcribe(_audio("jfk.wav")[:16000], language="EN", max_new_tokens=3)
+    assert a.language == b.language == "en" and [t.id for t in a.tokens] == [t.id for t in b.tokens]
+
+
+# ---------------------------------------------------------------------------------------------- search
+
+@pytest.mark.parametrize("clip,mode", CASES)
+def test_greedy_ids_text_and_language_equal_transformers(model, clip, mode):
+    ref = REFS["clips"][clip][mode]
+    opts = model.options(language=MODES[mode], max_new_tokens=MAX_NEW)
+    hyp = model.decode([_audio(clip)], opts)[0][0]
+    assert hyp.ids == _until_stop(ref["greedy_ids"])
+    assert hyp.stopped == (ref["stopped_by"] == "eos")
+    t = model.transcribe(_audio(clip), language=MODES[mode], max_new_tokens=MAX_NEW)
+    parsed = ref["greedy_parsed_new_tokens"]
+    assert t.text == parsed["transcription"]
+    if MODES[mode] is None:
+        from transcribe.qwen3_asr.prompt import output_language
+
+        assert t.language == output_language(parsed["language"])
+    else:
+        assert t.language == "en" and parsed["language"] is None  # the prompt named it: the output does not
+    assert t.segments == ([] if not t.text else t.segments) and (not t.text or t.segments[0].end == pytest.approx(
+        REFS["clips"][clip]["samples"] / 16000))
+    assert "".join(tok.text for tok in t.tokens).strip() == model.tokenizer.decode(
+        [tok.id for tok in t.tokens], skip_special=False).strip()
+
+
+@pytest.mark.parametrize("key", [k for k in REFS["beam"] if k != "settings"])
+def test_beam_search_ids_and_scores_equal_transformers(model, key):
+    clip, mode = key.split("|")
+    ref = REFS["beam"][key]
+    opts = model.options(language=MODES[mode], max_new_tokens=MAX_NEW, beam_size=4, nbest=4)
+    hyps = model.decode([_audio(clip)], opts)[0]
+    assert [h.ids for h in hyps] == [_until_stop(s) for s in ref["sequences"]]
+    assert [h.score for h in hyps] == pytest.approx(ref["sequences_scores"], abs=TOL)
+    t = model.transcribe(_audio(clip), language=MODES[mode], max_new_tokens=MAX_NEW, beam_size=4, nbest=4)
+    assert [h.text for h in t.nbest.hypotheses] == [p["transcription"] for p in ref["parsed"]]
+    assert t.text == ref["parsed"][0]["transcription"] and t.nbest.beam == "transformers"
+
+
+@pytest.mark.parametrize("mode", list(MODES))
+def test_a_batch_gives_each_input_s_own_result(model, mode):
+    """Each input alone is the reference (transformers pads a batch's shorter inputs' audio and prompts; its
+    batch rows are recorded with whether they equal the inputs alone)."""
+    xs = [_audio(c) for c in CLIPS]
+    out = model.transcribe(xs, language=MODES[mode], max_new_tokens=MAX_NEW, batch_size=len(xs))
+    for c, t in zip(CLIPS, out):
+        alone = model.transcribe(_audio(c), language=MODES[mode], max_new_tokens=MAX_NEW)
+        assert [tok.id for tok in t.tokens] == [tok.id for tok in alone.tokens], c
+        assert t.text == alone.text == REFS["clips"][c][mode]["greedy_parsed_new_tokens"]["transcription"]
+    hyps = model.decode(xs, model.options(language=MODES[mode], max_new_tokens=MAX_NEW))
+    for row, h in zip(REFS["batch"][mode]["rows"], hyps):
+        if row["same_as_single_after_trimming_pad"]:
+            assert h[0].ids == _until_stop(row["greedy_ids"]), row["clip"]
+
+
+# ---------------------------------------------------------------------------------------------- stages
+
+@pytest.fixture(scope="module")
+def stages():
+    from safetensors.torch import load_file
+
+    return load_file(str(REF_DIR / "tiny_stages.safetensors"))
+
+
+def _stage_run(model):
+    """jfk.wav's features, encoder input (the first layer's packed rows), encoder and projector outputs."""
+    m = model.model
+    feats, frames = model.frontend.batch([_audio("jfk.wav")])
+    seen = {}
+
+    def hook(module, args):
+        x, mask = args
+        seen["rows"] = x[mask[:, 0, 0, :]]
+        seen["windows"] = mask[:, 0, 0, :].sum(-1)
+
+    h = m.audio_tower.layers[0].register_forward_pre_hook(hook)
+    try:
+        with torch.inference_mode():
+            enc = m.audio_tower(feats, frames)[0]
+            proj = m.multi_modal_projector(enc)
+    finally:
+        h.remove()
+    return feats, frames, seen, enc, proj
+
+
+def test_the_stage_tensors_equal_transformers_s(model, stages):
+    feats, frames, seen, enc, proj = _stage_run(model)
+    ref_feats = stages["input_features"]
+    assert feats[0].shape == ref_feats.shape
+    assert torch.allclose(feats[0], ref_feats, atol=TOL, rtol=0)
+    assert int(frames[0]) == int(stages["input_features_mask"].sum())
+    # the attention windows are transformers' cu_seqlens
+    cu = stages["cu_seqlens"]
+    assert seen["windows"].tolist() == (cu[1:] - cu[:-1]).tolist()
+    for name, mine in (("encoder_layer0_in", seen["rows"]), ("encoder_out", enc), ("projector_out", proj)):
+        assert mine.shape == stages[name].shape, name
+        assert torch.allclose(mine, stages[name], atol=TOL, rtol=0), (name, float((mine - stages[name]).abs().max()))
+
+
+def test_the_first_step_s_logits_and_the_teacher_forced_log_probabilities_equal_transformers_s(model, stages):
+    m = model.model
+    lm = m.language_model
+    ids = stages["input_ids"].tolist()
+    greedy = stages["greedy_ids"].tolist()
+    _, _, _, _, proj = _stage_run(model)
+    p = model.prompts.build(proj.shape[0], None)
+    assert p.ids == ids
+    with torch.inference_mode():
+        x = lm.embed(torch.tensor(ids + greedy))
+        x[p.audio_start:p.audio_start + p.audio_rows] = proj
+        cache = lm.new_cache(1, x.shape[0])
+        logits = lm.logits(lm(x[None], cache))[0].float()
+    first = logits[len(ids) - 1]
+    assert torch.allclose(first, stages["first_step_logits"], atol=TOL, rtol=0)
+    lp = torch.log_softmax(logits[len(ids) - 1:-1].double(), -1).gather(-1, torch.tensor(greedy)[:, None])[:, 0]
+    assert torch.allclose(lp.float(), stages["teacher_forced_logprobs"], atol=TOL, rtol=0)
+
+
+# ---------------------------------------------------------------------------------------------- output text
+
+def test_the_output_is_parsed_as_the_processor_parses_it():
+    from transcribe.qwen3_asr.prompt import parse_output
+
+    # cases and answers from transformers' Qwen3ASRProcessor.parse_output (5.24.0)
+    assert parse_output("language English<asr_text>Hello there.") == ("English", "Hello there.")
+    assert parse_output("  language None<asr_text>") == (None, "")
+    assert parse_output("Hello") == (None, "Hello")
+    assert parse_output("") == (None, "")
+    assert parse_output("English<asr_text>x") == ("English", "x")
+    assert parse_output("language <asr_text>x") == ("language", "x")  # "language" alone is not "language "
+    assert parse_output("\n\nlanguage German\nfoo<asr_text> y ") == ("German", "y")
+    assert parse_output("system\nassistant\nlanguage French<asr_text>Bonjour") == ("French", "Bonjour")
+    assert parse_output("language Chinese<asr_text>" + "哈" * 30) == ("Chinese", "哈")
+
+
+def test_the_repetition_fix_is_the_processor_s():
+    from transcribe.qwen3_asr.prompt import fix_repetitions
+
+    # answers from transformers' _detect_and_fix_repetitions (threshold 20); equal on 3000 random strings
+    assert fix_repetitions("a" * 20) == "a" * 20
+    assert fix_repetitions("a" * 21 + "b") == "ab"
+    assert fix_repetitions("x " + "ab" * 20 + "cd") == "x abcd"
+    assert fix_repetitions("ab" * 19 + "c") == "ab" * 19 + "c"
+    assert fix_repetitions("hello " * 25 + "world " + "ok" * 30) == "hello world ok"
+    assert fix_repetitions("abc") == "abc"
+
+
+# ---------------------------------------------------------------------------------------------- settings
+
+def test_the_generation_config_s_stop_tokens_and_default_length(model):
+    gen = model.model.config.generation
+    assert set(gen.stop_ids) == STOPS
+    # the tiny model's generation config sets no max_new_tokens: the published one's 512 (transformers itself
+    # would stop at max_length 20, as the reference records)
+    assert "max_new_tokens" not in REFS["generation_config_file"] and gen.max_new_tokens == 512
+    assert REFS["generation_resolved"]["call_without_max_new_tokens"]["new_tokens"] == 20
+    assert len(model.transcribe(_audio("jfk.wav"), language="en", max_new_tokens=3).tokens) <= 3
+
+
+@pytest.mark.parametrize("options,error,words", [
+    (dict(language="xx"), OptionValueError, r"does not know the language 'xx' \(one of ar, cs, da, de"),
+    (dict(pnc=True), OptionsNotTaken, "is a Qwen3-ASR model and does not take pnc"),
+    (dict(task="translate"), OptionsNotTaken, "does not take task"),
+    (dict(word_timestamps=True), OptionValueError, "cannot time words"),
+    (dict(nbest=2), OptionValueError, r"nbest \(2\) cannot exceed beam_size \(1\)"),
+    (dict(max_new_tokens=0), OptionValueError, "max_new_tokens"),
+    (dict(max_piece_s=5.0), OptionValueError, "max_piece_s"),
+])
+def test_bad_options_are_refused_in_one_line(model, options, error, words):
+    with pytest.raises(error, match=words) as e:
+        model.transcribe(_audio("jfk.wav")[:16000], **options)
+    assert "\n" not in str(e.value)
+
+
+def _copy(tmp_path, name="qwen3-asr-copy"):
+    d = tmp_path / name
+    shutil.copytree(MODEL, d)
+    return d
+
+
+def _edit_json(path, edit):
+    data = json.loads(path.read_text(encoding="utf-8"))
+    edit(data)
+    path.write_text(json.dumps(data), encoding="utf-8")
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+    (lambda d: (d / "model.safetensors").unlink(), "no model.safetensors"),
+    (lambda d: (d / "chat_template.jinja").write_text("{{ messages[0].content }}"),
+     "unknown chat template (it lacks '<|im_start|>system'"),
+    (lambda d: (d / "chat_template.jinja").unlink(), "no chat template"),
+    (lambda d: _edit_json(d / "config.json", lambda c: c["audio_config"].update(n_window_infer=250)),
+     "n_window_infer 250 is not a multiple of 2 * n_window (100)"),
+    (lambda d: _edit_json(d / "config.json", lambda c: c.update(rope_something=1)),
+     "the setting 'rope_something' is not implemented"),
+    (lambda d: _edit_json(d / "config.json", lambda c: c["text_config"].update(use_sliding_window=True)),
+     "sliding-window attention"),
+    (lambda d: _edit_json(d / "config.json", lambda c: c.update(architectures=["Qwen3ASRForTokenClassification"])),
+     "the forced aligner's token classification is another model"),
+    (lambda d: _edit_json(d / "config.json", lambda c: c.update(thinker_config={})),
+     "use the transformers conversion (Qwen/Qwen3-ASR-0.6B-hf"),
+    (lambda d: _edit_json(d / "processor_config.json", lambda c: c["feature_extractor"].update(dither=0.5)),
+     "dither = 0.5 is not implemented"),
+    (lambda d: _edit_json(d / "generation_config.json", lambda c: c.update(repetition_penalty=1.2)),
+     "repetition_penalty 1.2 is not implemented"),
+])
+def test_a_checkpoint_this_code_cannot_run_is_refused_in_one_line(tmp_path, change, words):
+    d = _copy(tmp_path)
+    change(d)
+    with pytest.raises(ModelError) as e:
+        transcribe.load_model(str(d))
+    assert words in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_compatible_chat_template_is_taken_and_the_known_one_is_recognised(model, tmp_path):
+    from transcribe.qwen3_asr.prompt import check_template, read_template
+
+    text, source = read_template(MODEL)
+    assert source == "chat_template.jinja" and check_template(text, "x") == "transformers -hf"
+    # a template holding the layout's pieces in order (here without the {% generation %} markers) is taken
+    assert check_template(text.replace("{% generation %}", "").replace("{% endgeneration %}", ""), "x") == "compatible"
+    with pytest.raises(ModelError, match="holds '<timestamp>'"):
+        check_template(text + "{{- '<timestamp><timestamp>' -}}", "x")
+
+
+# ---------------------------------------------------------------------------------------------- command
+
+def _cli(*args, model=MODEL) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "transcribe", str(AUDIO / "jfk.wav"), "--model", str(model), *args],
+                          capture_output=True, text=True, cwd=str(REPO), timeout=300)
+
+
+def test_the_command_prints_the_reference_text_and_language():
+    r = _cli("--format", "json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    ref = REFS["clips"]["jfk.wav"]["auto"]
+    parsed = ref["greedy_parsed_new_tokens"]
+    from transcribe.qwen3_asr.prompt import output_language
+
+    assert out["language"] == output_language(parsed["language"]) and out["duration"] == pytest.approx(11.0)
+    assert set(out) >= {"text", "language", "duration", "model", "segments", "words", "tokens"}
+    if ref["stopped_by"] == "eos":  # the command's default length (512) ran it to its end too
+        assert out["text"] == parsed["transcription"]
+    else:
+        assert out["text"].startswith(parsed["transcription"][:40])
+
+
+@pytest.mark.parametrize("args,words", [
+    (["--pnc"], "is a Qwen3-ASR model and does not take --pnc"),
+    (["--language", "xx"], "does not know the language 'xx'"),
+    (["--word-timestamps"], "cannot time words"),
+])
+def test_the_command_refuses_bad_options_in_one_line(args, words):
+    r = _cli(*args, "--format", "json")
+    assert r.returncode == 2 and r.stdout == ""
+    assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("change,words", [
+    (lambda d: (d / "tokenizer.json").unlink(), "tokenizer.json is missing"),
+    (lambda d: (d / "chat_template.jinja").write_text("{{ messages[0].content }}"), "unknown chat template"),
+])
+def test_the_command_refuses_a_broken_checkpoint_in_one_line(tmp_path, change, words):
+    d = _copy(tmp_path)
+    change(d)
+    r = _cli("--format", "json", model=d)
+    assert r.returncode == 2 and r.stdout == ""
+    assert words in r.stderr and len(r.stderr.strip().splitlines()) == 1
