@@ -61,13 +61,13 @@ class Qwen3ASR(Recognizer):
     @classmethod
     def load(cls, path: Path, name: str, device, dtype: Optional[torch.dtype] = None) -> "Qwen3ASR":
         """A transformers-format (-hf) directory -> a recognizer on `device`; `dtype` (bfloat16, float16) applies
-        to the encoder, the projector and the LM; the front end stays in float32."""
+        to the encoder, the projector and the LM; the front end stays in float32. int8: the weights read as
+        float32 and every linear layer of the encoder, the projector and the LM made an int8 product
+        (`quant.quantize_linears`; a tied head stays the float32 embedding)."""
         from .config import read_config
 
         path = Path(path)
         config = read_config(path)
-        if dtype == torch.int8:
-            raise ModelError(f"{name}: int8 is not implemented for Qwen3-ASR models (float32, bfloat16, float16)")
         tokenizer = LLMTokenizer.load(path)
         if len(tokenizer) > config.lm.vocab_size:
             raise ModelError(f"{path}: the tokenizer has {len(tokenizer)} tokens, more than the language model's "
@@ -75,7 +75,13 @@ class Qwen3ASR(Recognizer):
         template, source = read_template(path)
         check_template(template, f"{path}/{source}" if source else str(path))
         prompts = PromptBuilder(tokenizer, config.audio_token_id, str(path))
-        model = Qwen3ASRModel.load(path, config, dtype if dtype is not None else torch.float32)
+        int8 = dtype == torch.int8
+        model = Qwen3ASRModel.load(path, config, torch.float32 if dtype is None or int8 else dtype)
+        if int8:
+            from ..quant import quantize_linears
+
+            for part in (model.audio_tower, model.multi_modal_projector, model.language_model):
+                quantize_linears(part)
         model.eval().to(device)
         return cls(model, tokenizer, prompts, name, str(device))
 
