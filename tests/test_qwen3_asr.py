@@ -393,3 +393,17 @@ def test_int8_makes_every_linear_layer_an_int8_product(model):
     a = q.transcribe(x, language="en", max_new_tokens=MAX_NEW)
     b = model.transcribe(x, language="en", max_new_tokens=MAX_NEW)
     assert a.language == b.language == "en" and a.tokens  # int8 changes results slightly: never compared exactly
+
+
+def test_a_short_input_is_padded_to_half_a_second_and_one_without_frames_is_empty(model, tmp_path):
+    x = _audio("jfk.wav")
+    # the published front end pads inputs to 8000 samples, the padding counted as audio (50 frames, 7 rows)
+    assert model.frontend.frames(100) == 50 and model.frontend.frames(16000) == 100
+    assert model.transcribe(x[:100], language="en", max_new_tokens=3).duration == pytest.approx(100 / 16000)
+    d = _copy(tmp_path)
+    _edit_json(d / "processor_config.json", lambda c: c["feature_extractor"].update(min_length=0))
+    m0 = transcribe.load_model(str(d))
+    out = m0.transcribe([x[:100], x[:16000]], language="en", max_new_tokens=5)
+    assert out[0].text == "" and not out[0].tokens
+    assert [t.id for t in out[1].tokens] == [t.id for t in model.transcribe(x[:16000], language="en",
+                                                                             max_new_tokens=5).tokens]

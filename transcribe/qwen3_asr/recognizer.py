@@ -129,25 +129,35 @@ class Qwen3ASR(Recognizer):
         """Mono float32 inputs at the model's rate -> each input's hypotheses, best first (greedy: one)."""
         m = self.model
         lm = m.language_model
-        feats, frames = self.frontend.batch(pcm)
+        # an input with no mel frame (shorter than one hop where the model pads nothing) has no audio: its
+        # transcript is empty (the published models pad every input to 0.5 s first)
+        out: list[list[Generated]] = [[Generated([], 0.0, False)] for _ in pcm]
+        rows = [i for i, p in enumerate(pcm) if self.frontend.frames(len(p)) > 0
+                and max(len(p), m.config.features.min_samples) > m.config.features.n_fft // 2]
+        if not rows:
+            return out
+        feats, frames = self.frontend.batch([pcm[i] for i in rows])
         audio = m.audio_embeddings(feats.to(self.device), frames.to(self.device))
         language = opts.language_code
         beams, penalty, early, max_new = self._search(opts)
         prompts = []
-        for rows in audio:
-            p = self.prompts.build(rows.shape[0], language)
+        for audio_rows in audio:
+            p = self.prompts.build(audio_rows.shape[0], language)
             x = lm.embed(torch.tensor(p.ids, dtype=torch.long, device=self.device))
-            x[p.audio_start:p.audio_start + p.audio_rows] = rows
+            x[p.audio_start:p.audio_start + p.audio_rows] = audio_rows
             prompts.append(x)
         room = lm.cfg.max_position_embeddings - max(x.shape[0] for x in prompts)
         if lm.cfg.max_position_embeddings and room < 1:
-            raise TranscribeError(f"{self.name}: an input of {max(len(p) for p in pcm) / self.sample_rate:.0f} s "
+            raise TranscribeError(f"{self.name}: an input of {max(len(pcm[i]) for i in rows) / self.sample_rate:.0f} s "
                                   f"fills the language model's {lm.cfg.max_position_embeddings} positions: give a "
                                   "smaller max_piece_s")
         if lm.cfg.max_position_embeddings:
             max_new = min(max_new, room)
-        return generate(lm, prompts, max_new_tokens=max_new, stop_ids=m.config.generation.stop_ids,
-                        num_beams=beams, length_penalty=penalty, early_stopping=early)
+        found = generate(lm, prompts, max_new_tokens=max_new, stop_ids=m.config.generation.stop_ids,
+                         num_beams=beams, length_penalty=penalty, early_stopping=early)
+        for i, hyps in zip(rows, found):
+            out[i] = hyps
+        return out
 
     def _read(self, ids: list[int], opts: Qwen3ASROptions) -> tuple[str, Optional[str], list[int]]:
         """Generated ids -> (the transcription, the language's code, the transcription's ids)."""
