@@ -6,12 +6,14 @@ end, encoder input and output, projector, the first step's logits, the teacher-f
 processor's output parsing, the command, and the refusals.
 
 Tolerances: the front end runs transformers' float32 operations on each input alone (the same STFT, filterbank
-product and log; measured difference 0); the encoder and LM the same products through other kernels and other
-batch shapes (the encoder's windows padded into one SDPA call, transformers' one call per window), which differ
-between CPUs (AVX2, AVX-512, AMX). Measured on this machine: encoder and projector outputs within 1e-6, logits
-and log-probabilities within 2e-6, beam scores within 1e-6. The bounds (1e-4 absolute on tensors whose values
-reach a few units; 1e-4 on beam scores, averages of log-probabilities) leave 50x for other CPUs, and the greedy
-and beam decisions the references record are not near-ties at that scale (the ids are compared exactly)."""
+product and log); the encoder and LM the same products through other kernels and other batch shapes (the encoder's
+windows padded into one SDPA call where transformers makes one call per window), which differ between CPUs (AVX2,
+AVX-512, AMX). Measured on this machine: features and the encoder's input equal, encoder and projector outputs
+within 1e-6 (values up to 5), the first step's logits within 6e-6 (values up to 20), teacher-forced
+log-probabilities within 1e-9, beam scores within 3e-7. The bounds, 1e-4 (1e-3 on logits), leave 100x or more for
+other CPUs, and no decision the references record is near a tie at that scale: the smallest top-2 logit margin of
+every greedy step of every run is above 9, and the beams' scores are 1.4e-3 or more apart (the ids are compared
+exactly)."""
 import json
 import shutil
 import subprocess
@@ -210,7 +212,7 @@ def test_the_first_step_s_logits_and_the_teacher_forced_log_probabilities_equal_
         cache = lm.new_cache(1, x.shape[0])
         logits = lm.logits(lm(x[None], cache))[0].float()
     first = logits[len(ids) - 1]
-    assert torch.allclose(first, stages["first_step_logits"], atol=TOL, rtol=0)
+    assert torch.allclose(first, stages["first_step_logits"], atol=10 * TOL, rtol=0)
     lp = torch.log_softmax(logits[len(ids) - 1:-1].double(), -1).gather(-1, torch.tensor(greedy)[:, None])[:, 0]
     assert torch.allclose(lp.float(), stages["teacher_forced_logprobs"], atol=TOL, rtol=0)
 
