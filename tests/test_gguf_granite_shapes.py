@@ -28,7 +28,7 @@ from torch import nn
 import transcribe
 from transcribe.gguf import quants
 from transcribe.gguf.file import GGUFFile
-from transcribe.granite import encoder as granite_encoder
+from transcribe.ibm import conformer as granite_encoder
 from transcribe.granite import model as granite_model
 from transcribe.granite.gguf import tensor_names
 

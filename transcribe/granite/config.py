@@ -19,6 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from ..ibm.conformer import EncoderConfig  # noqa: F401  (re-exported: the NAR's encoder section)
 from ..errors import ModelError
 
 MODEL_TYPES = ("granite_speech_nar", "granite_speech_nar_ctc", "nle")
@@ -50,24 +51,6 @@ _IGNORED = {
                     "hidden_act": "checked", "attention_bias": "checked", "mlp_bias": "checked",
                     "num_key_value_heads": "read", "residual_dropout": _TRAIN, "embedding_dropout": _TRAIN},
 }
-
-
-@dataclass
-class EncoderConfig:
-    num_layers: int
-    hidden_dim: int
-    num_heads: int
-    dim_head: int
-    input_dim: int
-    output_dim: int  # char-CTC classes (index 0 = blank)
-    bpe_output_dim: int
-    bpe_pooling_window: int
-    conv_kernel_size: int
-    conv_expansion_factor: int
-    feedforward_mult: int
-    max_pos_emb: int
-    context_size: int
-    self_conditioning_layer: int  # 1-based
 
 
 @dataclass

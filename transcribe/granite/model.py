@@ -22,7 +22,7 @@ from torch import nn
 from ..search.ctc import collapse
 from .config import GraniteConfig
 from .editor import GraniteLM
-from .encoder import EncoderOutput, GraniteEncoder, compute_dtype
+from ..ibm.conformer import EncoderOutput, GraniteEncoder, compute_dtype
 from .projector import WindowedQFormer
 
 

@@ -1,4 +1,5 @@
-"""Granite Speech's conformer encoder, its character-CTC self-conditioning and its BPE-CTC head.
+"""IBM Granite Speech's conformer encoder (shared by the NAR family, `granite/`, and the autoregressive one,
+`granite_speech/`), its character-CTC self-conditioning and, for the NAR models, its BPE-CTC head.
 
 Parameter names follow IBM's checkpoint (`encoder.layers.{i}.{ff1,attn,conv,ff2,post_norm}`,
 `encoder.out`, `encoder.out_mid`, `encoder.out_bpe`), so its tensors load without renaming.
@@ -29,7 +30,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from ..quant import QuantLinear
-from .config import EncoderConfig
+
+
+@dataclass
+class EncoderConfig:
+    num_layers: int
+    hidden_dim: int
+    num_heads: int
+    dim_head: int
+    input_dim: int
+    output_dim: int  # char-CTC classes (index 0 = blank)
+    bpe_output_dim: int  # 0: no BPE head (the autoregressive models)
+    bpe_pooling_window: int
+    conv_kernel_size: int
+    conv_expansion_factor: int
+    feedforward_mult: int
+    max_pos_emb: int
+    context_size: int
+    self_conditioning_layer: int  # 1-based
 
 
 def compute_dtype(layer: nn.Module) -> torch.dtype:
@@ -182,7 +200,7 @@ class ConformerBlock(nn.Module):
 class EncoderOutput:
     taps: list[torch.Tensor]  # the hidden states the projector reads, [B, T, D] each
     mid_logits: torch.Tensor  # char-CTC logits of the self-conditioning block [B, T, C]
-    pooled: torch.Tensor  # [B, ceil(T/w), D]
+    pooled: Optional[torch.Tensor]  # [B, ceil(T/w), D] (None without a BPE head)
     bpe_logits: Optional[torch.Tensor]  # [B, ceil(T/w), V] when asked (keep); the caller scans the head else
     blocks: Optional[list[torch.Tensor]] = None  # every block's own output (when asked)
     embedded: Optional[torch.Tensor] = None  # the input projection's output (when asked)
@@ -196,7 +214,7 @@ class GraniteEncoder(nn.Module):
         self.layers = nn.ModuleList(ConformerBlock(cfg) for _ in range(cfg.num_layers))
         self.out = nn.Linear(cfg.hidden_dim, cfg.output_dim)
         self.out_mid = nn.Linear(cfg.output_dim, cfg.hidden_dim)
-        self.out_bpe = nn.Linear(cfg.hidden_dim, cfg.bpe_output_dim)
+        self.out_bpe = nn.Linear(cfg.hidden_dim, cfg.bpe_output_dim) if cfg.bpe_output_dim else None
         n = cfg.num_layers
         self.tap_indices = [i if i >= 0 else n + 1 + i for i in tap_indices]
 
@@ -240,6 +258,8 @@ class GraniteEncoder(nn.Module):
                 x = x + self.out_mid(probs.to(dtype))
             if i in self.tap_indices:
                 states[i] = x
+        if self.out_bpe is None:
+            return EncoderOutput([states[i] for i in self.tap_indices], mid_logits, None, None, blocks, embedded)
         pooled = self._pool(x.float(), 1.0 - blank_prob, lengths).to(dtype)
         return EncoderOutput([states[i] for i in self.tap_indices], mid_logits, pooled,
                              self.out_bpe(pooled) if keep else None, blocks, embedded)
