@@ -101,6 +101,26 @@ def test_a_forced_language_is_named_as_the_processor_names_it(model):
     assert a.language == b.language == "en" and [t.id for t in a.tokens] == [t.id for t in b.tokens]
 
 
+def test_a_context_is_the_system_turn_s_text_as_the_processor_writes_it(model):
+    """transformers 5.24.0's `apply_transcription_request(audio, prompt=...)` on this model gives these ids before
+    the audio placeholders (checked in a run of it on five texts, each with and without a language: all equal)."""
+    audio_start = REFS["tokens"]["<|audio_start|>"]
+    want = {"\n\nTerms: QWEN, ASR\n": [641, 424, 198, 198, 198, 51, 269, 76, 82, 25, 220, 48, 54, 529, 11, 602, 49, 198,
+                                      642, 198, 641, 439, 198, audio_start],
+            "Golden fortune, happy life.": [641, 424, 198, 38, 572, 281, 349, 83, 425, 68, 11, 316, 549, 79, 88, 304,
+                                            414, 68, 13, 642, 198, 641, 439, 198, audio_start]}
+    for context, ids in want.items():
+        p = model.prompts.build(7, "en", model.prompts.context_prefix(context))
+        assert p.ids[:p.audio_start] == ids and p.ids[p.audio_start:] == model.prompts.build(7, "en").ids[
+            model.prompts.build(7, "en").audio_start:]
+    assert model.prompts.context_prefix("") == model.prompts.context_prefix(None) == model.prompts.prefix
+    x = _audio("jfk.wav")[:16000]
+    with pytest.raises(OptionValueError, match="context may not hold the chat's special tokens"):
+        model.transcribe(x, context="a<|im_end|>b")
+    t = model.transcribe(x, context="Golden fortune", language="en", max_new_tokens=3)
+    assert t.language == "en"
+
+
 # ---------------------------------------------------------------------------------------------- search
 
 @pytest.mark.parametrize("clip,mode", CASES)

@@ -9,8 +9,8 @@ from typing import Optional
 
 from ..errors import OptionValueError
 from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, boolean, number, option, parse_bool, parse_positive_int,
-                       positive_int, sample_rate)
-from .prompt import language_code
+                       positive_int, sample_rate, text)
+from .prompt import CHAT_TOKENS, language_code
 
 # transformers' length_penalty is an exponent of the length: 0 to 2 are the usual values (1 by default).
 MAX_LENGTH_PENALTY = 10.0
@@ -22,6 +22,8 @@ MAX_NEW_TOKENS = 1 << 16
 # original library cuts at 20 minutes and raises its own budget).
 MAX_PIECE_S = (10.0, 1200.0)
 DEFAULT_PIECE_S = 60.0
+# The system turn's text: a few sentences or a list of terms (the LM's 65,536 positions hold far more).
+MAX_CONTEXT_CHARS = 10000
 
 
 @dataclass(frozen=True)
@@ -29,7 +31,9 @@ class Qwen3ASROptions:
     """language: the spoken language, a code or its English name (one of the model's 30: ar cs da de el en es fa fi
     fil fr hi hu id it ja ko mk ms nl pl pt ro ru sv th tr vi yue zh); it is written into the prompt
     ("language English<asr_text>", as transformers' `apply_transcription_request(language=)` does); default: none,
-    the model names the language itself and `Transcript.language` is the code of what it wrote. timestamps: one
+    the model names the language itself and `Transcript.language` is the code of what it wrote. context: text for
+    the prompt's system turn (names, terms, the topic: what the original library calls context and transformers'
+    processor `prompt=`), none by default. timestamps: one
     segment over each input (the model has no timestamp tokens); word_timestamps: not available (True is an error:
     words are untimed). Search: greedy (transformers' generate with num_beams=1), or transformers' beam search
     with beam_size N (nbest <= N of its hypotheses come back in `Transcript.nbest`, scored as transformers'
@@ -43,6 +47,8 @@ class Qwen3ASROptions:
     timestamps: bool = option(True, help="segment times", command=False, form=None)
     language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
                                      metavar="LANG")
+    context: Optional[str] = option(None, help="Qwen3-ASR: text the model reads before the audio (names, terms, the "
+                                    "topic)", metavar="TEXT")
     word_timestamps: bool = option(False, help="time every word (json output; Parakeet models always give word "
                                    "times)", action="store_true", parse=parse_bool, form=None)
     beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM}: "
@@ -84,6 +90,10 @@ class Qwen3ASROptions:
                 raise OptionValueError("language", f"language must be a language code such as en or de, got "
                                        f"{str(self.language)[:40]!r}")
             language_code(self.language)
+        text("context", self.context, MAX_CONTEXT_CHARS)
+        if self.context is not None and any(t in self.context for t in CHAT_TOKENS):
+            raise OptionValueError("context", "context may not hold the chat's special tokens ("
+                                   + ", ".join(CHAT_TOKENS) + "): they would change the prompt's layout")
         sample_rate(self.sample_rate)
         if (self.nbest or 1) > (self.beam_size or 1):
             size = self.beam_size or 1

@@ -1,9 +1,11 @@
 """Qwen3-ASR's prompt and output text.
 
 The prompt is what transformers' `Qwen3ASRProcessor.apply_transcription_request` renders with the -hf repos' chat
-template (no system text, one audio), built here in code, never by running the template:
+template (one audio; the system turn empty, or holding the `prompt=` text: `context` here), built here in code,
+never by running the template:
 
-    <|im_start|>system\\n<|im_end|>\\n<|im_start|>user\\n<|audio_start|><|audio_pad|> x N<|audio_end|><|im_end|>\\n
+    <|im_start|>system\\n[context]<|im_end|>\\n
+    <|im_start|>user\\n<|audio_start|><|audio_pad|> x N<|audio_end|><|im_end|>\\n
     <|im_start|>assistant\\n[language <Name><asr_text>]
 
 N is the number of encoder positions of the input (`AudioEncoder.output_lengths`); the bracketed tail forces a
@@ -38,6 +40,8 @@ _BY_NAME = {name.lower(): code for code, name in LANGUAGES.items()}
 NO_SPACE_LANGUAGES = ("zh", "yue", "ja", "th")
 
 MARKER = "<asr_text>"
+# The chat's special tokens: a context holding one would change the prompt's structure.
+CHAT_TOKENS = ("<|im_start|>", "<|im_end|>", "<|endoftext|>", "<|audio_start|>", "<|audio_pad|>", "<|audio_end|>")
 AUDIO_START, AUDIO_PAD, AUDIO_END = "<|audio_start|>", "<|audio_pad|>", "<|audio_end|>"
 PREFIX = f"<|im_start|>system\n<|im_end|>\n<|im_start|>user\n{AUDIO_START}"
 SUFFIX = f"{AUDIO_END}<|im_end|>\n<|im_start|>assistant\n"
@@ -127,6 +131,7 @@ class PromptBuilder:
 
     def __init__(self, tokenizer: Tokenizer, audio_token_id: int, where: str):
         self.where = where
+        self.tokenizer = tokenizer
         self.audio_id = audio_token_id
         pad = tokenizer.token_id(AUDIO_PAD)
         if pad != audio_token_id:
@@ -139,11 +144,20 @@ class PromptBuilder:
         self.suffix = tokenizer.encode(SUFFIX)
         self.forced = {code: tokenizer.encode(f"language {name}{MARKER}") for code, name in LANGUAGES.items()}
 
-    def build(self, audio_rows: int, language: Optional[str]) -> Prompt:
-        """The prompt for an input of `audio_rows` encoder positions; `language` a code (forced) or None."""
+    def context_prefix(self, context: Optional[str]) -> list[int]:
+        """The ids before the audio placeholders, with `context` as the system turn's text (the processor's
+        `prompt=`); the whole text is encoded at once, as transformers encodes the rendered prompt."""
+        if not context:
+            return self.prefix
+        return self.tokenizer.encode(PREFIX.replace("system\n", f"system\n{context}", 1))
+
+    def build(self, audio_rows: int, language: Optional[str], prefix: Optional[list[int]] = None) -> Prompt:
+        """The prompt for an input of `audio_rows` encoder positions; `language` a code (forced) or None;
+        `prefix` the ids before the placeholders (`context_prefix`; default: an empty system turn)."""
+        head = self.prefix if prefix is None else prefix
         tail = self.forced[language] if language is not None else []
-        ids = self.prefix + [self.audio_id] * audio_rows + self.suffix + tail
-        return Prompt(ids, len(self.prefix), audio_rows, language)
+        ids = head + [self.audio_id] * audio_rows + self.suffix + tail
+        return Prompt(ids, len(head), audio_rows, language)
 
 
 # -- the output

@@ -140,9 +140,10 @@ class Qwen3ASR(Recognizer):
         audio = m.audio_embeddings(feats.to(self.device), frames.to(self.device))
         language = opts.language_code
         beams, penalty, early, max_new = self._search(opts)
+        prefix = self.prompts.context_prefix(opts.context)
         prompts = []
         for audio_rows in audio:
-            p = self.prompts.build(audio_rows.shape[0], language)
+            p = self.prompts.build(audio_rows.shape[0], language, prefix)
             x = lm.embed(torch.tensor(p.ids, dtype=torch.long, device=self.device))
             x[p.audio_start:p.audio_start + p.audio_rows] = audio_rows
             prompts.append(x)
