@@ -47,7 +47,7 @@ class Qwen3ASROptions:
     timestamps: bool = option(True, help="segment times", command=False, form=None)
     language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
                                      metavar="LANG")
-    context: Optional[str] = option(None, help="Qwen3-ASR: text the model reads before the audio (names, terms, the "
+    context: Optional[str] = option(None, help="text the model reads before the audio (names, terms, the "
                                     "topic)", metavar="TEXT")
     word_timestamps: bool = option(False, help="time every word (json output; Parakeet models always give word "
                                    "times)", action="store_true", parse=parse_bool, form=None)
