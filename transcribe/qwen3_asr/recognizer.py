@@ -158,6 +158,10 @@ class Qwen3ASR(Recognizer):
                          num_beams=beams, length_penalty=penalty, early_stopping=early)
         for i, hyps in zip(rows, found):
             out[i] = hyps
+            if hyps and not hyps[0].stopped:
+                log.warning("%s: an input of %.1f s reached max_new_tokens (%d) before its end: its text may be cut "
+                            "(give a larger max_new_tokens or a smaller max_piece_s)", self.name,
+                            len(pcm[i]) / self.sample_rate, max_new)
         return out
 
     def _read(self, ids: list[int], opts: Qwen3ASROptions) -> tuple[str, Optional[str], list[int]]:
