@@ -96,10 +96,9 @@ def main():
                                           ["language English<asr_text>", "language English", "language None<asr_text>",
                                            "\n", "system\n", "And so, my fellow Americans"]}},
         "audio_token_formula": (
-            "n_tokens(F) = (F // 100) * 13 + ceil3(F % 100), ceil3(r) = ((((r - 1) // 2 + 1) - 1) // 2 + 1 - 1) // 2 + 1 "
-            "(three stride-2 convs, each L -> (L - 1) // 2 + 1); F = input_features_mask.sum() = valid mel frames; "
-            "processor._get_audio_token_length; note r == 0 gives (((-1)//2+1 -1)//2+1 -1)//2+1 = 1 in that formula "
-            "(python floor division), see README"),
+            "n_tokens(F) = (F // 100) * 13 + c(c(c(F % 100))) with c(L) = (L - 1) // 2 + 1 (python floor division; "
+            "c(c(c(0))) = 0); F = input_features_mask.sum() = valid mel frames (processor._get_audio_token_length, "
+            "n_window 50). Equivalently: per 100-frame chunk, three stride-2 k3 p1 convs, summed over chunks."),
         "generation_config_file": model.generation_config.to_diff_dict(),
         "clips": {},
     }
@@ -181,6 +180,25 @@ def main():
                 "greedy_raw": proc.decode(new, skip_special_tokens=False),
                 "same_as_single_after_trimming_pad": new.tolist()[: len(single)] == single,
             })
+        # the batched features are not the single-clip features: compare them (and the projector output) per row
+        for i, c in enumerate(CLIPS):
+            single = proc.apply_transcription_request(audio=wavs[c], language=lang)
+            n = int(single["input_features_mask"].sum())
+            T = single["input_features"].shape[-1]
+            fb, fs = enc["input_features"][i], single["input_features"][0]
+            d = (fb[:, :n] - fs[:, :n]).abs().amax(0)
+            with torch.no_grad():
+                pb = model.model.get_audio_features(enc["input_features"][i:i + 1],
+                                                    enc["input_features_mask"][i:i + 1]).pooler_output
+                ps = model.model.get_audio_features(single["input_features"], single["input_features_mask"]).pooler_output
+            rows[i]["vs_single"] = {
+                "valid_frames_max_abs_diff": d.max().item(),
+                "valid_frames_that_differ": torch.nonzero(d > 1e-6).flatten().tolist(),
+                "single_tail_frames_n_to_T": [n, T],
+                "single_tail_max_abs": fs[:, n:T].abs().max().item() if T > n else None,
+                "batch_tail_min_max": [fb[:, n:T].min().item(), fb[:, n:T].max().item()] if T > n else None,
+                "projector_max_abs_diff": (pb - ps).abs().max().item(),
+            }
         ref["batch"][mode] = {
             "padding_side": "left (Qwen3ASRProcessor text_kwargs padding_side='left'); pad id = tokenizer pad "
                             f"{tok.pad_token_id} ({tok.pad_token}); generated rows are padded after EOS with "
