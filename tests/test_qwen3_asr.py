@@ -174,6 +174,21 @@ def test_a_batch_gives_each_input_s_own_result(model, mode):
             assert h[0].ids == _until_stop(row["greedy_ids"]), row["clip"]
 
 
+def test_the_encoder_gives_each_input_of_a_batch_its_own_rows(model):
+    """Five inputs, 33 chunks: more than one slice of the convolutions (CONV_CHUNKS) and windows of every input."""
+    from transcribe.qwen3_asr.encoder import CONV_CHUNKS
+
+    xs = [_audio("jfk.wav"), _audio(CLIPS[1]), _audio("jfk.wav")[:40000], _audio("jfk.wav"), _audio(CLIPS[2])]
+    m = model.model
+    with torch.inference_mode():
+        feats, frames = model.frontend.batch(xs)
+        assert int((-(-frames // 100)).sum()) > CONV_CHUNKS
+        together = m.audio_embeddings(feats, frames)
+        for x, rows in zip(xs, together):
+            alone = m.audio_embeddings(*model.frontend.batch([x]))[0]
+            assert rows.shape == alone.shape and torch.allclose(rows, alone, atol=1e-5, rtol=0)
+
+
 # ---------------------------------------------------------------------------------------------- stages
 
 @pytest.fixture(scope="module")

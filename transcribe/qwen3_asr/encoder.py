@@ -24,6 +24,10 @@ from torch import nn
 
 from .config import EncoderConfig, post_cnn
 
+# Chunks run through the convolutions at once: the first one's output is conv_channels x n_mels/2 x n_window values
+# a chunk (6 MB in the published models), so a long batch is taken in slices (the chunks are independent).
+CONV_CHUNKS = 32
+
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
     """Whisper's sinusoidal table [length, channels]: sin of the first half of the channels, cos of the second."""
@@ -87,6 +91,17 @@ class AudioEncoder(nn.Module):
         with torch.device("cpu"):
             return sinusoids(cfg.chunk_positions, cfg.d_model)
 
+    def _downsample(self, chunks: torch.Tensor) -> torch.Tensor:
+        """[N, n_mels, chunk_frames] mel chunks -> [N, chunk_positions, d_model]: the convolutions, `conv_out` and
+        the positions of one chunk."""
+        x = chunks.unsqueeze(1)
+        x = F.gelu(self.conv2d1(x))
+        x = F.gelu(self.conv2d2(x))
+        x = F.gelu(self.conv2d3(x))
+        n, channels, freqs, steps = x.shape
+        x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n, steps, channels * freqs))
+        return x + self.positions[:steps].to(x.dtype)
+
     def output_lengths(self, frames: torch.Tensor) -> torch.Tensor:
         """Encoder positions of inputs of `frames` valid mel frames (transformers' audio token count)."""
         chunk = self.cfg.chunk_frames
@@ -97,25 +112,20 @@ class AudioEncoder(nn.Module):
         """feats [B, n_mels, T] (T a multiple of chunk_frames, 0.0 beyond each input's frames), frames [B] valid
         frames -> one [positions_b, d_model] tensor per input."""
         cfg = self.cfg
-        chunk, per, win = cfg.chunk_frames, cfg.chunk_positions, cfg.window_chunks
-        b, n_mels, t = feats.shape
+        chunk, win = cfg.chunk_frames, cfg.window_chunks
+        n_mels = feats.shape[1]
         frames = [int(f) for f in frames]
         # each input's chunks (only those holding valid frames), padded to whole windows
         counts = [-(-f // chunk) for f in frames]
         chunks, valid = [], []
         for i, (f, n) in enumerate(zip(frames, counts)):
-            x = feats[i, :, : n * chunk].reshape(n_mels, n, chunk).permute(1, 0, 2)
+            x = feats[i, :, :n * chunk].reshape(n_mels, n, chunk).permute(1, 0, 2)
             chunks.append(x)
             lengths = [chunk] * (n - 1) + [f - (n - 1) * chunk]
             padded = -(-n // win) * win
             valid.append([post_cnn(v) for v in lengths] + [0] * (padded - n))
-        x = torch.cat(chunks).unsqueeze(1)
-        x = F.gelu(self.conv2d1(x))
-        x = F.gelu(self.conv2d2(x))
-        x = F.gelu(self.conv2d3(x))
-        n_chunks, channels, freqs, steps = x.shape
-        x = self.conv_out(x.permute(0, 3, 1, 2).reshape(n_chunks, steps, channels * freqs))
-        x = x + self.positions[:steps].to(x.dtype)
+        x = torch.cat([self._downsample(part) for part in torch.cat(chunks).split(CONV_CHUNKS)])
+        steps = x.shape[1]
         # windows: each input's chunks in groups of `win`, the last group filled with empty chunks
         rows = []
         start = 0
