@@ -51,6 +51,9 @@ ALIASES: dict[str, str] = {
     "turbo": "openai/whisper-large-v3-turbo",
     **{name: f"nvidia/{name}" for name in _PARAKEET},
     "granite-speech-4.1-2b-nar": "ibm-granite/granite-speech-4.1-2b-nar",
+    **{name: f"ibm-granite/{name}" for name in ("granite-speech-3.3-2b", "granite-speech-3.3-8b",
+                                                "granite-4.0-1b-speech", "granite-speech-4.1-2b",
+                                                "granite-speech-4.1-2b-plus")},
     **{name: f"nvidia/{name}" for name in ("canary-1b", "canary-1b-flash", "canary-180m-flash", "canary-1b-v2")},
     "cohere-transcribe": "CohereLabs/cohere-transcribe-03-2026",
     # the transformers conversions (tokenizer.json, -hf tensor names): Qwen's own repos are not loaded here

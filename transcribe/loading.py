@@ -79,6 +79,7 @@ class Family:
 # Asked in this order: the first family that recognizes a path loads it.
 FAMILIES = (
     Family("granite", "transcribe.granite"),
+    Family("granite_speech", "transcribe.granite_speech"),  # before Whisper (model_type granite_speech only)
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
     # Canary before Whisper (Whisper takes any transformers folder, to report a foreign model_type; Canary takes

@@ -1,5 +1,5 @@
-"""The Slaney mel filterbank (librosa's default), shared by the Whisper and Parakeet front ends (Granite's
-front end uses an HTK-scale bank of its own, granite/frontend.py, as its reference does)."""
+"""Mel filterbanks shared by the front ends: the Slaney bank (librosa's default: Whisper, Parakeet) and the
+HTK-scale bank without normalization (torchaudio's default: both Granite Speech families)."""
 from __future__ import annotations
 
 import math
@@ -54,3 +54,22 @@ def mel_filterbank(
     weights = torch.clamp(torch.minimum(lower, upper), min=0.0)
     enorm = 2.0 / (hz_pts[2 : n_mels + 2] - hz_pts[:n_mels])
     return (weights * enorm[:, None]).to(torch.float32)
+
+
+def _hz_to_mel_htk(f: float) -> float:
+    return 2595.0 * math.log10(1.0 + f / 700.0)
+
+
+def htk_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> torch.Tensor:
+    """Triangular filters on the HTK mel scale, no area normalization: [n_fft//2+1, n_mels]
+    (torchaudio's melscale_fbanks(norm=None, mel_scale="htk") layout), computed in float64."""
+    cpu = dict(dtype=torch.float64, device="cpu")
+    n_freqs = n_fft // 2 + 1
+    freqs = torch.linspace(0, sample_rate // 2, n_freqs, **cpu)
+    mels = torch.linspace(_hz_to_mel_htk(0.0), _hz_to_mel_htk(sample_rate / 2), n_mels + 2, **cpu)
+    hz = 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
+    widths = hz[1:] - hz[:-1]
+    ramps = hz[None, :] - freqs[:, None]  # [n_freqs, n_mels + 2]
+    down = -ramps[:, :-2] / widths[:-1]
+    up = ramps[:, 2:] / widths[1:]
+    return torch.clamp(torch.minimum(down, up), min=0.0).to(torch.float32)

@@ -19,7 +19,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
-from ..ibm.conformer import EncoderConfig  # noqa: F401  (re-exported: the NAR's encoder section)
+from ..ibm.config import EncoderConfig  # noqa: F401  (re-exported: the NAR's encoder section)
 from ..errors import ModelError
 
 MODEL_TYPES = ("granite_speech_nar", "granite_speech_nar_ctc", "nle")

@@ -9,9 +9,9 @@ own maximum), so a batch gives each input what it gets alone.
 """
 from __future__ import annotations
 
-import math
-
 import torch
+
+from ..mel import htk_mel_filterbank as _htk
 
 SAMPLE_RATE = 16000
 N_FFT = 512
@@ -21,23 +21,9 @@ N_MELS = 80
 SAMPLES_PER_FRAME = 2 * HOP  # one stacked encoder frame
 
 
-def _hz_to_mel(f):
-    return 2595.0 * math.log10(1.0 + f / 700.0)
-
-
 def htk_mel_filterbank(sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS) -> torch.Tensor:
-    """Triangular filters on the HTK mel scale, no area normalization: [n_fft//2+1, n_mels]
-    (torchaudio's melscale_fbanks(norm=None, mel_scale="htk") layout), computed in float64."""
-    cpu = dict(dtype=torch.float64, device="cpu")
-    n_freqs = n_fft // 2 + 1
-    freqs = torch.linspace(0, sample_rate // 2, n_freqs, **cpu)
-    mels = torch.linspace(_hz_to_mel(0.0), _hz_to_mel(sample_rate / 2), n_mels + 2, **cpu)
-    hz = 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
-    widths = hz[1:] - hz[:-1]
-    ramps = hz[None, :] - freqs[:, None]  # [n_freqs, n_mels + 2]
-    down = -ramps[:, :-2] / widths[:-1]
-    up = ramps[:, 2:] / widths[1:]
-    return torch.clamp(torch.minimum(down, up), min=0.0).to(torch.float32)
+    """This front end's filters (`mel.htk_mel_filterbank` with its sizes): [n_fft//2+1, n_mels]."""
+    return _htk(sample_rate, n_fft, n_mels)
 
 
 class GraniteFrontEnd:

@@ -1,0 +1,118 @@
+"""The Granite Speech network: the conformer encoder (`ibm.conformer`, shared with the NAR family), the
+Q-Former projector and the Granite LM (`llm.model`); tensors in, embeddings and token ids out (no text).
+
+The plus models join the outputs of some encoder layers (`cat_hidden_layers`: 0 is the input projection, i
+the output of block i; the middle block's after its self-conditioning, as transformers' in-place sum gives it)
+to the last block's along the features before the projector.
+"""
+from __future__ import annotations
+
+import re
+from typing import Mapping
+
+import torch
+from torch import nn
+
+from ..errors import ModelError
+from ..ibm.conformer import GraniteEncoder
+from ..llm.model import DecoderLM
+from .config import GraniteSpeechConfig
+from .projector import Projector
+
+
+# The encoder's and projector's matrix products an int8 model runs as Int8Linear (the LM's: `DecoderLM.quantize_int8`):
+# the encoder's input projection, feed-forwards, attention q / kv / out and pointwise convolutions, the Q-Former's
+# attention and feed-forward layers and the projector's output map. What stays float: the CTC self-conditioning
+# heads (their softmax feeds back into the encoder), the norms, the depthwise convolution, the relative-position
+# table, the queries.
+INT8_WEIGHTS = re.compile(
+    r"^(encoder\.(input_linear|layers\.\d+\.(ff[12]\.(up|down)_proj|attn\.to_(q|kv|out)|conv\.(up|down)_conv))"
+    r"|projector\.(linear|qformer\.encoder\.layer\.\d+\.((attention|crossattention)\.(attention\.(query|key|value)"
+    r"|output\.dense)|intermediate_query\.dense|output_query\.dense)))\.weight$")
+
+
+class GraniteSpeechModel(nn.Module):
+    def __init__(self, cfg: GraniteSpeechConfig):
+        super().__init__()
+        self.cfg = cfg
+        taps = sorted(cfg.cat_hidden_layers) + [cfg.encoder.num_layers]
+        self.encoder = GraniteEncoder(cfg.encoder, taps)
+        self.projector = Projector(cfg.projector, cfg.lm.hidden_size)
+        self.lm = DecoderLM(cfg.lm)
+
+    @classmethod
+    def from_state(cls, cfg: GraniteSpeechConfig, state: Mapping[str, torch.Tensor], lm_state, where: str,
+                   dtype: torch.dtype) -> "GraniteSpeechModel":
+        """The model holding the checkpoint's tensors (`state`: encoder.* and projector.*; `lm_state`: the LM's
+        own names) in `dtype`, BatchNorm folded into the depthwise convolutions."""
+        with torch.device("meta"):
+            model = cls(cfg)
+        own = {k: v for k, v in model.state_dict().items()
+               if not k.startswith("lm.") and not k.endswith("num_batches_tracked")}
+        missing = sorted(set(own) - set(state))
+        if missing:
+            raise ModelError(f"{where}: tensor {missing[0]!r} is missing"
+                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+        extra = sorted(set(state) - set(own))
+        if extra:
+            raise ModelError(f"{where}: unexpected tensor {extra[0]!r}"
+                             + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+        loaded = {}
+        for k, ref in own.items():
+            t = state[k]
+            if tuple(t.shape) != tuple(ref.shape):
+                raise ModelError(f"{where}: tensor {k!r} has shape {tuple(t.shape)}, the config implies "
+                                 f"{tuple(ref.shape)}")
+            keep_float = "batch_norm" in k  # folded in float32 below
+            loaded[k] = t.to(torch.float32 if keep_float else dtype)
+        model.load_state_dict(loaded, strict=False, assign=True)
+        for layer in model.encoder.layers:  # BatchNorm's buffers: a fresh module's, then the checkpoint's
+            bn = layer.conv.batch_norm
+            bn.num_batches_tracked = torch.zeros((), dtype=torch.long)
+        model.encoder.fold_batch_norm()
+        for layer in model.encoder.layers:
+            conv = layer.conv.depth_conv.conv
+            conv.weight.data = conv.weight.data.to(dtype)
+            conv.bias.data = conv.bias.data.to(dtype)
+        c = cfg.encoder.context_size
+        pos = torch.arange(c)
+        for layer in model.encoder.layers:  # the non-persistent distance table
+            layer.attn.dists = (pos[:, None] - pos[None, :]).clamp(-c, c) + cfg.encoder.max_pos_emb
+        model.lm = DecoderLM.from_tensors(cfg.lm, lm_state, where, dtype)
+        return model.eval()
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.lm.dtype
+
+    @torch.no_grad()
+    def quantize_int8(self) -> int:
+        """dtype int8: INT8_WEIGHTS and the LM's products become Int8Linear (transcribe/quant.py), the pointwise
+        convolutions [N, K, 1] as the [N, K] matrix products they are; the model must be float32 (the rest of an
+        int8 model computes in float32). Returns how many layers were quantized."""
+        if self.dtype != torch.float32:
+            raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
+        from ..quant import Int8Linear
+
+        targets = [n for n, m in self.named_modules()
+                   if isinstance(m, (nn.Linear, nn.Conv1d)) and INT8_WEIGHTS.match(n + ".weight")]
+        for name in targets:
+            parent_name, _, attr = name.rpartition(".")
+            parent = self.get_submodule(parent_name)
+            layer = getattr(parent, attr)
+            w = layer.weight.detach()
+            if isinstance(layer, nn.Conv1d):
+                w = w[:, :, 0]
+            setattr(parent, attr, Int8Linear(w, layer.bias))
+        return len(targets) + self.lm.quantize_int8()
+
+    def audio_embeddings(self, features: torch.Tensor, lengths: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
+        """features [B, T, 160] (zeros past each input's frames), lengths [B] (frames) -> each input's LM
+        embeddings [counts[i], D] (its first ceil(T_i / window) * queries projector outputs)."""
+        out = self.encoder(features, lengths)
+        x = torch.cat(out.taps, dim=-1) if len(out.taps) > 1 else out.taps[0]
+        t = x.shape[1]
+        if bool((lengths < t).any()):  # zeros past each input, as its own window padding is
+            x = x * (torch.arange(t, device=x.device)[None, :] < lengths[:, None])[:, :, None].to(x.dtype)
+        emb = self.projector(x.to(self.projector.qformer.layernorm.weight.dtype))
+        return [emb[i, :n] for i, n in enumerate(counts)]
