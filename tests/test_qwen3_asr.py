@@ -349,6 +349,31 @@ def test_a_checkpoint_this_code_cannot_run_is_refused_in_one_line(tmp_path, chan
     assert words in str(e.value) and "\n" not in str(e.value)
 
 
+@pytest.mark.parametrize("audio,text,params", [
+    (dict(d_model=896, encoder_layers=18, encoder_attention_heads=14, encoder_ffn_dim=3584, output_dim=1024),
+     dict(hidden_size=1024, intermediate_size=3072), 782426112),
+    (dict(d_model=1024, encoder_layers=24, encoder_attention_heads=16, encoder_ffn_dim=4096, output_dim=2048),
+     dict(hidden_size=2048, intermediate_size=6144), 2038052480),
+])
+def test_the_published_sizes_are_taken(audio, text, params):
+    """Qwen3-ASR-0.6B and -1.7B (transcribe.cpp's intake of the originals; the -hf conversion keeps the sizes): the
+    config parses and the modules hold as many parameters as transformers' model of that config (counted on its
+    meta device: 782,426,112 and 2,038,052,480 with the head tied)."""
+    from transcribe.llm.model import DecoderLM
+    from transcribe.qwen3_asr.config import parse_config
+    from transcribe.qwen3_asr.encoder import AudioEncoder, Projector
+
+    cfg = json.loads((MODEL / "config.json").read_text(encoding="utf-8"))
+    cfg["audio_config"].update(n_window_infer=800, downsample_hidden_size=480, **audio)
+    cfg["text_config"].update(num_hidden_layers=28, num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                              vocab_size=151936, **text)
+    c = parse_config(cfg, {}, {"eos_token_id": [151643, 151645], "max_new_tokens": 512}, "published")
+    assert c.encoder.window_chunks == 8 and c.encoder.chunk_positions == 13 and c.lm.tie_word_embeddings
+    with torch.device("meta"):
+        parts = (AudioEncoder(c.encoder), Projector(c.encoder), DecoderLM(c.lm))
+    assert sum(p.numel() for part in parts for p in part.parameters()) == params
+
+
 def test_a_compatible_chat_template_is_taken_and_the_known_one_is_recognised(model, tmp_path):
     from transcribe.qwen3_asr.prompt import check_template, read_template
 
