@@ -340,6 +340,8 @@ def _edit_json(path, edit):
      "dither = 0.5 is not implemented"),
     (lambda d: _edit_json(d / "generation_config.json", lambda c: c.update(repetition_penalty=1.2)),
      "repetition_penalty 1.2 is not implemented"),
+    (lambda d: _edit_json(d / "generation_config.json", lambda c: c.update(max_length=100)),
+     "max_length 100 without max_new_tokens is not implemented"),
 ])
 def test_a_checkpoint_this_code_cannot_run_is_refused_in_one_line(tmp_path, change, words):
     d = _copy(tmp_path)

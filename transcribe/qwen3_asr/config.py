@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Optional, Union
 
 from ..config_yaml import excerpt
 from ..errors import ModelError
@@ -55,7 +55,7 @@ _GEN_HARMLESS = {"transformers_version", "_from_model_config", "use_cache", "bos
                  "repetition_penalty", "no_repeat_ngram_size", "num_beams", "length_penalty", "early_stopping",
                  "max_new_tokens", "eos_token_id", "pad_token_id", "max_length"}
 # max_new_tokens when generation_config.json sets none: the published -hf repos' value and the original Qwen3-ASR
-# library's default (transformers itself would stop at max_length 20, prompt included).
+# library's default (transformers 5.24 itself would stop after 20 new tokens, its default max_length).
 DEFAULT_MAX_NEW_TOKENS = 512
 
 
@@ -115,7 +115,7 @@ class GenerationDefaults:
     max_new_tokens: int
     num_beams: int = 1
     length_penalty: float = 1.0
-    early_stopping: bool = False
+    early_stopping: Union[bool, str] = False  # transformers' beam stopping rule: True, False or "never"
 
 
 @dataclass(frozen=True)
@@ -242,6 +242,9 @@ def generation_defaults(gen: dict, cfg: dict, where: str) -> GenerationDefaults:
     if gen.get("no_repeat_ngram_size", 0) not in (0, None):
         raise ModelError(f"{where}: no_repeat_ngram_size {excerpt(gen['no_repeat_ngram_size'], 40)} is not "
                          "implemented")
+    if gen.get("max_length") is not None and gen.get("max_new_tokens") is None:
+        raise ModelError(f"{where}: max_length {excerpt(gen['max_length'], 40)} without max_new_tokens is not "
+                         "implemented (a bound on the prompt and the output together)")
     eos = gen.get("eos_token_id", cfg.get("eos_token_id", (151643, 151645)))
     stop = _token_ids(eos, where, "eos_token_id")
     max_new = _int(where, gen, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS, 1, 1 << 20)
@@ -250,9 +253,9 @@ def generation_defaults(gen: dict, cfg: dict, where: str) -> GenerationDefaults:
     if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
         raise ModelError(f"{where}: length_penalty {excerpt(penalty, 40)} is not a number")
     early = gen.get("early_stopping", False)
-    if early not in (True, False):
-        raise ModelError(f"{where}: early_stopping {excerpt(early, 40)} is not implemented (true or false)")
-    return GenerationDefaults(stop, max_new, beams, float(penalty), bool(early))
+    if early not in (True, False, "never"):
+        raise ModelError(f"{where}: early_stopping {excerpt(early, 40)} is not implemented (true, false or never)")
+    return GenerationDefaults(stop, max_new, beams, float(penalty), early)
 
 
 def parse_config(cfg: dict, feats: dict, gen: dict, where: str) -> Qwen3ASRConfig:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Optional, Sequence, Union
 
 import numpy as np
 import torch
@@ -94,7 +94,7 @@ class Qwen3ASR(Recognizer):
         return list(LANGUAGES)
 
     # -- options
-    def _search(self, opts: Qwen3ASROptions) -> tuple[int, float, bool, int]:
+    def _search(self, opts: Qwen3ASROptions) -> tuple[int, float, Union[bool, str], int]:
         """(beams, length_penalty, early_stopping, max_new_tokens) of a call: the options over the generation
         config's defaults."""
         gen = self.model.config.generation
