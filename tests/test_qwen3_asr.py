@@ -250,6 +250,13 @@ def test_the_first_step_s_logits_and_the_teacher_forced_log_probabilities_equal_
     assert torch.allclose(first, stages["first_step_logits"], atol=10 * TOL, rtol=0)
     lp = torch.log_softmax(logits[len(ids) - 1:-1].double(), -1).gather(-1, torch.tensor(greedy)[:, None])[:, 0]
     assert torch.allclose(lp.float(), stages["teacher_forced_logprobs"], atol=TOL, rtol=0)
+    # greedy search's own log-probabilities: the transcript's tokens (after "language English<asr_text>", before
+    # the stop token) carry transformers' teacher-forced ones
+    t = model.transcribe(_audio("jfk.wav"), max_new_tokens=MAX_NEW)
+    skip = len(greedy) - 1 - len(t.tokens)
+    assert [tok.id for tok in t.tokens] == greedy[skip:-1]
+    assert [tok.logprob for tok in t.tokens] == pytest.approx(stages["teacher_forced_logprobs"][skip:-1].tolist(),
+                                                              abs=TOL)
 
 
 # ---------------------------------------------------------------------------------------------- output text

@@ -9,7 +9,8 @@ tokens. The generated text is read as the processor's parsed output (`prompt.par
 the language the model named, the text after `<asr_text>`).
 
 Words are untimed: the model writes no times (its forced aligner is another model), so a transcript has one
-segment over its input and no words; its tokens are the transcription's tokens, each spanning the input.
+segment over its input and no words; its tokens are the transcription's tokens, each spanning the input, with
+its log-probability under greedy search.
 Inputs longer than `max_piece_s` are cut at pauses (`long_input`) and their pieces' texts joined."""
 from __future__ import annotations
 
@@ -176,8 +177,11 @@ class Qwen3ASR(Recognizer):
         best = hyps[0]
         text, language, ids = self._read(best.ids, opts)
         segments = [Segment(text, 0.0, duration)] if opts.timestamps and text else []
-        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration,
-                        piece=tok.token(i)) for i in ids]
+        # greedy: each token's log-probability (beam search keeps none per token)
+        skip = len(best.ids) - len(ids)
+        logprobs = best.logprobs[skip:] if len(best.logprobs) == len(best.ids) else [None] * len(ids)
+        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration, logprob=lp,
+                        piece=tok.token(i)) for i, lp in zip(ids, logprobs)]
         t = Transcript(text=text, duration=duration, segments=segments, words=[], tokens=tokens, model=self.name,
                        language=language)
         beams = self._search(opts)[0]
