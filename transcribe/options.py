@@ -191,3 +191,40 @@ def parse_bool(s: str) -> bool:
     if t in ("false", "0", "no", "off"):
         return False
     raise ValueError(f"not a boolean: {s!r}")
+
+
+# ------------------------------------------------------------------------------ utterance sessions
+
+MAX_PAUSE_S = 10.0
+DEFAULT_PAUSE_S = 0.5
+
+
+@dataclass(frozen=True)
+class UtteranceStreamFields:
+    """The options of a live session cut at pauses (transcribe/utterances.py), for a family whose model gives
+    no word times: pause_s (the silence that ends an utterance, default 0.5 s), partial_s (decode the open
+    utterance every N seconds for the tentative text; default off); the family's transcribe() options decode
+    every utterance (its max_piece_s bounds an utterance without a pause). A family's stream options are
+    `class XStreamOptions(UtteranceStreamFields, XOptions)` (this class first, so its fields win)."""
+
+    pause_s: Optional[float] = option(None, help="seconds of silence that end an utterance (default 0.5)",
+                                      parse=float, command=False)
+    partial_s: Optional[float] = option(None, help="decode the open utterance every N seconds for the tentative "
+                                        "text (default: off)", parse=float, command=False)
+    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the library's
+    # stream() takes the decoding ones
+    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM})",
+                                      parse=parse_positive_int, command=False)
+    nbest: Optional[int] = option(None, help="(not for a stream)", parse=parse_positive_int, command=False, form=None)
+    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.nbest is not None:
+            raise OptionValueError("nbest", "nbest does not apply to a stream (it commits one text)")
+        number("pause_s", self.pause_s, 0.05, MAX_PAUSE_S)
+        number("partial_s", self.partial_s, 0.0, 60.0, above=True)
+        pause = DEFAULT_PAUSE_S if self.pause_s is None else self.pause_s
+        if 3 * pause > self.max_piece_s:
+            raise OptionValueError("pause_s", f"max_piece_s ({self.max_piece_s:g} s) must hold three pauses of "
+                                   f"pause_s ({pause:g} s)")

@@ -35,7 +35,7 @@ class UtteranceSession(StreamingSession):
     def __init__(self, decode_piece: Callable[[np.ndarray], Sequence[int]], *, decode: Callable[[list[int]], str],
                  piece: Callable[[int], str], punctuation: set[str], pause_s: float = 0.5,
                  max_piece_s: float = 30.0, check_s: float = 0.5, partial_s: Optional[float] = None,
-                 detector: str = "energy"):
+                 detector: str = "energy", space=()):
         if not 0.05 <= pause_s <= 10.0:
             raise ValueError(f"pause_s must be within 0.05 and 10 s (got {pause_s})")
         if max_piece_s < 3 * pause_s:
@@ -47,6 +47,10 @@ class UtteranceSession(StreamingSession):
         self._check = max(FRAME, int(check_s * SAMPLE_RATE))
         self._partial = None if partial_s is None else max(self._check, int(partial_s * SAMPLE_RATE))
         self._detector = detector
+        # the ids of " " (or a callable giving them for the utterance just decoded): an utterance whose text does
+        # not start with a space gets them after the first (a model writes each utterance as a text of its own);
+        # empty for languages written without spaces
+        self._space = space
         super().__init__(decode=decode, piece=piece, punctuation=punctuation,
                          frame_seconds=lambda f: f * FRAME / SAMPLE_RATE, chunk_ms=1000.0 * check_s,
                          lookahead_ms=1000.0 * pause_s)
@@ -54,6 +58,7 @@ class UtteranceSession(StreamingSession):
 
     # ------------------------------------------------------------------ StreamingSession's hooks
     def _restart(self) -> None:
+        self._spoken = False       # whether an utterance has been committed
         self._held: list[np.ndarray] = []
         self._held_n = 0
         self._start = 0            # stream sample where the held audio starts
@@ -101,6 +106,10 @@ class UtteranceSession(StreamingSession):
         end = (self._start + cut) // FRAME
         if _has_speech(head, self._detector):
             ids = [int(t) for t in self._decode_piece(head)]
+            space = [int(t) for t in (self._space() if callable(self._space) else self._space)]
+            if ids and space and self._spoken and not self._decode(ids[:1])[:1].isspace():
+                ids = space + ids
+            self._spoken = self._spoken or bool(ids)
             self._commit([CommitToken(t, end, end, end) for t in ids], committed_seconds=(self._start + cut) / SAMPLE_RATE)
         else:
             self._committed_seconds = max(self._committed_seconds, (self._start + cut) / SAMPLE_RATE)

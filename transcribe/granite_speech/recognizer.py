@@ -135,7 +135,7 @@ class GraniteSpeechASR(Recognizer):
         return UtteranceSession(decode_piece, decode=lambda ids: tok.decode(ids), piece=tok.token,
                                 punctuation={".", ",", "?", "!", ";", ":"},
                                 pause_s=0.5 if opts.pause_s is None else opts.pause_s, max_piece_s=opts.max_piece_s,
-                                partial_s=opts.partial_s)
+                                partial_s=opts.partial_s, space=tok.encode(" "))
 
     # -- transcription
     def _transcribe(self, items: list, opts: GraniteSpeechOptions) -> list[Transcript]:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, boolean, number, option, parse_bool, parse_positive_int,
-                       positive_int, sample_rate, text)
+from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, UtteranceStreamFields, boolean, number, option,
+                       parse_bool, parse_positive_int, positive_int, sample_rate, text)
 from .prompt import CHAT_TOKENS, language_code
 
 # transformers' length_penalty is an exponent of the length: 0 to 2 are the usual values (1 by default).
@@ -106,34 +106,9 @@ class Qwen3ASROptions:
         return language_code(self.language)
 
 
-MAX_PAUSE_S = 10.0
-
-
 @dataclass(frozen=True)
-class Qwen3ASRStreamOptions(Qwen3ASROptions):
-    """A live session cut at pauses (transcribe/utterances.py): pause_s (the silence that ends an utterance,
-    default 0.5 s), partial_s (decode the open utterance every N seconds for the tentative text; default off),
-    and transcribe's decoding options for every utterance (max_piece_s bounds an utterance without a pause). The
-    committed text is each utterance's transcription tokens decoded (the language prefix left out; the offline
-    transcript's repetition fix is not applied to a stream's tokens)."""
-
-    pause_s: Optional[float] = option(None, help="seconds of silence that end an utterance (default 0.5)",
-                                      parse=float, command=False)
-    partial_s: Optional[float] = option(None, help="decode the open utterance every N seconds for the tentative "
-                                        "text (default: off)", parse=float, command=False)
-    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the library's
-    # stream() takes the decoding ones
-    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM})",
-                                      parse=parse_positive_int, command=False)
-    nbest: Optional[int] = option(None, help="(not for a stream)", parse=parse_positive_int, command=False, form=None)
-    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.nbest is not None:
-            raise OptionValueError("nbest", "nbest does not apply to a stream (it commits one text)")
-        number("pause_s", self.pause_s, 0.05, MAX_PAUSE_S)
-        number("partial_s", self.partial_s, 0.0, 60.0, above=True)
-        if 3 * (self.pause_s or 0.5) > self.max_piece_s:
-            raise OptionValueError("pause_s", f"max_piece_s ({self.max_piece_s:g} s) must hold three pauses of "
-                                   f"pause_s ({self.pause_s or 0.5:g} s)")
+class Qwen3ASRStreamOptions(UtteranceStreamFields, Qwen3ASROptions):
+    """A live session cut at pauses (transcribe/utterances.py, `options.UtteranceStreamFields`): pause_s,
+    partial_s, and transcribe's decoding options for every utterance. The committed text is each utterance's
+    transcription tokens decoded (the language prefix left out; the offline transcript's repetition fix is not
+    applied to a stream's tokens)."""

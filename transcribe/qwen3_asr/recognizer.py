@@ -116,21 +116,24 @@ class Qwen3ASR(Recognizer):
 
         piece_opts = Qwen3ASROptions(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(Qwen3ASROptions)})
         tok = self.tokenizer
-        # an utterance's text starts without a space (the model writes it after "<asr_text>"): the session joins
-        # utterances token by token, so a space token leads each one (but in languages written without spaces)
-        space = tok.encode(" ")
+        # an utterance's text starts without a space (the model writes it after "<asr_text>"): the session puts
+        # one between utterances, but after one in a language written without spaces
+        space_ids = tok.encode(" ")
+        last = {"language": None}
 
         def decode_piece(pcm: np.ndarray) -> list[int]:
             with model_call(self.threads):
                 _, language, ids = self._read(self.decode([pcm], piece_opts)[0][0].ids, piece_opts)
-            if ids and language not in NO_SPACE_LANGUAGES and not tok.decode(ids[:1])[:1].isspace():
-                ids = space + ids
+            last["language"] = language
             return ids
+
+        def space() -> list[int]:
+            return [] if last["language"] in NO_SPACE_LANGUAGES else space_ids
 
         return UtteranceSession(decode_piece, decode=lambda ids: tok.decode(ids), piece=tok.token,
                                 punctuation={".", ",", "?", "!", ";", ":", "。", "，", "？", "！"},
                                 pause_s=0.5 if opts.pause_s is None else opts.pause_s, max_piece_s=opts.max_piece_s,
-                                partial_s=opts.partial_s)
+                                partial_s=opts.partial_s, space=space)
 
     # -- transcription
     def _transcribe(self, items: list, opts: Qwen3ASROptions) -> list[Transcript]:
