@@ -1,5 +1,6 @@
-"""Mel filterbanks shared by the front ends: the Slaney bank (librosa's default: Whisper, Parakeet) and the
-HTK-scale bank without normalization (torchaudio's default: both Granite Speech families)."""
+"""Mel filterbanks shared by the front ends: the Slaney bank (librosa's default: Whisper, Parakeet, Qwen3-ASR)
+and the HTK-scale bank without normalization (torchaudio's default: both Granite Speech families); and
+Whisper's clamped log-mel, which Qwen3-ASR's front end computes too."""
 from __future__ import annotations
 
 import math
@@ -73,3 +74,16 @@ def htk_mel_filterbank(sample_rate: int, n_fft: int, n_mels: int) -> torch.Tenso
     down = -ramps[:, :-2] / widths[:-1]
     up = ramps[:, 2:] / widths[1:]
     return torch.clamp(torch.minimum(down, up), min=0.0).to(torch.float32)
+
+
+def clamped_log_mel(x: torch.Tensor, filters: torch.Tensor, n_fft: int, hop: int) -> torch.Tensor:
+    """Whisper's log-mel, which Qwen3-ASR's front end computes too: a periodic Hann window of n_fft, a centred
+    STFT with reflect padding, the last frame dropped, the power spectrum through `filters` [n_mels, F], log10
+    floored at 1e-10, then at the input's maximum minus 8 (per item of a batch [B, samples]), and (x + 4) / 4:
+    float32 [n_mels, samples // hop] (or [B, n_mels, T])."""
+    window = torch.hann_window(n_fft, periodic=True, device=x.device)
+    spec = torch.stft(x, n_fft, hop, window=window, center=True, pad_mode="reflect", return_complex=True)
+    power = spec[..., :-1].abs().pow(2)
+    log_spec = torch.clamp(filters.to(x.device) @ power, min=1e-10).log10()
+    peak = log_spec.amax(dim=(-2, -1), keepdim=True)
+    return (torch.maximum(log_spec, peak - 8.0) + 4.0) / 4.0

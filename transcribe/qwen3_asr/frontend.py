@@ -10,7 +10,7 @@ gives S // 160 frames, all valid; the mel axis is then padded with 0.0 to a mult
 Each input is computed alone: transformers pads a batch's shorter inputs with zero samples before the STFT, so
 their last frames (and the padding of their last chunk) depend on their neighbours there; here they never do,
 and every row equals the processor's result for that input alone. (Whisper's front end is the same function of
-its samples; families share no code, so this one holds its own copy of those few lines.)
+its samples: both are `mel.clamped_log_mel`.)
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from typing import Sequence
 import numpy as np
 import torch
 
-from ..mel import mel_filterbank
+from ..mel import clamped_log_mel, mel_filterbank
 from .config import FeatureConfig
 
 
@@ -29,7 +29,6 @@ class LogMel:
     def __init__(self, cfg: FeatureConfig):
         self.cfg = cfg
         self.filters = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, 0.0, cfg.sample_rate / 2)
-        self.window = torch.hann_window(cfg.n_fft, periodic=True)
 
     def frames(self, samples: int) -> int:
         """Valid mel frames of an input of `samples` samples."""
@@ -46,12 +45,7 @@ class LogMel:
             x = torch.nn.functional.pad(x, (0, c.min_samples - x.shape[0]))
         if x.shape[0] == 0:
             raise ValueError("audio is empty")
-        spec = torch.stft(x, c.n_fft, c.hop, window=self.window, center=True, pad_mode="reflect",
-                          return_complex=True)
-        power = spec[..., :-1].abs() ** 2
-        log_spec = torch.clamp(self.filters @ power, min=1e-10).log10()
-        log_spec = torch.maximum(log_spec, log_spec.max() - 8.0)
-        return (log_spec + 4.0) / 4.0
+        return clamped_log_mel(x, self.filters, c.n_fft, c.hop)
 
     def batch(self, pcms: Sequence[np.ndarray]) -> tuple[torch.Tensor, torch.Tensor]:
         """Inputs -> (float32 [B, n_mels, T] padded with 0.0 to the longest input's frames rounded up to whole

@@ -11,7 +11,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from ..mel import mel_filterbank
+from ..mel import clamped_log_mel, mel_filterbank
 
 WHISPER_SAMPLE_RATE = 16000
 WHISPER_N_FFT = 400
@@ -50,13 +50,4 @@ def whisper_log_mel(audio: torch.Tensor | np.ndarray, n_mels: int = 80, padding:
         x = nn.functional.pad(x, (0, int(padding)))
     if x.shape[-1] == 0:
         raise ValueError("audio is empty")
-    window = torch.hann_window(WHISPER_N_FFT, periodic=True, device=x.device)
-    spec = torch.stft(
-        x, WHISPER_N_FFT, WHISPER_HOP, window=window, center=True, pad_mode="reflect", return_complex=True
-    )
-    power = spec[..., :-1].abs().pow(2)
-    fb = whisper_mel_filters(n_mels).to(x.device)
-    log_spec = torch.clamp(fb @ power, min=1e-10).log10()
-    peak = log_spec.amax(dim=(-2, -1), keepdim=True)
-    log_spec = torch.maximum(log_spec, peak - 8.0)
-    return (log_spec + 4.0) / 4.0
+    return clamped_log_mel(x, whisper_mel_filters(n_mels), WHISPER_N_FFT, WHISPER_HOP)
