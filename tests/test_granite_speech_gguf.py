@@ -114,6 +114,16 @@ def test_detect_and_family():
     assert detect(other) is None
 
 
+def test_load_model_takes_the_file(pcm):
+    import transcribe
+
+    m = transcribe.load_model(str(GGUF / "g40-Q8_0.gguf"))
+    assert m.family == "granite_speech" and m.name == "g40-Q8_0.gguf"
+    assert m.transcribe(pcm["jfk.wav"]).text == _reference("g40")["jfk.wav"]["greedy_text"].strip()
+    m = transcribe.load_model(str(GGUF / "g40-BF16.gguf"), dtype="bfloat16")
+    assert m.model.dtype == torch.bfloat16
+
+
 def test_config_is_the_directory_s():
     from transcribe.granite_speech.config import parse_config, read_json
 
