@@ -96,7 +96,8 @@ _PRJ_BLOCK = [(f"{ours}.{a}.{w}", f"{b}.{w}")
     [(f"{a}.{w}", f"{b}.{w}") for a, b in (("intermediate_query.dense", "ffn.up"), ("output_query.dense", "ffn.down"),
                                            ("output_query.LayerNorm", "norm_ffn")) for w in ("weight", "bias")]
 _DEC_TOP = [("embed_tokens.weight", "token_embd.weight"), ("norm.weight", "output_norm.weight")]
-_DEC_BLOCK = [("input_layernorm.weight", "norm_attn.weight"), ("post_attention_layernorm.weight", "norm_ffn.weight")] + \
+_DEC_BLOCK = [("input_layernorm.weight", "norm_attn.weight"),
+              ("post_attention_layernorm.weight", "norm_ffn.weight")] + \
     [(f"self_attn.{p}_proj.weight", f"attn.{p}.weight") for p in "qkvo"] + \
     [(f"mlp.{p}_proj.weight", f"ffn.{p}.weight") for p in ("gate", "up", "down")]
 FRONTEND_TENSORS = ("frontend.mel_filterbank", "frontend.window")

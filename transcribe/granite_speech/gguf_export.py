@@ -29,7 +29,6 @@ transcribe-quantize's job: not written here.
 """
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any, Optional
