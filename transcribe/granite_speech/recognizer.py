@@ -25,11 +25,11 @@ from ..llm.tokenizer import LLMTokenizer
 from ..recognizer import Recognizer
 from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
 from . import KIND
-from .checkpoint import lm_tensors, merge_lora, part, read_weights
-from .config import GraniteSpeechConfig, parse_config, read_json
+from .checkpoint import lm_tensors, merge_lora, read_weights
+from .config import parse_config, read_json
 from .frontend import HOP, FrontEnd, audio_tokens, frames
 from .model import GraniteSpeechModel
-from .options import GraniteSpeechOptions
+from .options import GraniteSpeechOptions, GraniteSpeechStreamOptions
 from .prompt import Prompt, PromptBuilder
 
 log = logging.getLogger("transcribe")
@@ -49,6 +49,7 @@ class GraniteSpeechASR(Recognizer):
     family = "granite_speech"
     kind = KIND
     Options = GraniteSpeechOptions
+    StreamOptions = GraniteSpeechStreamOptions
 
     def __init__(self, model: GraniteSpeechModel, tokenizer: LLMTokenizer, name: str, device: str,
                  stop_ids: list[int], defaults: dict):
@@ -114,6 +115,27 @@ class GraniteSpeechASR(Recognizer):
         else:
             want = TOKENS_FLOOR + int(TOKENS_PER_S * opts.max_piece_s)
         return max(0, min(want, room))
+
+    def _stream(self, opts: GraniteSpeechStreamOptions):
+        """A live session cut at pauses (`transcribe.utterances`): each utterance decoded once, whole, with the
+        session's options; words placed at the cut that ended their utterance (the model gives no times)."""
+        import dataclasses
+
+        from ..runtime import model_call
+        from ..utterances import UtteranceSession
+
+        piece_opts = GraniteSpeechOptions(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(GraniteSpeechOptions)})
+        prompt = self.prompts.build(opts.task, opts.target_language, opts.instruction)
+        tok = self.tokenizer
+
+        def decode_piece(pcm: np.ndarray) -> list[int]:
+            with model_call(self.threads):
+                return self.decode([pcm], prompt, piece_opts)[0][0].ids
+
+        return UtteranceSession(decode_piece, decode=lambda ids: tok.decode(ids), piece=tok.token,
+                                punctuation={".", ",", "?", "!", ";", ":"},
+                                pause_s=0.5 if opts.pause_s is None else opts.pause_s, max_piece_s=opts.max_piece_s,
+                                partial_s=opts.partial_s)
 
     # -- transcription
     def _transcribe(self, items: list, opts: GraniteSpeechOptions) -> list[Transcript]:
@@ -185,8 +207,9 @@ class GraniteSpeechASR(Recognizer):
         best = hyps[0]
         text = tok.decode(best.ids).strip()
         segments = [Segment(text, 0.0, duration)] if opts.timestamps and text else []
-        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration, logprob=None,
-                        piece=tok.token(i)) for i in best.ids]
+        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration,
+                        logprob=best.logprobs[k] if k < len(best.logprobs) else None, piece=tok.token(i))
+                  for k, i in enumerate(best.ids)]
         nbest = None
         if opts.nbest is not None:
             nbest = NBest(opts.beam_size or 1, False, [
