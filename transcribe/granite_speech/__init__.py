@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load", "export_gguf"]
 
 # The family contract (loading.Family): the name in messages and the options of transcribe().
 KIND = "Granite Speech"
@@ -21,10 +21,14 @@ PIECE_S = 30.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"transformers" for a directory whose config.json has model_type granite_speech or granite_speech_plus;
-    else None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `granite_speech` architecture; "transformers" for a
+    directory whose config.json has model_type granite_speech or granite_speech_plus; else None."""
     from .config import MODEL_TYPES
 
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "granite_speech" else None
     cfg_path = path / "config.json"
     if not path.is_dir() or not cfg_path.is_file():
         return None
@@ -36,6 +40,26 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import GraniteSpeechASR
 
     return GraniteSpeechASR.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a Granite Speech directory (`gguf_export.export_gguf`: transcribe.cpp's schema,
+    bf16 by default, or f32): writes `out`, returns the schema and type used."""
+    from ..errors import ModelError
+    from .gguf_export import export_gguf as export
+
+    if schema not in (None, "transcribe.cpp"):
+        raise ModelError(f"{path}: a Granite Speech model has only transcribe.cpp's schema (--schema {schema})")
+    if path.is_file():
+        raise ModelError(f"{path}: already a GGUF file; convert writes GGUF files from checkpoint directories")
+    qtype = qtype or "bf16"
+    export(path, out, qtype, meta or None)
+    return "transcribe.cpp", qtype
