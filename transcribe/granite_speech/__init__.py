@@ -21,10 +21,14 @@ PIECE_S = 30.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"transformers" for a directory whose config.json has model_type granite_speech or granite_speech_plus;
-    else None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `granite_speech` architecture; "transformers" for a
+    directory whose config.json has model_type granite_speech or granite_speech_plus; else None."""
     from .config import MODEL_TYPES
 
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "granite_speech" else None
     cfg_path = path / "config.json"
     if not path.is_dir() or not cfg_path.is_file():
         return None
@@ -36,6 +40,10 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import GraniteSpeechASR
 
     return GraniteSpeechASR.load(path, name, device, dtype)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Optional, Sequence
+from typing import Iterable, Optional, Sequence
 
 from ..errors import ModelError
 
@@ -75,6 +75,22 @@ class LLMTokenizer:
         if template is not None and not isinstance(template, str):
             raise ModelError(f"{cfg_path}: chat_template is not text")
         return cls(tok, special, bool(cfg.get("clean_up_tokenization_spaces", False)), template, str(directory))
+
+    @classmethod
+    def from_json(cls, spec: str, where: str, special: Iterable[int] = (), clean_up: bool = False,
+                  chat_template: Optional[str] = None) -> "LLMTokenizer":
+        """A tokenizer from a `tokenizer.json` text (e.g. one rebuilt from a GGUF file's vocabulary, merges
+        and special tokens): its added tokens marked special and the ids in `special` (the named bos / eos /
+        pad / unk) are dropped by decode; `clean_up` and `chat_template` as tokenizer_config.json's."""
+        from tokenizers import Tokenizer
+
+        try:
+            tok = Tokenizer.from_str(spec)
+        except Exception as e:  # the library's parse errors are plain Exceptions
+            raise ModelError(f"{where}: not a tokenizer the tokenizers library reads ({str(e)[:200]})") from None
+        ids = {int(i) for i, t in tok.get_added_tokens_decoder().items() if t.special}
+        ids.update(int(i) for i in special)
+        return cls(tok, ids, clean_up, chat_template, where)
 
     def __len__(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
