@@ -22,7 +22,8 @@ two layouts differ) to a scratch folder and runs the converter's `main()` on it 
 Step 3 writes `<gguf stem>.ref.json` next to each file: for jfk.wav and the two dev utterances of
 tests/references/qwen3_asr/, `transcribe_cpp.Model(gguf, backend="cpu").session(n_threads=1)
 .run(pcm, timestamps="none")` with language None (auto) and "en" (forced) -> text, raw_text, language and the
-tokens (id, text); a file the runtime refuses to load records the error.
+tokens (id, text: the runtime gives none for this family); then `EXTRA` runs (`"extra": true`: jfk.wav forced to
+French, without and with a `prompt=`); a file the runtime refuses to load records the error.
 """
 from __future__ import annotations
 
@@ -47,6 +48,9 @@ VARIANT = "qwen3-asr-0.6b"
 QUANTS = ["F16", "Q8_0"]
 CLIPS = ["audio/jfk.wav", "audio/dev/ls_61-70968-0002.wav", "audio/dev/fleurs_en_004.wav"]  # under shared/
 LANGS = [None, "en"]
+# Beyond the training data (the tiny model knows English only): jfk.wav forced to French, alone and with a context
+# (the runtime's `prompt=`, our `context`: the system turn's text).
+EXTRA = [("audio/jfk.wav", "fr", None), ("audio/jfk.wav", "fr", "Hello there")]
 # The original layout's M-RoPE section (Qwen3-ASR-0.6B: [24, 20, 20] for head_dim 128) scaled to the tiny LM's
 # head_dim 32 (the three parts sum to head_dim / 2); with text-only positions (t = h = w) any split is plain RoPE.
 MROPE_SECTION = [6, 5, 5]
@@ -204,6 +208,14 @@ def run_file(path: Path) -> dict:
                                  "result": result})
                     print(f"{path.name} {rel} {lang}: {result.get('text', result.get('error'))!r} "
                           f"{result.get('language')!r}", flush=True)
+            for rel, lang, prompt in EXTRA:
+                pcm, sr = soundfile.read(str(SHARED / rel), dtype="float32")
+                r = session.run(np.ascontiguousarray(pcm), language=lang, prompt=prompt, timestamps="none")
+                runs.append({"audio": rel, "audio_sha256": sha256(SHARED / rel), "language_asked": lang,
+                             "prompt": prompt, "rc": 0, "extra": True,
+                             "result": {"text": r.text, "raw_text": r.raw_text,
+                                        "language": getattr(r, "language", None)}})
+                print(f"{path.name} {rel} {lang} {prompt!r}: {r.text!r}", flush=True)
     return {"model": info, "runs": runs}
 
 
