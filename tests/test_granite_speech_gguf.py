@@ -114,6 +114,16 @@ def test_detect_and_family():
     assert detect(other) is None
 
 
+def test_load_model_takes_the_file(pcm):
+    import transcribe
+
+    m = transcribe.load_model(str(GGUF / "g40-Q8_0.gguf"))
+    assert m.family == "granite_speech" and m.name == "g40-Q8_0.gguf"
+    assert m.transcribe(pcm["jfk.wav"]).text == _reference("g40")["jfk.wav"]["greedy_text"].strip()
+    m = transcribe.load_model(str(GGUF / "g40-BF16.gguf"), dtype="bfloat16")
+    assert m.model.dtype == torch.bfloat16
+
+
 def test_config_is_the_directory_s():
     from transcribe.granite_speech.config import parse_config, read_json
 
@@ -311,3 +321,60 @@ def test_another_architecture_is_an_error():
     canary = HERE / "models" / "gguf" / "canary" / "canary-tiny-Q8_0.gguf"
     with pytest.raises(ModelError, match="architecture is 'canary', not 'granite_speech'"):
         read_gguf(canary)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+UPSTREAM_VARIANT = {"stt.variant": "granite-4.0-1b-speech"}
+
+
+def test_export_writes_the_converter_s_file_byte_for_byte(tmp_path):
+    """From the float32 directory: rounded to BF16 as the refs tool's copy is, then the converter's rules."""
+    from transcribe.granite_speech.gguf_export import export_gguf
+
+    out = export_gguf(TINY / "g40", tmp_path / "g40-BF16.gguf", "bf16", UPSTREAM_VARIANT)
+    assert out.read_bytes() == (GGUF / "g40-BF16.gguf").read_bytes()
+
+
+def test_the_command_writes_the_converter_s_file(tmp_path):
+    from transcribe.convert import main
+
+    out = tmp_path / "g40-BF16.gguf"
+    assert main([str(TINY / "g40"), str(out), "--meta", "stt.variant=granite-4.0-1b-speech"]) == 0
+    assert out.read_bytes() == (GGUF / "g40-BF16.gguf").read_bytes()
+
+
+def test_the_f32_export_is_the_directory_exactly(tmp_path, pcm):
+    from transcribe.granite_speech.gguf_export import export_gguf
+    from transcribe.granite_speech.recognizer import GraniteSpeechASR
+
+    path = export_gguf(TINY / "g40", tmp_path / "g40-F32.gguf", "f32")
+    with GGUFFile(path) as f:
+        assert {f.tensors[t].type_name for t in f.tensors} == {"F32"}
+        assert f.meta["stt.variant"] == "g40" and f.meta["general.name"] == "Granite Speech"
+        assert "general.languages" not in f.meta and f.meta["general.file_type"] == 0
+    ours = load_family(path, "f32", "cpu", None, "gguf")
+    direct = GraniteSpeechASR.load(TINY / "g40", "dir", "cpu")
+    a, b = ours.model.state_dict(), direct.model.state_dict()
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    got = _greedy(ours, pcm)
+    assert got == _greedy(direct, pcm)
+    ref = _reference("g40")
+    assert all(got[c] == _until_eos(ref[c]["greedy_ids"]) for c in CLIPS)
+
+
+def test_export_refuses_what_the_file_cannot_hold(tmp_path):
+    from transcribe.granite_speech.gguf_export import export_gguf
+
+    with pytest.raises(ModelError, match="LoRA adapter, which transcribe.cpp's schema cannot hold"):
+        export_gguf(TINY / "g33", tmp_path / "x.gguf")
+    src = tmp_path / "g40"
+    shutil.copytree(TINY / "g40", src)
+    (src / "chat_template.jinja").unlink()
+    with pytest.raises(ModelError, match="no chat_template.jinja"):
+        export_gguf(src, tmp_path / "x.gguf")
+    with pytest.raises(ModelError, match="not written for Granite Speech"):
+        export_gguf(TINY / "g40", tmp_path / "x.gguf", "q8_0")
+    with pytest.raises(ModelError, match="not identity keys: general.author"):
+        export_gguf(TINY / "g40", tmp_path / "x.gguf", "bf16", {"general.author": "me"})
+    assert not (tmp_path / "x.gguf").exists() and not (tmp_path / "x.gguf.part").exists()

@@ -478,3 +478,40 @@ def test_a_short_input_is_padded_to_half_a_second_and_one_without_frames_is_empt
     assert out[0].text == "" and not out[0].tokens
     assert [t.id for t in out[1].tokens] == [t.id for t in model.transcribe(x[:16000], language="en",
                                                                              max_new_tokens=5).tokens]
+
+
+# ---------------------------------------------------------------------------------------------- live session
+
+def test_a_stream_commits_each_utterance_as_the_offline_pipeline_decodes_it(model):
+    """transcribe/utterances.py: cut at the 2 s pause between two clips, each utterance decoded whole (its
+    transcription's tokens: the language prefix left out)."""
+    a, b = _audio("jfk.wav"), _audio(CLIPS[1])
+    pcm = np.concatenate([a, np.zeros(32000, np.float32), b])
+    s = model.stream(pause_s=1.2, language="en", max_new_tokens=MAX_NEW)
+    commits = []
+    for i in range(0, len(pcm), 8000):
+        s.feed(pcm[i:i + 8000])
+        new = s.take_new_text()
+        if new:
+            commits.append((new, list(s.drain_words())))
+    s.finalize()
+    commits.append((s.take_new_text(), list(s.drain_words())))
+    assert len(commits) == 2
+    cut = commits[0][1][0].start
+    assert len(a) / 16000 < cut < len(a) / 16000 + 2.0
+    first = model.transcribe(pcm[:int(round(cut * 16000))], language="en", max_new_tokens=MAX_NEW)
+    rest = model.transcribe(pcm[int(round(cut * 16000)):], language="en", max_new_tokens=MAX_NEW)
+    assert commits[0][0].strip() == first.text and commits[1][0].strip() == rest.text
+    assert s.text().strip() == first.text + " " + rest.text  # a space leads each utterance
+    assert all(w.start == w.end == cut for w in commits[0][1])  # the model gives no times: words sit at the cut
+
+
+@pytest.mark.parametrize("options,words", [
+    (dict(nbest=2, beam_size=2), "nbest does not apply to a stream"),
+    (dict(pause_s=5.0, max_piece_s=12.0), "must hold three pauses"),
+    (dict(pnc=True), "does not take pnc"),
+])
+def test_bad_stream_options_are_refused_in_one_line(model, options, words):
+    with pytest.raises((OptionValueError, OptionsNotTaken), match=words) as e:
+        model.stream(**options)
+    assert "\n" not in str(e.value)

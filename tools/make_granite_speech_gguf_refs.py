@@ -35,7 +35,6 @@ import hashlib
 import json
 import shutil
 import subprocess
-import sys
 import tempfile
 from pathlib import Path
 

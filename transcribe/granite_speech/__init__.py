@@ -10,7 +10,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load", "export_gguf"]
 
 # The family contract (loading.Family): the name in messages and the options of transcribe().
 KIND = "Granite Speech"
@@ -47,3 +47,19 @@ def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import GraniteSpeechASR
 
     return GraniteSpeechASR.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a Granite Speech directory (`gguf_export.export_gguf`: transcribe.cpp's schema,
+    bf16 by default, or f32): writes `out`, returns the schema and type used."""
+    from ..errors import ModelError
+    from .gguf_export import export_gguf as export
+
+    if schema not in (None, "transcribe.cpp"):
+        raise ModelError(f"{path}: a Granite Speech model has only transcribe.cpp's schema (--schema {schema})")
+    if path.is_file():
+        raise ModelError(f"{path}: already a GGUF file; convert writes GGUF files from checkpoint directories")
+    qtype = qtype or "bf16"
+    export(path, out, qtype, meta or None)
+    return "transcribe.cpp", qtype

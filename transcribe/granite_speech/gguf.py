@@ -65,33 +65,39 @@ GRANITE_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1
 _ENC_TOP = [("input_linear.weight", "input_linear.weight"), ("input_linear.bias", "input_linear.bias"),
             ("out.weight", "ctc_proj.weight"), ("out.bias", "ctc_proj.bias"),
             ("out_mid.weight", "ctc_bypass.weight"), ("out_mid.bias", "ctc_bypass.bias")]
-_ENC_BLOCK = [(f"{ff}.{a}.{w}", f"{b}.{w}") for ff in ("ff1", "ff2")
-              for a, b in (("pre_norm", f"norm_{ff}"), ("up_proj", f"{ff}.up"), ("down_proj", f"{ff}.down"))
-              for w in ("weight", "bias")] + \
-    [("attn.pre_norm.weight", "norm_attn.weight"), ("attn.pre_norm.bias", "norm_attn.bias"),
-     ("attn.to_q.weight", "attn.q.weight"), ("attn.to_kv.weight", "attn.kv.weight"),
-     ("attn.to_out.weight", "attn.out.weight"), ("attn.to_out.bias", "attn.out.bias"),
-     ("attn.rel_pos_emb.weight", "attn.rel_pos_emb.weight"),
-     ("conv.norm.weight", "norm_conv.weight"), ("conv.norm.bias", "norm_conv.bias"),
-     ("conv.up_conv.weight", "conv.pointwise1.weight"), ("conv.up_conv.bias", "conv.pointwise1.bias"),
-     ("conv.depth_conv.conv.weight", "conv.depthwise.weight"),
-     ("conv.batch_norm.weight", "conv.bn.weight"), ("conv.batch_norm.bias", "conv.bn.bias"),
-     ("conv.batch_norm.running_mean", "conv.bn.running_mean"), ("conv.batch_norm.running_var", "conv.bn.running_var"),
-     ("conv.down_conv.weight", "conv.pointwise2.weight"), ("conv.down_conv.bias", "conv.pointwise2.bias"),
-     ("post_norm.weight", "norm_post.weight"), ("post_norm.bias", "norm_post.bias")]
+
+
+def _ff(n: str) -> list[tuple[str, str]]:
+    return [(f"ff{n}.{a}.{w}", f"{b}.{w}") for a, b in (("pre_norm", f"norm_ff{n}"), ("up_proj", f"ff{n}.up"),
+                                                       ("down_proj", f"ff{n}.down")) for w in ("weight", "bias")]
+
+
+_ENC_BLOCK = _ff("1") + [
+    ("attn.pre_norm.weight", "norm_attn.weight"), ("attn.pre_norm.bias", "norm_attn.bias"),
+    ("attn.to_q.weight", "attn.q.weight"), ("attn.to_kv.weight", "attn.kv.weight"),
+    ("attn.to_out.weight", "attn.out.weight"), ("attn.to_out.bias", "attn.out.bias"),
+    ("attn.rel_pos_emb.weight", "attn.rel_pos_emb.weight"),
+    ("conv.norm.weight", "norm_conv.weight"), ("conv.norm.bias", "norm_conv.bias"),
+    ("conv.up_conv.weight", "conv.pointwise1.weight"), ("conv.up_conv.bias", "conv.pointwise1.bias"),
+    ("conv.depth_conv.conv.weight", "conv.depthwise.weight"),
+    ("conv.batch_norm.weight", "conv.bn.weight"), ("conv.batch_norm.bias", "conv.bn.bias"),
+    ("conv.batch_norm.running_mean", "conv.bn.running_mean"), ("conv.batch_norm.running_var", "conv.bn.running_var"),
+    ("conv.down_conv.weight", "conv.pointwise2.weight"), ("conv.down_conv.bias", "conv.pointwise2.bias"),
+] + _ff("2") + [("post_norm.weight", "norm_post.weight"), ("post_norm.bias", "norm_post.bias")]
+
 _PRJ_TOP = [("query", "query"), ("linear.weight", "linear.weight"), ("linear.bias", "linear.bias"),
             ("qformer.layernorm.weight", "qformer.final_norm.weight"),
             ("qformer.layernorm.bias", "qformer.final_norm.bias")]
-_PRJ_BLOCK = [(f"{ours}.attention.{x}.{w}", f"{theirs}.{y}.{w}")
-              for ours, theirs in (("attention", "self_attn"), ("crossattention", "cross_attn"))
-              for x, y in (("query", "q"), ("key", "k"), ("value", "v")) for w in ("weight", "bias")] + \
-    [(f"{ours}.output.{x}.{w}", f"{theirs}.{w}")
-     for ours, t in (("attention", "self_attn"), ("crossattention", "cross_attn"))
-     for x, theirs in (("dense", f"{t}.out"), ("LayerNorm", f"norm_{t}")) for w in ("weight", "bias")] + \
+_PRJ_BLOCK = [(f"{ours}.{a}.{w}", f"{b}.{w}")
+              for ours, t in (("attention", "self_attn"), ("crossattention", "cross_attn"))
+              for a, b in (("attention.query", f"{t}.q"), ("attention.key", f"{t}.k"), ("attention.value", f"{t}.v"),
+                           ("output.dense", f"{t}.out"), ("output.LayerNorm", f"norm_{t}"))
+              for w in ("weight", "bias")] + \
     [(f"{a}.{w}", f"{b}.{w}") for a, b in (("intermediate_query.dense", "ffn.up"), ("output_query.dense", "ffn.down"),
                                            ("output_query.LayerNorm", "norm_ffn")) for w in ("weight", "bias")]
 _DEC_TOP = [("embed_tokens.weight", "token_embd.weight"), ("norm.weight", "output_norm.weight")]
-_DEC_BLOCK = [("input_layernorm.weight", "norm_attn.weight"), ("post_attention_layernorm.weight", "norm_ffn.weight")] + \
+_DEC_BLOCK = [("input_layernorm.weight", "norm_attn.weight"),
+              ("post_attention_layernorm.weight", "norm_ffn.weight")] + \
     [(f"self_attn.{p}_proj.weight", f"attn.{p}.weight") for p in "qkvo"] + \
     [(f"mlp.{p}_proj.weight", f"ffn.{p}.weight") for p in ("gate", "up", "down")]
 FRONTEND_TENSORS = ("frontend.mel_filterbank", "frontend.window")

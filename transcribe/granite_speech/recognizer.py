@@ -25,8 +25,8 @@ from ..llm.tokenizer import LLMTokenizer
 from ..recognizer import Recognizer
 from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
 from . import KIND
-from .checkpoint import lm_tensors, merge_lora, part, read_weights
-from .config import GraniteSpeechConfig, parse_config, read_json
+from .checkpoint import lm_tensors, merge_lora, read_weights
+from .config import parse_config, read_json
 from .frontend import HOP, FrontEnd, audio_tokens, frames
 from .model import GraniteSpeechModel
 from .options import GraniteSpeechOptions, GraniteSpeechStreamOptions

@@ -9,12 +9,12 @@ import json
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
 
 # The family contract (loading.Family): the name in messages and the options of transcribe().
 KIND = "Qwen3-ASR"
 from .options import DEFAULT_PIECE_S, Qwen3ASROptions as Options  # noqa: E402
-StreamOptions = None
+from .options import Qwen3ASRStreamOptions as StreamOptions  # noqa: E402  (a session cut at pauses)
 # Batch jobs cut inputs longer than this into pieces at pauses (the default max_piece_s: one piece's text must fit
 # the generation config's 512 new tokens).
 PIECE_S = DEFAULT_PIECE_S

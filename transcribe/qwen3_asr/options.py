@@ -104,3 +104,36 @@ class Qwen3ASROptions:
     def language_code(self) -> Optional[str]:
         """The forced language's code, or None (detected)."""
         return language_code(self.language)
+
+
+MAX_PAUSE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Qwen3ASRStreamOptions(Qwen3ASROptions):
+    """A live session cut at pauses (transcribe/utterances.py): pause_s (the silence that ends an utterance,
+    default 0.5 s), partial_s (decode the open utterance every N seconds for the tentative text; default off),
+    and transcribe's decoding options for every utterance (max_piece_s bounds an utterance without a pause). The
+    committed text is each utterance's transcription tokens decoded (the language prefix left out; the offline
+    transcript's repetition fix is not applied to a stream's tokens)."""
+
+    pause_s: Optional[float] = option(None, help="seconds of silence that end an utterance (default 0.5)",
+                                      parse=float, command=False)
+    partial_s: Optional[float] = option(None, help="decode the open utterance every N seconds for the tentative "
+                                        "text (default: off)", parse=float, command=False)
+    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the library's
+    # stream() takes the decoding ones
+    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM})",
+                                      parse=parse_positive_int, command=False)
+    nbest: Optional[int] = option(None, help="(not for a stream)", parse=parse_positive_int, command=False, form=None)
+    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.nbest is not None:
+            raise OptionValueError("nbest", "nbest does not apply to a stream (it commits one text)")
+        number("pause_s", self.pause_s, 0.05, MAX_PAUSE_S)
+        number("partial_s", self.partial_s, 0.0, 60.0, above=True)
+        if 3 * (self.pause_s or 0.5) > self.max_piece_s:
+            raise OptionValueError("pause_s", f"max_piece_s ({self.max_piece_s:g} s) must hold three pauses of "
+                                   f"pause_s ({self.pause_s or 0.5:g} s)")

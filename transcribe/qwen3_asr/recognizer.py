@@ -11,7 +11,8 @@ the language the model named, the text after `<asr_text>`).
 Words are untimed: the model writes no times (its forced aligner is another model), so a transcript has one
 segment over its input and no words; its tokens are the transcription's tokens, each spanning the input, with
 its log-probability under greedy search.
-Inputs longer than `max_piece_s` are cut at pauses (`long_input`) and their pieces' texts joined."""
+Inputs longer than `max_piece_s` are cut at pauses (`long_input`) and their pieces' texts joined. `stream()` is a
+live session cut at pauses (`transcribe.utterances`), each utterance decoded whole."""
 from __future__ import annotations
 
 import logging
@@ -30,7 +31,7 @@ from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transc
 from . import KIND
 from .frontend import LogMel
 from .model import Qwen3ASRModel
-from .options import Qwen3ASROptions
+from .options import Qwen3ASROptions, Qwen3ASRStreamOptions
 from .prompt import (LANGUAGES, NO_SPACE_LANGUAGES, PromptBuilder, check_template, marker_end, output_language,
                      parse_output, read_template)
 
@@ -47,6 +48,7 @@ class Qwen3ASR(Recognizer):
     family = "qwen3_asr"
     kind = KIND
     Options = Qwen3ASROptions
+    StreamOptions = Qwen3ASRStreamOptions
 
     def __init__(self, model: Qwen3ASRModel, tokenizer: LLMTokenizer, prompts: PromptBuilder, name: str,
                  device: str = "cpu"):
@@ -103,6 +105,32 @@ class Qwen3ASR(Recognizer):
         penalty = opts.length_penalty if opts.length_penalty is not None else gen.length_penalty
         max_new = opts.max_new_tokens if opts.max_new_tokens is not None else gen.max_new_tokens
         return beams, penalty, gen.early_stopping, max_new
+
+    def _stream(self, opts: Qwen3ASRStreamOptions):
+        """A live session cut at pauses (`transcribe.utterances`): each utterance decoded once, whole, with the
+        session's options; words placed at the cut that ended their utterance (the model gives no times)."""
+        import dataclasses
+
+        from ..runtime import model_call
+        from ..utterances import UtteranceSession
+
+        piece_opts = Qwen3ASROptions(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(Qwen3ASROptions)})
+        tok = self.tokenizer
+        # an utterance's text starts without a space (the model writes it after "<asr_text>"): the session joins
+        # utterances token by token, so a space token leads each one (but in languages written without spaces)
+        space = tok.encode(" ")
+
+        def decode_piece(pcm: np.ndarray) -> list[int]:
+            with model_call(self.threads):
+                _, language, ids = self._read(self.decode([pcm], piece_opts)[0][0].ids, piece_opts)
+            if ids and language not in NO_SPACE_LANGUAGES and not tok.decode(ids[:1])[:1].isspace():
+                ids = space + ids
+            return ids
+
+        return UtteranceSession(decode_piece, decode=lambda ids: tok.decode(ids), piece=tok.token,
+                                punctuation={".", ",", "?", "!", ";", ":", "。", "，", "？", "！"},
+                                pause_s=0.5 if opts.pause_s is None else opts.pause_s, max_piece_s=opts.max_piece_s,
+                                partial_s=opts.partial_s)
 
     # -- transcription
     def _transcribe(self, items: list, opts: Qwen3ASROptions) -> list[Transcript]:
