@@ -15,6 +15,8 @@ load as a Qwen3ASR recognizer.
 - transcribe.cpp's runtime text (committed refs, no runtime needed) is ours on every clip, file and language
   setting; with the language detected both name English.
 - Config, tokenizer (ids, special set, encodings) and chat template rebuilt from the keys equal the directory's.
+- Writing (`transcribe convert`, qwen3_asr/gguf_export.py): the BF16 file byte for byte from the float32 -hf
+  directory; the F32 export loads as the directory exactly (parameters and ids).
 """
 import json
 import shutil
@@ -300,3 +302,56 @@ def test_the_original_layout_directory_is_refused(tmp_path):
     with pytest.raises(ModelError, match="original Qwen3-ASR layout") as e:
         load_family(tmp_path / "orig", "orig", "cpu", None, "transformers")
     assert "\n" not in str(e.value)
+
+
+# ---------------------------------------------------------------------------------------------- writing
+
+UPSTREAM_VARIANT = {"stt.variant": "qwen3-asr-0.6b"}
+
+
+def test_export_writes_the_converter_s_file_byte_for_byte(tmp_path):
+    """From the float32 -hf directory: rounded to BF16 as the refs tool's original-layout copy is, then the
+    converter's rules (keys, types, order; the filterbank computed as librosa computes it)."""
+    from transcribe.qwen3_asr.gguf_export import export_gguf
+
+    out = export_gguf(TINY, tmp_path / "t-BF16.gguf", "bf16", UPSTREAM_VARIANT)
+    assert out.read_bytes() == (GGUF / f"{STEM}-BF16.gguf").read_bytes()
+
+
+def test_the_command_writes_the_converter_s_file(tmp_path):
+    from transcribe.convert import main
+
+    out = tmp_path / "t-BF16.gguf"
+    assert main([str(TINY), str(out), "--meta", "stt.variant=qwen3-asr-0.6b"]) == 0
+    assert out.read_bytes() == (GGUF / f"{STEM}-BF16.gguf").read_bytes()
+
+
+def test_the_f32_export_is_the_directory_exactly(tmp_path, pcm, directory):
+    from transcribe.qwen3_asr.gguf_export import export_gguf
+
+    path = export_gguf(TINY, tmp_path / "tiny-F32.gguf", "f32")
+    with GGUFFile(path) as f:
+        assert {f.tensors[t].type_name for t in f.tensors} == {"F32"}
+        assert f.meta["stt.variant"] == "tiny" and f.meta["general.name"] == "Qwen3-ASR"
+        assert f.meta["general.file_type"] == 0 and f.meta["general.size_label"] == "298K"
+    ours = load_family(path, "f32", "cpu", None, "gguf")
+    a, b = dict(ours.model.named_parameters()), dict(directory[0].model.named_parameters())
+    assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
+    assert _greedy(ours, pcm) == directory[1]
+
+
+def test_export_refuses_what_the_file_cannot_hold(tmp_path):
+    from transcribe.qwen3_asr.gguf_export import export_gguf
+
+    src = tmp_path / "tiny"
+    shutil.copytree(TINY, src)
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["tie_word_embeddings"] = cfg["text_config"]["tie_word_embeddings"] = False
+    (src / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match="head is not tied"):
+        export_gguf(src, tmp_path / "x.gguf")
+    with pytest.raises(ModelError, match="not written for Qwen3-ASR"):
+        export_gguf(TINY, tmp_path / "x.gguf", "q8_0")
+    with pytest.raises(ModelError, match="not identity keys: general.author"):
+        export_gguf(TINY, tmp_path / "x.gguf", "bf16", {"general.author": "me"})
+    assert not (tmp_path / "x.gguf").exists() and not (tmp_path / "x.gguf.part").exists()

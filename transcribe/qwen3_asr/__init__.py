@@ -48,3 +48,19 @@ def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import Qwen3ASR
 
     return Qwen3ASR.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a Qwen3-ASR -hf directory (`gguf_export.export_gguf`: transcribe.cpp's schema, bf16
+    by default, or f32): writes `out`, returns the schema and type used."""
+    from ..errors import ModelError
+    from .gguf_export import export_gguf as export
+
+    if schema not in (None, "transcribe.cpp"):
+        raise ModelError(f"{path}: a Qwen3-ASR model has only transcribe.cpp's schema (--schema {schema})")
+    if path.is_file():
+        raise ModelError(f"{path}: already a GGUF file; convert writes GGUF files from checkpoint directories")
+    qtype = qtype or "bf16"
+    export(path, out, qtype, meta or None)
+    return "transcribe.cpp", qtype
