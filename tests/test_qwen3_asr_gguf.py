@@ -23,7 +23,6 @@ import shutil
 import struct
 from pathlib import Path
 
-import numpy as np
 import pytest
 import soundfile as sf
 import torch

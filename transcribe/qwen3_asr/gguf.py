@@ -68,9 +68,11 @@ FILLER = re.compile(r"<\|unused_(\d+)\|>")
 ENDOFTEXT = "<|endoftext|>"
 
 # (our name, the file's name): the -hf checkpoint's names (model.py's prefixes)
-_ENC_TOP = [(f"model.audio_tower.conv2d{i + 1}.{w}", f"enc.conv.{i}.{w}") for i in range(3) for w in ("weight", "bias")] + \
+_ENC_TOP = [(f"model.audio_tower.conv2d{i + 1}.{w}", f"enc.conv.{i}.{w}") for i in range(3)
+            for w in ("weight", "bias")] + \
     [("model.audio_tower.conv_out.weight", "enc.conv_out.weight"),
-     ("model.audio_tower.ln_post.weight", "enc.ln_post.weight"), ("model.audio_tower.ln_post.bias", "enc.ln_post.bias")] + \
+     ("model.audio_tower.ln_post.weight", "enc.ln_post.weight"),
+     ("model.audio_tower.ln_post.bias", "enc.ln_post.bias")] + \
     [(f"model.multi_modal_projector.linear_{i}.{w}", f"enc.proj{i}.{w}") for i in (1, 2) for w in ("weight", "bias")]
 _ENC_BLOCK = [(f"self_attn_layer_norm.{w}", f"norm_attn.{w}") for w in ("weight", "bias")] + \
     [(f"self_attn.{a}_proj.{w}", f"attn.{b}.{w}") for a, b in (("q", "q"), ("k", "k"), ("v", "v"), ("out", "out"))
@@ -79,7 +81,8 @@ _ENC_BLOCK = [(f"self_attn_layer_norm.{w}", f"norm_attn.{w}") for w in ("weight"
     [(f"{a}.{w}", f"ffn.{a}.{w}") for a in ("fc1", "fc2") for w in ("weight", "bias")]
 _DEC_TOP = [("model.language_model.embed_tokens.weight", "dec.token_embd.weight"),
             ("model.language_model.norm.weight", "dec.output_norm.weight")]
-_DEC_BLOCK = [("input_layernorm.weight", "norm_attn.weight"), ("post_attention_layernorm.weight", "norm_ffn.weight")] + \
+_DEC_BLOCK = [("input_layernorm.weight", "norm_attn.weight"),
+              ("post_attention_layernorm.weight", "norm_ffn.weight")] + \
     [(f"self_attn.{p}_proj.weight", f"attn.{p}.weight") for p in "qkvo"] + \
     [("self_attn.q_norm.weight", "attn.q_norm.weight"), ("self_attn.k_norm.weight", "attn.k_norm.weight")] + \
     [(f"mlp.{p}_proj.weight", f"ffn.{p}.weight") for p in ("gate", "up", "down")]
@@ -210,8 +213,6 @@ def tokenizer_json(tokens: list, types: list, merges: list, where: str) -> dict:
         if kind not in (TOKEN_NORMAL, TOKEN_CONTROL):
             raise ModelError(f"{where}: tokenizer.ggml.token_type[{i}] = {kind!r} is not implemented (1 normal, "
                              "3 control)")
-        if kind == TOKEN_CONTROL and i < first:
-            raise ModelError(f"{where}: token {i} is control before the first control token")  # pragma: no cover
         if tok in vocab:
             raise ModelError(f"{where}: tokenizer.ggml.tokens[{i}] {tok[:40]!r} repeats token {vocab[tok]}")
         vocab[tok] = i
