@@ -1,6 +1,7 @@
 """transcribe.cpp's `granite_speech` GGUF files (tests/models/gguf/granite_speech/, made by
 tools/make_granite_speech_gguf_refs.py with the unmodified upstream converter and quantizer from the tiny models
-of tests/models/granite_speech/) load as a GraniteSpeechASR.
+of tests/models/granite_speech/: g40, g41, plus run; g33 is refused, below) load as a GraniteSpeechASR. Each
+model is prompted with its reference's request (the model card's, as transformers' references were made).
 
 - The converter refuses float32 checkpoints, so its files are made from a BF16 copy: the BF16 file (and the
   F16 file the quantizer makes from it) hold the tiny model's tensors rounded once, each as it is stored
@@ -8,10 +9,12 @@ of tests/models/granite_speech/) load as a GraniteSpeechASR.
   equals, parameter for parameter, our model from a directory holding those rounded tensors, so its greedy ids
   are the same exactly; on these clips they are also the float32 directory's (and transformers').
 - Q8_0: loaded by default with the file's Q8_0 blocks (Q8Linear) and as dtype int8 (Int8Linear): a different
-  computation, not exact; on these clips the greedy ids are the float32 directory's (a trained model with a
-  margin; what is asserted is exactly that, on these three clips).
+  computation, not exact; the greedy ids are the float32 directory's on these clips where the tiny models
+  transcribe (jfk, ls_61-70968-0002, and ls_1089-134691-0001 for g40 and g41); plus garbles ls_1089 (small
+  margins) and its Q8_0 ids there agree for the first 15 tokens only (that is what is asserted).
 - transcribe.cpp's runtime text (committed refs, no runtime needed) is ours on jfk and ls_61-70968-0002; on
-  ls_1089-134691-0001 it transcribes another sentence (README: a quirk of the runtime, not of the file).
+  ls_1089-134691-0001 it transcribes something else (README: consistent with one encoder frame fewer in the
+  runtime's front end; a quirk of the runtime, not of the file).
 - g33 (a LoRA adapter): the converter does not merge it and drops the template of tokenizer_config.json;
   the file holds the base LM and no chat template, which we refuse to prompt (a ModelError); the runtime
   refuses the file too (its tokenizer lacks <|pad|>).
@@ -40,6 +43,9 @@ GGUF = HERE / "models" / "gguf" / "granite_speech"
 TINY = HERE / "models" / "granite_speech"
 REFS = HERE / "references" / "granite_speech"
 CLIPS = ["jfk.wav", "ls_61-70968-0002.wav", "ls_1089-134691-0001.wav"]
+RUNNABLE = ["g40", "g41", "plus"]
+VARIANTS = {"g40": "granite-4.0-1b-speech", "g33": "granite-4.0-1b-speech", "g41": "granite-speech-4.1-2b",
+            "plus": "granite-speech-4.1-2b-plus"}
 
 
 def _audio(name: str) -> np.ndarray:
@@ -56,8 +62,15 @@ def pcm():
     return {c: _audio(c) for c in CLIPS}
 
 
-def _greedy(asr, pcm) -> dict:
-    return {c: [t.id for t in asr.transcribe(pcm[c], max_new_tokens=60).tokens] for c in CLIPS}
+def _instruction(model: str) -> str:
+    """The request of the model's transformers reference (the model card's)."""
+    ref = json.loads((REFS / f"{model}.json").read_text())
+    return ref["chat_messages"][-1]["content"].replace("<|audio|>", "")
+
+
+def _greedy(asr, pcm, model: str) -> dict:
+    ins = _instruction(model)
+    return {c: [t.id for t in asr.transcribe(pcm[c], max_new_tokens=60, instruction=ins).tokens] for c in CLIPS}
 
 
 def _until_eos(ids: list) -> list:
@@ -106,7 +119,7 @@ def _rounded_dir(tmp_path: Path, model: str, stored: dict) -> Path:
 def test_detect_and_family():
     from transcribe.loading import local_family
 
-    for f in ("g40-BF16", "g40-F16", "g40-Q8_0", "g33-BF16"):
+    for f in ("g40-BF16", "g40-F16", "g40-Q8_0", "g33-BF16", "g41-Q8_0", "plus-BF16"):
         assert detect(GGUF / f"{f}.gguf") == "gguf"
         assert local_family(GGUF / f"{f}.gguf").name == "granite_speech"
     assert detect(TINY / "g40") == "transformers"
@@ -124,28 +137,33 @@ def test_load_model_takes_the_file(pcm):
     assert m.model.dtype == torch.bfloat16
 
 
-def test_config_is_the_directory_s():
+@pytest.mark.parametrize("model", RUNNABLE)
+def test_config_is_the_directory_s(model):
     from transcribe.granite_speech.config import parse_config, read_json
 
-    cfg, _, tok, extra = read_gguf(GGUF / "g40-BF16.gguf")
-    want = parse_config(read_json(TINY / "g40" / "config.json"))
-    assert cfg == want
+    cfg, _, tok, extra = read_gguf(GGUF / f"{model}-BF16.gguf")
+    assert cfg == parse_config(read_json(TINY / model / "config.json"))
     assert extra["token_ids"] == {"bos": 561, "eos": 561, "padding": 560, "unknown": 561}
-    assert tok.chat_template == (TINY / "g40" / "chat_template.jinja").read_text()
-    # g33: tied head, the LoRA flag off (the file holds the base LM)
-    cfg33, _, tok33, _ = read_gguf(GGUF / "g33-BF16.gguf")
-    want33 = parse_config(read_json(TINY / "g33" / "config.json"))
-    assert cfg33.lm == want33.lm and cfg33.encoder == want33.encoder and cfg33.projector == want33.projector
-    assert want33.has_lora_adapter and not cfg33.has_lora_adapter
-    assert tok33.chat_template is None
+    assert extra["identity"]["stt.variant"] == VARIANTS[model]
+    assert tok.chat_template == (TINY / model / "chat_template.jinja").read_text()
 
 
-@pytest.mark.parametrize("model", ["g40", "g33"])
+def test_g33_config_is_the_directory_s_without_the_adapter():
+    from transcribe.granite_speech.config import parse_config, read_json
+
+    cfg, _, tok, _ = read_gguf(GGUF / "g33-BF16.gguf")
+    want = parse_config(read_json(TINY / "g33" / "config.json"))
+    assert cfg.lm == want.lm and cfg.encoder == want.encoder and cfg.projector == want.projector
+    assert want.has_lora_adapter and not cfg.has_lora_adapter
+    assert tok.chat_template is None  # tokenizer_config.json's template is not stored
+
+
+@pytest.mark.parametrize("model", ["g40", "g33", "g41", "plus"])
 def test_tokenizer_is_the_directory_s(model):
     """Same vocabulary, merges, special tokens and decoding. The pre-tokenizer is the one the file names:
     the converter writes "granite" (the Granite 4 LMs' split: digits in runs of at most three) for every variant
-    but -plus, while the tiny models' tokenizer.json has plain ByteLevel (GPT-2's split: any run of digits),
-    so text with digits splits differently; the prompts have none."""
+    but -plus ("gpt2"), while the tiny models' tokenizer.json has plain ByteLevel (GPT-2's split: any run of
+    digits), so in g40, g33 and g41's files text with digits splits differently; the prompts have none."""
     from transcribe.llm.tokenizer import LLMTokenizer
 
     _, _, tok, _ = read_gguf(GGUF / f"{model}-BF16.gguf")
@@ -160,12 +178,14 @@ def test_tokenizer_is_the_directory_s(model):
     ids = list(range(len(ref)))
     assert tok.decode(ids) == ref.decode(ids)
     assert tok.decode(ids, skip_special=False) == ref.decode(ids, skip_special=False)
-    # numbers: a space before digits is its own piece and digits go in threes (" 2024" -> " ", "202", "4")
-    assert [tok.token(i) for i in tok.encode(" 19, 2024")] == ["Ġ", "19", ",", "Ġ", "2", "02", "4"]
     assert [ref.token(i) for i in ref.encode(" 19, 2024")] == ["Ġ19", ",", "Ġ2024"]
+    if model == "plus":
+        assert tok.encode(" 19, 2024") == ref.encode(" 19, 2024")
+    else:  # a space before digits is its own piece and digits go in threes (" 2024" -> " ", "202", "4")
+        assert [tok.token(i) for i in tok.encode(" 19, 2024")] == ["Ġ", "19", ",", "Ġ", "2", "02", "4"]
 
 
-@pytest.mark.parametrize("label", ["g40-BF16", "g40-F16", "g33-BF16"])
+@pytest.mark.parametrize("label", ["g40-BF16", "g40-F16", "g33-BF16", "g41-BF16", "plus-BF16"])
 def test_float_files_hold_the_checkpoint_rounded_once(label):
     model = label.split("-")[0]
     path = GGUF / f"{label}.gguf"
@@ -200,54 +220,63 @@ def test_a_file_without_a_chat_template_is_refused():
 # ---------------------------------------------------------------------------------------------- running
 
 
-@pytest.mark.parametrize("label", ["g40-BF16", "g40-F16"])
+@pytest.mark.parametrize("label", ["g40-BF16", "g40-F16", "g41-BF16", "plus-BF16"])
 def test_float_files_run_as_the_rounded_directory(tmp_path, pcm, label):
     from transcribe.granite_speech.recognizer import GraniteSpeechASR
 
+    model = label.split("-")[0]
     path = GGUF / f"{label}.gguf"
     ours = load_family(path, label, "cpu", None, "gguf")
-    direct = GraniteSpeechASR.load(_rounded_dir(tmp_path, "g40", _stored_as(path, "g40")), "dir", "cpu")
+    direct = GraniteSpeechASR.load(_rounded_dir(tmp_path, model, _stored_as(path, model)), "dir", "cpu")
     a, b = ours.model.state_dict(), direct.model.state_dict()
     assert set(a) == set(b)
     for k in a:
         assert torch.equal(a[k], b[k]), k
-    got = _greedy(ours, pcm)
-    assert got == _greedy(direct, pcm)
+    got = _greedy(ours, pcm, model)
+    assert got == _greedy(direct, pcm, model)
     # on these clips the rounding changes no token: the float32 directory's (transformers') greedy ids
-    ref = _reference("g40")
+    ref = _reference(model)
     for c in CLIPS:
         assert got[c] == _until_eos(ref[c]["greedy_ids"]), c
 
 
+@pytest.mark.parametrize("model", RUNNABLE)
 @pytest.mark.parametrize("dtype", [None, torch.int8])
-def test_the_q8_0_file_gives_the_directory_s_ids(pcm, dtype):
+def test_q8_0_files_give_the_directory_s_ids(pcm, model, dtype):
     from transcribe.quant import HalfLinear, Int8Linear, Q8Linear
 
-    asr = load_family(GGUF / "g40-Q8_0.gguf", "q8", "cpu", dtype, "gguf")
+    asr = load_family(GGUF / f"{model}-Q8_0.gguf", "q8", "cpu", dtype, "gguf")
     kinds = {type(m) for m in asr.model.modules()}
     if dtype is None:
         assert Q8Linear in kinds and HalfLinear in kinds  # the convolutions the quantizer leaves in F16
         assert isinstance(asr.model.lm.layers[0].self_attn.q_proj, Q8Linear)
     else:
         assert Int8Linear in kinds and Q8Linear not in kinds
-    got = _greedy(asr, pcm)
-    ref = _reference("g40")
+    got = _greedy(asr, pcm, model)
+    ref = _reference(model)
     for c in CLIPS:
-        assert got[c] == _until_eos(ref[c]["greedy_ids"]), c
+        want = _until_eos(ref[c]["greedy_ids"])
+        if model == "plus" and c == "ls_1089-134691-0001.wav":  # garbled output, small margins
+            assert got[c][:15] == want[:15]
+        else:
+            assert got[c] == want, c
 
 
-@pytest.mark.parametrize("label", ["g40-BF16", "g40-F16", "g40-Q8_0"])
+@pytest.mark.parametrize("label", ["g40-BF16", "g40-F16", "g40-Q8_0", "g41-BF16", "g41-Q8_0", "plus-BF16",
+                                   "plus-Q8_0"])
 def test_the_runtime_s_text(pcm, label):
     """transcribe.cpp's own transcripts of the same file (committed refs): ours on jfk and ls_61-70968-0002;
-    on ls_1089-134691-0001 the runtime gives another sentence while we give transformers' (README)."""
+    on ls_1089-134691-0001 the runtime gives something else while we give transformers' (README)."""
+    model = label.split("-")[0]
     runtime = json.loads((GGUF / f"{label}.ref.json").read_text())
-    assert runtime["model"] == {"arch": "granite_speech", "variant": "granite-4.0-1b-speech"}
+    assert runtime["model"] == {"arch": "granite_speech", "variant": VARIANTS[model]}
     texts = {Path(r["audio"]).name: r["result"]["text"] for r in runtime["runs"]}
     asr = load_family(GGUF / f"{label}.gguf", label, "cpu", None, "gguf")
-    ref = _reference("g40")
+    ref = _reference(model)
     for c in CLIPS:
-        ours = asr.transcribe(pcm[c], max_new_tokens=60).text
-        assert ours == ref[c]["greedy_text"].strip()
+        ours = asr.transcribe(pcm[c], max_new_tokens=60, instruction=_instruction(model)).text
+        if not (label == "plus-Q8_0" and c == "ls_1089-134691-0001.wav"):
+            assert ours == ref[c]["greedy_text"].strip()
         if c == "ls_1089-134691-0001.wav":
             assert texts[c].strip() != ours
         else:
@@ -325,15 +354,13 @@ def test_another_architecture_is_an_error():
 
 # ---------------------------------------------------------------------------------------------- writing
 
-UPSTREAM_VARIANT = {"stt.variant": "granite-4.0-1b-speech"}
-
-
-def test_export_writes_the_converter_s_file_byte_for_byte(tmp_path):
+@pytest.mark.parametrize("model", RUNNABLE)
+def test_export_writes_the_converter_s_file_byte_for_byte(tmp_path, model):
     """From the float32 directory: rounded to BF16 as the refs tool's copy is, then the converter's rules."""
     from transcribe.granite_speech.gguf_export import export_gguf
 
-    out = export_gguf(TINY / "g40", tmp_path / "g40-BF16.gguf", "bf16", UPSTREAM_VARIANT)
-    assert out.read_bytes() == (GGUF / "g40-BF16.gguf").read_bytes()
+    out = export_gguf(TINY / model, tmp_path / f"{model}-BF16.gguf", "bf16", {"stt.variant": VARIANTS[model]})
+    assert out.read_bytes() == (GGUF / f"{model}-BF16.gguf").read_bytes()
 
 
 def test_the_command_writes_the_converter_s_file(tmp_path):
@@ -357,8 +384,8 @@ def test_the_f32_export_is_the_directory_exactly(tmp_path, pcm):
     direct = GraniteSpeechASR.load(TINY / "g40", "dir", "cpu")
     a, b = ours.model.state_dict(), direct.model.state_dict()
     assert set(a) == set(b) and all(torch.equal(a[k], b[k]) for k in a)
-    got = _greedy(ours, pcm)
-    assert got == _greedy(direct, pcm)
+    got = _greedy(ours, pcm, "g40")
+    assert got == _greedy(direct, pcm, "g40")
     ref = _reference("g40")
     assert all(got[c] == _until_eos(ref[c]["greedy_ids"]) for c in CLIPS)
 

@@ -15,9 +15,10 @@ each in its own Python:
 
 Step 1 writes the BF16 copy (config and tokenizer files as they are, every floating tensor of
 model.safetensors cast to bfloat16, the int64 BatchNorm counters kept; adapter files copied too) to a scratch
-folder and runs the converter's `main()` on it with `--variant granite-4.0-1b-speech` (the converter knows only
-its three published variants and names the file's `general.name` from a table of them; a tiny model's folder
-name is not one). Nothing of the converter is changed.
+folder and runs the converter's `main()` on it with `--variant` the published variant the tiny model has the
+shape of (TINY: g40 and g33 granite-4.0-1b-speech, g41 granite-speech-4.1-2b, plus granite-speech-4.1-2b-plus;
+the converter knows only these three and names the file's `general.name` from a table of them; the variant also
+sets its pre-tokenizer, capabilities and, in the runtime, the prompt). Nothing of the converter is changed.
 
 Step 3 writes `<gguf stem>.ref.json` next to each file: for jfk.wav and the two dev utterances the transformers
 references of tests/references/granite_speech/ use, `transcribe_cpp.Model(gguf, backend="cpu")
@@ -42,9 +43,10 @@ REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO / ".." / "shared"
 MODELS = REPO / "tests" / "models" / "granite_speech"
 OUT = REPO / "tests" / "models" / "gguf" / "granite_speech"
-TINY = ["g40", "g33"]
-VARIANT = "granite-4.0-1b-speech"
-QUANTS = {"g40": ["F16", "Q8_0"], "g33": ["Q8_0"]}
+# each tiny model and the published variant it has the shape of (the converter's --variant)
+TINY = {"g40": "granite-4.0-1b-speech", "g33": "granite-4.0-1b-speech", "g41": "granite-speech-4.1-2b",
+        "plus": "granite-speech-4.1-2b-plus"}
+QUANTS = {"g40": ["F16", "Q8_0"], "g33": ["Q8_0"], "g41": ["Q8_0"], "plus": ["Q8_0"]}
 CLIPS = ["audio/jfk.wav", "audio/dev/ls_61-70968-0002.wav", "audio/dev/ls_1089-134691-0001.wav"]  # under shared/
 
 
@@ -83,12 +85,12 @@ def convert(upstream: Path) -> int:
     spec.loader.exec_module(mod)  # inserts upstream/scripts into sys.path itself (for lib.*)
 
     OUT.mkdir(parents=True, exist_ok=True)
-    for name in TINY:
+    for name, variant in TINY.items():
         out = OUT / f"{name}-BF16.gguf"
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / name
             bf16_copy(MODELS / name, src)
-            argv = ["convert-granite.py", str(src), str(out), "--variant", VARIANT]
+            argv = ["convert-granite.py", str(src), str(out), "--variant", variant]
             print("run:", " ".join(argv[:1] + [f"<bf16 copy of {name}>"] + argv[2:]), flush=True)
             rc = mod.main(argv)
             if rc:

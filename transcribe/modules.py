@@ -14,3 +14,31 @@ def embedding_weight(rows: int, dim: int) -> torch.Tensor:
     if not w.is_meta:
         nn.init.normal_(w)
     return w
+
+
+def checked_state(expected: dict, tensors, what: str, where: str, dtype: torch.dtype,
+                  keep_float=lambda name: False) -> dict:
+    """The tensors a module's `load_state_dict(..., assign=True)` takes: every name of `expected` (name ->
+    shape) present in `tensors`, of its shape and floating point, none extra, each cast to `dtype` (those
+    `keep_float(name)` accepts to float32); a ModelError naming the first tensor that is missing, unexpected,
+    misshapen or not floating point. `what`: whose tensors, for messages ("the language model's")."""
+    from .errors import ModelError
+
+    missing = sorted(set(expected) - set(tensors))
+    if missing:
+        raise ModelError(f"{where}: {what} tensor {missing[0]!r} is missing"
+                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    extra = sorted(set(tensors) - set(expected))
+    if extra:
+        raise ModelError(f"{where}: unexpected {what} tensor {extra[0]!r}"
+                         + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
+    state = {}
+    for name, shape in expected.items():
+        t = tensors[name]
+        if tuple(t.shape) != tuple(shape):
+            raise ModelError(f"{where}: {what} tensor {name!r} has shape {tuple(t.shape)}, the config implies "
+                             f"{tuple(shape)}")
+        if not t.is_floating_point():
+            raise ModelError(f"{where}: {what} tensor {name!r} is not floating point ({t.dtype})")
+        state[name] = t.to(torch.float32 if keep_float(name) else dtype)
+    return state

@@ -7,13 +7,12 @@ the shared NeMo building blocks' configs (`nemo.config.EncoderConfig`, `nemo.tra
 A field with a value this code does not implement is an error naming it, never run as something else."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Optional
 
-from ..errors import ModelError
+from ..json_files import read_optional as read_json  # noqa: F401  (checkpoint.py reads it here)
 from ..nemo.config import DecoderConfig, EncoderConfig, FrontEndConfig, check_sizes, short
 
 MODEL_TYPE = "cohere_asr"
@@ -40,19 +39,6 @@ class CohereConfig:
     bos: int
     decoder_start: Optional[int]  # generation's decoder_start_token_id (the id of "▁" in the published model)
     tie: bool = False             # tie_word_embeddings: the head's weight is the token embedding (false published)
-
-
-def read_json(path: Path) -> Optional[dict]:
-    """A JSON object file, or None when absent; a ModelError when unreadable."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{path}: not a JSON object")
-    return data
 
 
 def _int(section: str, cfg: dict, key: str, default=None, least: int = 1) -> int:

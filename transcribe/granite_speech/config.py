@@ -5,12 +5,11 @@ are joined. Every key is implemented, harmless, or refused with a ModelError nam
 from __future__ import annotations
 
 import dataclasses
-import json
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ModelError
+from ..json_files import read_object as read_json  # noqa: F401  (the family's modules read it here)
 from ..ibm.config import EncoderConfig
 from ..llm.config import LMConfig
 
@@ -61,16 +60,6 @@ class GraniteSpeechConfig:
     lm: LMConfig
     audio_token_id: int
     has_lora_adapter: bool
-
-
-def read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{path}: not a JSON object")
-    return data
 
 
 def _unknown(section: str, cfg: dict, known: set) -> None:

@@ -13,7 +13,7 @@ from typing import Mapping
 import torch
 from torch import nn
 
-from ..errors import ModelError
+from ..modules import checked_state
 from ..ibm.conformer import GraniteEncoder
 from ..llm.model import DecoderLM
 from .config import GraniteSpeechConfig
@@ -49,22 +49,9 @@ class GraniteSpeechModel(nn.Module):
             model = cls(cfg)
         own = {k: v for k, v in model.state_dict().items()
                if not k.startswith("lm.") and not k.endswith("num_batches_tracked")}
-        missing = sorted(set(own) - set(state))
-        if missing:
-            raise ModelError(f"{where}: tensor {missing[0]!r} is missing"
-                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        extra = sorted(set(state) - set(own))
-        if extra:
-            raise ModelError(f"{where}: unexpected tensor {extra[0]!r}"
-                             + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
-        loaded = {}
-        for k, ref in own.items():
-            t = state[k]
-            if tuple(t.shape) != tuple(ref.shape):
-                raise ModelError(f"{where}: tensor {k!r} has shape {tuple(t.shape)}, the config implies "
-                                 f"{tuple(ref.shape)}")
-            keep_float = "batch_norm" in k  # folded in float32 below
-            loaded[k] = t.to(torch.float32 if keep_float else dtype)
+        # the BatchNorms stay float32 until they are folded into the convolutions below
+        loaded = checked_state({k: v.shape for k, v in own.items()}, state, "the", where, dtype,
+                               keep_float=lambda k: "batch_norm" in k)
         model.load_state_dict(loaded, strict=False, assign=True)
         for layer in model.encoder.layers:  # BatchNorm's buffers: a fresh module's, then the checkpoint's
             bn = layer.conv.batch_norm

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..errors import ModelError
+from ..modules import checked_state
 from .config import LMConfig
 
 
@@ -158,23 +158,7 @@ class DecoderLM(nn.Module):
 
     def load(self, tensors: Mapping[str, torch.Tensor], where: str, dtype: torch.dtype = torch.float32) -> None:
         expected = {name: p.shape for name, p in self.named_parameters()}
-        missing = sorted(set(expected) - set(tensors))
-        if missing:
-            raise ModelError(f"{where}: the language model's tensor {missing[0]!r} is missing"
-                             + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-        extra = sorted(set(tensors) - set(expected))
-        if extra:
-            raise ModelError(f"{where}: unexpected language model tensor {extra[0]!r}"
-                             + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
-        state = {}
-        for name, shape in expected.items():
-            t = tensors[name]
-            if tuple(t.shape) != tuple(shape):
-                raise ModelError(f"{where}: the language model's tensor {name!r} has shape {tuple(t.shape)}, "
-                                 f"the config implies {tuple(shape)}")
-            if not t.is_floating_point():
-                raise ModelError(f"{where}: the language model's tensor {name!r} is not floating point ({t.dtype})")
-            state[name] = t.to(dtype)
+        state = checked_state(expected, tensors, "the language model's", where, dtype)
         self.load_state_dict(state, strict=False, assign=True)
         device = self.embed_tokens.weight.device
         exponent = torch.arange(0, self.cfg.head_dim, 2, dtype=torch.int64).to(torch.float32) / self.cfg.head_dim

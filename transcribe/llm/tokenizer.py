@@ -5,23 +5,13 @@ and the named ones: eos, pad, bos, unk) that `decode(skip_special_tokens=True)` 
 code and checks the template is one it knows)."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Iterable, Optional, Sequence
 
 from ..errors import ModelError
+from ..json_files import read_object as _read_json
 
 _NAMED = ("bos_token", "eos_token", "pad_token", "unk_token", "sep_token", "cls_token", "mask_token")
-
-
-def _read_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{path}: not a JSON object")
-    return data
 
 
 def clean_up_spaces(text: str) -> str:

@@ -11,13 +11,13 @@ settings, vocab.json + merges.txt without tokenizer.json, Whisper's feature extr
 more than names: it is refused with a message naming the converted repos (`ORIGINAL_LAYOUT`)."""
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional, Union
 
 from ..config_yaml import excerpt
 from ..errors import ModelError
+from ..json_files import read_optional as read_json
 from ..llm.config import LMConfig
 
 MODEL_TYPE = "qwen3_asr"
@@ -125,19 +125,6 @@ class Qwen3ASRConfig:
     lm: LMConfig
     audio_token_id: int
     generation: GenerationDefaults
-
-
-def read_json(path: Path) -> Optional[dict]:
-    """A JSON object file, or None when absent; a ModelError when unreadable."""
-    if not path.is_file():
-        return None
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as e:
-        raise ModelError(f"{path}: not readable JSON ({e})") from None
-    if not isinstance(data, dict):
-        raise ModelError(f"{path}: not a JSON object")
-    return data
 
 
 def is_original_layout(cfg: dict) -> bool:

@@ -15,6 +15,7 @@ import torch
 from torch import nn
 
 from ..errors import ModelError
+from ..modules import checked_state
 from ..llm.model import DecoderLM
 from .config import Qwen3ASRConfig
 from .encoder import AudioEncoder, Projector
@@ -68,23 +69,7 @@ def _load_module(module: nn.Module, tensors: Mapping[str, torch.Tensor], what: s
                  dtype: torch.dtype) -> None:
     """`module`'s parameters from `tensors` (names below its prefix), every one present, of its shape."""
     expected = {name: p.shape for name, p in module.named_parameters()}
-    missing = sorted(set(expected) - set(tensors))
-    if missing:
-        raise ModelError(f"{where}: the {what}'s tensor {missing[0]!r} is missing"
-                         + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
-    extra = sorted(set(tensors) - set(expected))
-    if extra:
-        raise ModelError(f"{where}: unexpected {what} tensor {extra[0]!r}"
-                         + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
-    state = {}
-    for name, shape in expected.items():
-        t = tensors[name]
-        if tuple(t.shape) != tuple(shape):
-            raise ModelError(f"{where}: the {what}'s tensor {name!r} has shape {tuple(t.shape)}, the config "
-                             f"implies {tuple(shape)}")
-        if not t.is_floating_point():
-            raise ModelError(f"{where}: the {what}'s tensor {name!r} is not floating point ({t.dtype})")
-        state[name] = t.to(dtype)
+    state = checked_state(expected, tensors, f"the {what}'s", where, dtype)
     module.load_state_dict(state, strict=False, assign=True)
 
 
