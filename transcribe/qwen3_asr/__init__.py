@@ -21,8 +21,13 @@ PIECE_S = DEFAULT_PIECE_S
 
 
 def detect(path: Path) -> Optional[str]:
-    """"transformers" for a directory whose config.json has model_type "qwen3_asr" (Qwen's original layout too:
-    its loading says why it is refused); else None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `qwen3_asr` architecture; "transformers" for a directory whose
+    config.json has model_type "qwen3_asr" (Qwen's original layout too: its loading says why it is refused); else
+    None."""
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "qwen3_asr" else None
     cfg_path = path / "config.json"
     if not path.is_dir() or not cfg_path.is_file():
         return None
@@ -36,6 +41,26 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import Qwen3ASR
 
     return Qwen3ASR.load(path, name, device, dtype)
+
+
+def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[str], meta: Optional[dict],
+                name: str) -> tuple[str, str]:
+    """`transcribe convert` for a Qwen3-ASR -hf directory (`gguf_export.export_gguf`: transcribe.cpp's schema, bf16
+    by default, or f32): writes `out`, returns the schema and type used."""
+    from ..errors import ModelError
+    from .gguf_export import export_gguf as export
+
+    if schema not in (None, "transcribe.cpp"):
+        raise ModelError(f"{path}: a Qwen3-ASR model has only transcribe.cpp's schema (--schema {schema})")
+    if path.is_file():
+        raise ModelError(f"{path}: already a GGUF file; convert writes GGUF files from checkpoint directories")
+    qtype = qtype or "bf16"
+    export(path, out, qtype, meta or None)
+    return "transcribe.cpp", qtype
