@@ -51,7 +51,7 @@ def _parser() -> argparse.ArgumentParser:
                     "and quantizers write it.",
         epilog="Exit status: 0 written, 2 usage error / unreadable or inexpressible model / OUT exists, "
                "1 internal error, 130 interrupted. TRANSCRIBE_DEBUG=1 shows tracebacks.")
-    p.add_argument("model", metavar="MODEL", help=".nemo file, NeMo directory or Granite Speech NAR directory")
+    p.add_argument("model", metavar="MODEL", help=".nemo file, NeMo directory, or a transformers directory of a family with GGUF export (Granite Speech, Qwen3-ASR)")
     p.add_argument("out", metavar="OUT.gguf", help="the GGUF file to write")
     p.add_argument("--schema", choices=SCHEMAS,
                    help="whose file layout: parakeet.cpp (NeMo names, parakeet.* keys; the default for Parakeet) or "
@@ -94,7 +94,7 @@ def _source(path: Path) -> None:
 
         if is_gguf(path):
             raise ModelError(f"{path}: already a GGUF file (convert takes a .nemo file, a NeMo directory or a "
-                             "Granite Speech NAR directory)")
+                             "transformers directory: Granite Speech, Qwen3-ASR)")
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -144,8 +144,9 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
             return model
     raise ModelError(
         f"{path}: not a model this package can read (a .nemo file or NeMo directory, a CTranslate2 "
-        "directory with model.bin, a transformers Whisper directory, an openai-whisper .pt checkpoint, a "
-        "Granite Speech NAR directory, or a parakeet.cpp / transcribe.cpp GGUF file)"
+        "directory with model.bin, a transformers directory (Whisper, Canary, Cohere, Granite Speech, Qwen3-ASR), "
+        "an openai-whisper .pt checkpoint, a Granite Speech NAR directory, or a parakeet.cpp / transcribe.cpp "
+        "GGUF file)"
     )
 
 
@@ -254,11 +255,14 @@ def export_gguf(path, out, schema: Optional[str] = None, qtype: Optional[str] = 
         if family.detect(path) is not None:
             writer = getattr(importlib.import_module(family.module), "export_gguf", None)
             if writer is None:
-                raise ModelError(f"{path}: a {family.name} model; GGUF files are written for Parakeet and "
-                                 "Granite Speech NAR models")
+                writers = [f.name for f in FAMILIES
+                           if getattr(importlib.import_module(f.module), "export_gguf", None) is not None]
+                raise ModelError(f"{path}: a {family.name} model; GGUF files are written for {', '.join(writers)} "
+                                 "models")
             # general.name: the model's name (its file's or folder's name, as a loaded model is named), never
             # the path as typed, so the file does not depend on the working directory it was made from
             return writer(path, Path(out), schema, qtype, meta, str(name if name is not None else model_name(path)))
     raise ModelError(f"{path}: not a model convert can read (a .nemo file, a NeMo directory with "
-                     "model_config.yaml, or a Granite Speech NAR directory with config.json)")
+                     "model_config.yaml, or a transformers directory of Granite Speech (NAR or autoregressive) or "
+                     "Qwen3-ASR with config.json)")
 

@@ -29,6 +29,7 @@ class LogMel:
     def __init__(self, cfg: FeatureConfig):
         self.cfg = cfg
         self.filters = mel_filterbank(cfg.sample_rate, cfg.n_fft, cfg.n_mels, 0.0, cfg.sample_rate / 2)
+        self.window = torch.hann_window(cfg.n_fft, periodic=True)  # the STFT's (clamped_log_mel makes its own)
 
     def frames(self, samples: int) -> int:
         """Valid mel frames of an input of `samples` samples."""
