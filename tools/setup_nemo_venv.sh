@@ -24,6 +24,7 @@ CONSTRAINTS="$(mktemp)"
 trap 'rm -f "$CONSTRAINTS"' EXIT
 echo "torch==${TORCH_VERSION}" > "$CONSTRAINTS"
 "$PIP" install -c "$CONSTRAINTS" "nemo_toolkit[asr]==${NEMO_VERSION}"
+"$PIP" install --no-deps peft==0.21.2 accelerate==1.16.0 psutil==7.2.2  # LoRA of the tiny Granite Speech 3.3 (tools/granite_speech_*.py)
 
 "$VENV/bin/python" -c "import nemo, torch, nemo.collections.asr; print('nemo', nemo.__version__, 'torch', torch.__version__)"
 echo "NeMo environment ready: $VENV (run the tools with $VENV/bin/python from the repository root)"

@@ -15,7 +15,7 @@ __all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
 # The family contract (loading.Family): the name in messages and the options of transcribe().
 KIND = "Granite Speech"
 from .options import GraniteSpeechOptions as Options  # noqa: E402
-StreamOptions = None  # no live session (the buffered stream() of offline models serves it)
+from .options import GraniteSpeechStreamOptions as StreamOptions  # noqa: E402  (a session cut at pauses)
 # Batch jobs cut inputs longer than this into pieces at pauses (the default max_piece_s).
 PIECE_S = 30.0
 

@@ -106,9 +106,10 @@ def merge_lora(path: Path, lm_state: dict[str, torch.Tensor]) -> int:
     if not cfg_path.is_file():
         raise ModelError(f"{path}: config.json says has_lora_adapter but adapter_config.json is missing")
     cfg = read_json(cfg_path)
-    extra = sorted(set(cfg) - _LORA_HARMLESS)
+    # a setting this code does not know is harmless while it is off (PEFT writes every feature's switch, most null)
+    extra = sorted(k for k in set(cfg) - _LORA_HARMLESS if cfg[k] not in (None, False, {}, []))
     if extra:
-        raise ModelError(f"{cfg_path}: the adapter setting {extra[0]!r} is not implemented")
+        raise ModelError(f"{cfg_path}: the adapter setting {extra[0]!r} = {cfg[extra[0]]!r} is not implemented")
     if cfg.get("peft_type", "LORA") != "LORA":
         raise ModelError(f"{cfg_path}: peft_type {cfg.get('peft_type')!r} is not implemented (only LORA)")
     for key, harmless in (("use_dora", (False, None)), ("lora_bias", (False, None)), ("fan_in_fan_out", (False, None)),

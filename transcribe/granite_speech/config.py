@@ -187,7 +187,10 @@ def parse_config(cfg: dict) -> GraniteSpeechConfig:
     if not isinstance(tie, bool):
         raise ModelError(f"config tie_word_embeddings = {tie!r} is not true or false")
     lm = LMConfig.from_hf(t, "config text_config")
-    lm = dataclasses.replace(lm, tie_word_embeddings=tie)
+    # transformers 5's GraniteSpeechForConditionalGeneration runs the Granite body (GraniteModel) and its own head,
+    # so the text config's logits_scaling is not applied (4.x ran GraniteForCausalLM, which divides by it). The
+    # argmax is the same either way; beam scores are not: they follow the reference, transformers 5.
+    lm = dataclasses.replace(lm, tie_word_embeddings=tie, logits_scaling=1.0)
     if lm.vocab_size > MAXIMA["vocab"] or lm.num_layers > MAXIMA["layers"] or lm.hidden_size > MAXIMA["width"]:
         raise ModelError("config text_config: sizes beyond what this code accepts")
     audio = cfg.get("audio_token_index", cfg.get("audio_token_id", 49155))

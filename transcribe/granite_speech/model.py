@@ -7,6 +7,7 @@ to the last block's along the features before the projector.
 """
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 import torch
@@ -17,6 +18,17 @@ from ..ibm.conformer import GraniteEncoder
 from ..llm.model import DecoderLM
 from .config import GraniteSpeechConfig
 from .projector import Projector
+
+
+# The encoder's and projector's matrix products an int8 model runs as Int8Linear (the LM's: `DecoderLM.quantize_int8`):
+# the encoder's input projection, feed-forwards, attention q / kv / out and pointwise convolutions, the Q-Former's
+# attention and feed-forward layers and the projector's output map. What stays float: the CTC self-conditioning
+# heads (their softmax feeds back into the encoder), the norms, the depthwise convolution, the relative-position
+# table, the queries.
+INT8_WEIGHTS = re.compile(
+    r"^(encoder\.(input_linear|layers\.\d+\.(ff[12]\.(up|down)_proj|attn\.to_(q|kv|out)|conv\.(up|down)_conv))"
+    r"|projector\.(linear|qformer\.encoder\.layer\.\d+\.((attention|crossattention)\.(attention\.(query|key|value)"
+    r"|output\.dense)|intermediate_query\.dense|output_query\.dense)))\.weight$")
 
 
 class GraniteSpeechModel(nn.Module):
@@ -73,6 +85,27 @@ class GraniteSpeechModel(nn.Module):
     def dtype(self) -> torch.dtype:
         return self.lm.dtype
 
+    @torch.no_grad()
+    def quantize_int8(self) -> int:
+        """dtype int8: INT8_WEIGHTS and the LM's products become Int8Linear (transcribe/quant.py), the pointwise
+        convolutions [N, K, 1] as the [N, K] matrix products they are; the model must be float32 (the rest of an
+        int8 model computes in float32). Returns how many layers were quantized."""
+        if self.dtype != torch.float32:
+            raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
+        from ..quant import Int8Linear
+
+        targets = [n for n, m in self.named_modules()
+                   if isinstance(m, (nn.Linear, nn.Conv1d)) and INT8_WEIGHTS.match(n + ".weight")]
+        for name in targets:
+            parent_name, _, attr = name.rpartition(".")
+            parent = self.get_submodule(parent_name)
+            layer = getattr(parent, attr)
+            w = layer.weight.detach()
+            if isinstance(layer, nn.Conv1d):
+                w = w[:, :, 0]
+            setattr(parent, attr, Int8Linear(w, layer.bias))
+        return len(targets) + self.lm.quantize_int8()
+
     def audio_embeddings(self, features: torch.Tensor, lengths: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
         """features [B, T, 160] (zeros past each input's frames), lengths [B] (frames) -> each input's LM
         embeddings [counts[i], D] (its first ceil(T_i / window) * queries projector outputs)."""
@@ -81,5 +114,5 @@ class GraniteSpeechModel(nn.Module):
         t = x.shape[1]
         if bool((lengths < t).any()):  # zeros past each input, as its own window padding is
             x = x * (torch.arange(t, device=x.device)[None, :] < lengths[:, None])[:, :, None].to(x.dtype)
-        emb = self.projector(x.to(self.projector.linear.weight.dtype))
+        emb = self.projector(x.to(self.projector.qformer.layernorm.weight.dtype))
         return [emb[i, :n] for i, n in enumerate(counts)]

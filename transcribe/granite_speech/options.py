@@ -100,3 +100,31 @@ class GraniteSpeechOptions:
                                    f"{size} keeps {size} hypotheses")
         if self.length_penalty is not None and (self.beam_size or 1) == 1:
             raise OptionValueError("length_penalty", "length_penalty needs a beam search (beam_size 2 or more)")
+
+
+MAX_PAUSE_S = 10.0
+
+
+@dataclass(frozen=True)
+class GraniteSpeechStreamOptions(GraniteSpeechOptions):
+    """A live session cut at pauses (transcribe/utterances.py): pause_s (the silence that ends an utterance,
+    default 0.5 s), partial_s (decode the open utterance every N seconds for the tentative text; default off),
+    and transcribe's decoding options for every utterance (max_piece_s bounds an utterance without a pause)."""
+
+    pause_s: Optional[float] = option(None, help="seconds of silence that end an utterance (default 0.5)",
+                                      parse=float, command=False)
+    partial_s: Optional[float] = option(None, help="decode the open utterance every N seconds for the tentative "
+                                        "text (default: off)", parse=float, command=False)
+    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the library's
+    # stream() takes the decoding ones
+    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM})",
+                                      parse=parse_positive_int, command=False)
+    nbest: Optional[int] = option(None, help="(not for a stream)", parse=parse_positive_int, command=False, form=None)
+    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.nbest is not None:
+            raise OptionValueError("nbest", "nbest does not apply to a stream (it commits one text)")
+        number("pause_s", self.pause_s, 0.05, MAX_PAUSE_S)
+        number("partial_s", self.partial_s, 0.0, 60.0, above=True)

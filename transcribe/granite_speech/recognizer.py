@@ -29,7 +29,7 @@ from .checkpoint import lm_tensors, merge_lora, part, read_weights
 from .config import GraniteSpeechConfig, parse_config, read_json
 from .frontend import HOP, FrontEnd, audio_tokens, frames
 from .model import GraniteSpeechModel
-from .options import GraniteSpeechOptions
+from .options import GraniteSpeechOptions, GraniteSpeechStreamOptions
 from .prompt import Prompt, PromptBuilder
 
 log = logging.getLogger("transcribe")
@@ -49,6 +49,7 @@ class GraniteSpeechASR(Recognizer):
     family = "granite_speech"
     kind = KIND
     Options = GraniteSpeechOptions
+    StreamOptions = GraniteSpeechStreamOptions
 
     def __init__(self, model: GraniteSpeechModel, tokenizer: LLMTokenizer, name: str, device: str,
                  stop_ids: list[int], defaults: dict):
@@ -79,10 +80,8 @@ class GraniteSpeechASR(Recognizer):
             cfg = parse_config(raw)
         except ModelError as e:
             raise ModelError(f"{path}: {e}") from None
-        if dtype == torch.int8:
-            raise ModelError(f"{name}: int8 is not implemented for Granite Speech models yet (float32, bfloat16, "
-                             "float16)")
-        dtype = dtype or torch.float32
+        int8 = dtype == torch.int8
+        dtype = torch.float32 if dtype is None or int8 else dtype
         state = read_weights(path)
         lm_state = lm_tensors(state)
         if cfg.has_lora_adapter:
@@ -90,6 +89,8 @@ class GraniteSpeechASR(Recognizer):
             log.debug("%s: LoRA adapter merged into %d matrices", name, n)
         model = GraniteSpeechModel.from_state(cfg, {k: v for k, v in state.items() if not k.startswith("lm.")},
                                               lm_state, str(path), dtype)
+        if int8:
+            model.quantize_int8()
         tokenizer = LLMTokenizer.load(path)
         stop_ids, defaults = _generation(path, raw, tokenizer)
         model.to(device)
@@ -114,6 +115,27 @@ class GraniteSpeechASR(Recognizer):
         else:
             want = TOKENS_FLOOR + int(TOKENS_PER_S * opts.max_piece_s)
         return max(0, min(want, room))
+
+    def _stream(self, opts: GraniteSpeechStreamOptions):
+        """A live session cut at pauses (`transcribe.utterances`): each utterance decoded once, whole, with the
+        session's options; words placed at the cut that ended their utterance (the model gives no times)."""
+        import dataclasses
+
+        from ..runtime import model_call
+        from ..utterances import UtteranceSession
+
+        piece_opts = GraniteSpeechOptions(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(GraniteSpeechOptions)})
+        prompt = self.prompts.build(opts.task, opts.target_language, opts.instruction)
+        tok = self.tokenizer
+
+        def decode_piece(pcm: np.ndarray) -> list[int]:
+            with model_call(self.threads):
+                return self.decode([pcm], prompt, piece_opts)[0][0].ids
+
+        return UtteranceSession(decode_piece, decode=lambda ids: tok.decode(ids), piece=tok.token,
+                                punctuation={".", ",", "?", "!", ";", ":"},
+                                pause_s=0.5 if opts.pause_s is None else opts.pause_s, max_piece_s=opts.max_piece_s,
+                                partial_s=opts.partial_s)
 
     # -- transcription
     def _transcribe(self, items: list, opts: GraniteSpeechOptions) -> list[Transcript]:

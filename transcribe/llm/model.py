@@ -183,6 +183,28 @@ class DecoderLM(nn.Module):
     def head_weight(self) -> torch.Tensor:
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
+    @torch.no_grad()
+    def quantize_int8(self) -> int:
+        """dtype int8: every block's matrix products (attention q/k/v/o, the MLP's gate/up/down) and an untied
+        head become `quant.Int8Linear` (int8 weights per output row, activations quantized per row at run time);
+        the embedding, the norms and a tied head stay float32, as the rest of the model computes. The model must
+        be float32. Returns how many layers were quantized."""
+        if self.dtype != torch.float32:
+            raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
+        from ..quant import Int8Linear
+
+        n = 0
+        for block in self.layers:
+            for parent, names in ((block.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
+                                  (block.mlp, ("gate_proj", "up_proj", "down_proj"))):
+                for name in names:
+                    setattr(parent, name, Int8Linear.from_linear(getattr(parent, name)))
+                    n += 1
+        if self.lm_head is not None:
+            self.lm_head = Int8Linear.from_linear(self.lm_head)
+            n += 1
+        return n
+
     @property
     def dtype(self) -> torch.dtype:
         return self.embed_tokens.weight.dtype
@@ -232,7 +254,7 @@ class DecoderLM(nn.Module):
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = F.linear(hidden, self.head_weight()) if self.lm_head is None else self.lm_head(hidden)
+        out = F.linear(hidden, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(hidden)
         if self.cfg.logits_scaling != 1.0:
             out = out / self.cfg.logits_scaling
         return out
