@@ -95,6 +95,7 @@ DEFAULT_MODELS = {  # benchmarks/make_audio_llm_model.py
     "granite": "local-models/granite-4.0-1b-speech-random",
     "qwen3_asr": "local-models/qwen3-asr-0.6b-random",
 }
+OUR_FAMILIES = {"granite": "granite_speech", "qwen3_asr": "qwen3_asr"}  # the package's family names
 NAMES = {"granite": "Granite Speech (granite-4.0-1b-speech)", "qwen3_asr": "Qwen3-ASR-0.6B"}
 DEFAULT_HF_PYTHON = ".venv-nemo/bin/python"  # tools/setup_nemo_venv.sh
 MAX_PIECE_S = 120.0  # ours: the largest piece both families accept, so a clip of up to 120 s is not cut
@@ -226,8 +227,8 @@ def _ours_child(family: str, model_path: str, precision: str, threads: int, max_
     t0 = time.perf_counter()
     model = transcribe.load_model(model_path, threads=threads, dtype=OURS_DTYPES[precision])
     load_s = time.perf_counter() - t0
-    if model.family != family:
-        raise SystemExit(f"{model_path} loaded as {model.family}, not {family}")
+    if model.family != OUR_FAMILIES[family]:
+        raise SystemExit(f"{model_path} loaded as {model.family}, not {OUR_FAMILIES[family]}")
     opts = dict(max_new_tokens=max_new_tokens, max_piece_s=MAX_PIECE_S)
     if family == "qwen3_asr":
         opts["language"] = "en"
@@ -380,6 +381,12 @@ def _grid(head: list, lines: list) -> str:
     return "\n".join(out)
 
 
+def refused(message: str) -> str:
+    """A table's word for an engine that could not run: "not implemented" (a precision the family refuses) or
+    "unavailable" (e.g. a package without the family); the message is in the JSON."""
+    return "not implemented" if "not implemented" in message else "unavailable"
+
+
 def table(rows: list[dict]) -> str:
     head = ["precision", "transformers RTFx best / median", "ours RTFx best / median", "ours/transformers best",
             "median", "per round", "transformers peak RSS (x weights)", "ours peak RSS (x weights)",
@@ -394,7 +401,7 @@ def table(rows: list[dict]) -> str:
         rss = lambda d: f"{d['peak_rss_mb']} MB ({d['peak_rss_over_weights']:.2f}x)" if d else "-"  # noqa: E731
         both = h and o
         lines.append([
-            r["precision"], rt(h), rt(o) if not na else "not implemented",
+            r["precision"], rt(h), rt(o) if not na else refused(na),
             f"{h['best_s'] / o['best_s']:.2f}x" if both else "-",
             f"{h['median_s'] / o['median_s']:.2f}x" if both else "-",
             f"{r['round_ratio_median']:.2f}x" if r.get("round_ratio_median") else "-",
@@ -407,7 +414,8 @@ def table(rows: list[dict]) -> str:
 def batch_table(rows: list[dict]) -> str:
     head = ["precision", "engine", "batched best / median", "one at a time best / median",
             "throughput batched / one at a time (audio s/s, best)", "batching speed-up best", "median",
-            "per round", "peak RSS (x weights)", "tokens batched / one at a time", "same ids"]
+            "per round", "ours/transformers best, batched / one at a time", "peak RSS (x weights)",
+            "tokens batched / one at a time", "same ids batched and alone", "same ids as transformers (batched)"]
     lines = []
     for r in rows:
         for impl, label in (("hf", "transformers"), ("ours", "ours")):
@@ -415,7 +423,7 @@ def batch_table(rows: list[dict]) -> str:
             if not d:
                 continue
             if d.get("unavailable"):
-                lines.append([r["precision"], label, "not implemented"] + ["-"] * (len(head) - 3))
+                lines.append([r["precision"], label, refused(d["unavailable"])] + ["-"] * (len(head) - 3))
                 continue
             lines.append([
                 r["precision"], label, f"{d['batched_best_s']:.2f} / {d['batched_median_s']:.2f} s",
@@ -423,8 +431,11 @@ def batch_table(rows: list[dict]) -> str:
                 f"{d['batched_throughput_best']:.2f} / {d['singles_throughput_best']:.2f}",
                 f"{d['batching_speedup_best']:.2f}x", f"{d['batching_speedup_median']:.2f}x",
                 f"{d['batching_speedup_per_round_median']:.2f}x",
+                f"{r['ours_over_hf_batched_best']:.2f}x / {r['ours_over_hf_singles_best']:.2f}x"
+                if impl == "ours" and "ours_over_hf_batched_best" in r else "-",
                 f"{d['peak_rss_mb']} MB ({d['peak_rss_over_weights']:.2f}x)",
-                f"{sum(d['batched_tokens'])} / {sum(d['singles_tokens'])}", d["batched_ids_same_as_singles"]])
+                f"{sum(d['batched_tokens'])} / {sum(d['singles_tokens'])}", d["batched_ids_same_as_singles"],
+                r.get("same_ids_batched", "-") if impl == "ours" else "-"])
     return _grid(head, lines)
 
 
@@ -523,7 +534,8 @@ def main(argv=None) -> int:
                     kid = Child(python(i), i, model, prec, clip, n_clips, args)
                     if kid.unavailable:
                         row[i] = {"unavailable": kid.unavailable}
-                        print(f"    {i} {prec}: not implemented ({kid.unavailable})", file=sys.stderr, flush=True)
+                        print(f"    {i} {prec}: {refused(kid.unavailable)} ({kid.unavailable})", file=sys.stderr,
+                              flush=True)
                     else:
                         kids[i] = kid
                 live = [i for i in group if i in kids]
@@ -537,6 +549,11 @@ def main(argv=None) -> int:
                           + f" (load average {loads[-1]:.2f})", file=sys.stderr, flush=True)
                 for i in live:
                     row[i] = finish(kids[i], weights, batch)
+            h, o = row.get("hf"), row.get("ours")
+            if batch and h and o and not h.get("unavailable") and not o.get("unavailable"):
+                row["ours_over_hf_batched_best"] = round(h["batched_best_s"] / o["batched_best_s"], 3)
+                row["ours_over_hf_singles_best"] = round(h["singles_best_s"] / o["singles_best_s"], 3)
+                row["same_ids_batched"] = same_ids(h["batched_token_ids"], o["batched_token_ids"])
             if ratios:
                 row["round_ratios"] = [round(x, 3) for x in ratios]
                 row["round_ratio_median"] = round(statistics.median(ratios), 3)
