@@ -273,3 +273,11 @@ def test_the_command_refuses_a_broken_checkpoint_in_one_line(tmp_path):
             (d / name).unlink()
     r = _cli(d)
     assert r.returncode == 2 and "chat template" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+def test_greedy_tokens_carry_transformers_log_probabilities():
+    ref = json.loads((REFS / "g40.json").read_text())
+    asr = transcribe.load_model(str(MODELS / "g40"))
+    t = asr.transcribe(str(AUDIO / "jfk.wav"), max_new_tokens=60)
+    want = ref["stages_jfk"]["greedy_teacher_forced_logprobs"][:len(t.tokens)]
+    assert [tk.logprob for tk in t.tokens] == pytest.approx(want, abs=1e-4)

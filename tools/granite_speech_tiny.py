@@ -208,6 +208,19 @@ def published_state_dict(model):
     return sd
 
 
+def finalize(variant: str):
+    """Published-style metadata in the written json files (also: --finalize-only)."""
+    out = C.MODELS / variant
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["architectures"] = [C.model_class(variant).__name__]
+    cfg["dtype"] = "float32"
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
+    tc = json.loads((out / "tokenizer_config.json").read_text())
+    tc["tokenizer_class"] = "GPT2Tokenizer"  # as published; loads tokenizer.json unchanged (checked)
+    tc.pop("backend", None)
+    (out / "tokenizer_config.json").write_text(json.dumps(tc, indent=2) + "\n")
+
+
 def make(variant: str, steps: int, lr: float):
     import torch
     from safetensors.torch import save_file
@@ -266,7 +279,6 @@ def make(variant: str, steps: int, lr: float):
         summary.append({"audio": it[0], "reference": it[2], "greedy": h, "wer": wer(it[2], h)})
         print(f"[{variant}] {it[0]} WER {wer(it[2], h):.2f}: {h!r}", flush=True)
 
-    torch.save(model.state_dict(), f"/tmp/granite_speech_tiny_{variant}.pt")  # scratch copy
     out = C.MODELS / variant
     if out.exists():
         shutil.rmtree(out)
@@ -308,6 +320,7 @@ def make(variant: str, steps: int, lr: float):
         (out / "generation_config.json").write_text(json.dumps(
             {"bos_token_id": eot, "eos_token_id": eot, "pad_token_id": tok.pad_token_id,
              "_from_model_config": True}, indent=2) + "\n")
+    finalize(variant)
     (out / "TRAINING.json").write_text(json.dumps(
         {"tool": "tools/granite_speech_tiny.py", "steps": steps, "lr": lr, "batch": 6,
          "train_items": [n for n, _, _ in items], "params": n_params,
@@ -320,9 +333,14 @@ def main():
     ap.add_argument("variants", nargs="*", default=list(C.VARIANTS))
     ap.add_argument("--steps", type=int, default=400)
     ap.add_argument("--lr", type=float, default=3e-3)
+    ap.add_argument("--finalize-only", action="store_true",
+                    help="only rewrite the metadata of already written model directories")
     a = ap.parse_args()
     for v in a.variants:
-        make(v, a.steps, a.lr)
+        if a.finalize_only:
+            finalize(v)
+        else:
+            make(v, a.steps, a.lr)
 
 
 if __name__ == "__main__":

@@ -56,6 +56,8 @@ ALIASES: dict[str, str] = {
                                                 "granite-speech-4.1-2b-plus")},
     **{name: f"nvidia/{name}" for name in ("canary-1b", "canary-1b-flash", "canary-180m-flash", "canary-1b-v2")},
     "cohere-transcribe": "CohereLabs/cohere-transcribe-03-2026",
+    # the transformers conversions (tokenizer.json, -hf tensor names): Qwen's own repos are not loaded here
+    **{f"qwen3-asr-{size}": f"Qwen/Qwen3-ASR-{size.upper()}-hf" for size in ("0.6b", "1.7b")},
     **{f"sortformer-{version}": f"nvidia/{repo}" for version, repo in _SORTFORMER.items()},
     **{repo: f"nvidia/{repo}" for repo in _SORTFORMER.values()},
 }
@@ -107,16 +109,19 @@ def default_model_path() -> Path:
 
 
 _GENERAL_PATTERNS = ["*.nemo", "*.json", "*.yaml", "*.model", "*.txt", "*.bin", "*.safetensors", "*.pt", "*.ckpt"]
-_HF_EXTRAS = ["config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json"]
+# (tokenizer_config.json, processor_config.json and the chat template: the special tokens, the feature extractor's
+# settings and the prompt layout audio-LLMs check)
+_HF_EXTRAS = ["config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json",
+              "tokenizer_config.json", "processor_config.json", "chat_template.jinja", "chat_template.json"]
 
 
 def hub_patterns(files: list[str]) -> list[str]:
     """What to download of a hub repo, from its file list: one weight format only.
 
     CTranslate2 (model.bin): model.bin, config.json, tokenizer.json, vocabulary.*; NeMo (.nemo):
-    the general patterns; transformers: config.json, generation_config.json, tokenizer.json and the
-    safetensors weights (else pytorch_model.bin), never the TF/Flax/ONNX copies; an openai .pt: it and
-    tokenizer.json. Anything else: the general patterns.
+    the general patterns; transformers: config.json, generation_config.json, tokenizer.json (and its config), the
+    processor's config and chat template, and the safetensors weights (else pytorch_model.bin), never the
+    TF/Flax/ONNX copies; an openai .pt: it and tokenizer.json. Anything else: the general patterns.
     """
     top = {f for f in files if "/" not in f}
     if "model.bin" in top:

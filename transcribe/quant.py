@@ -311,3 +311,22 @@ def quantize_linears(module: nn.Module, keep: Optional[Callable[[str, nn.Linear]
         parent = module.get_submodule(parent_name) if parent_name else module
         setattr(parent, attr, Int8Linear.from_linear(getattr(parent, attr)))
     return len(targets)
+
+
+def quantize_matching(module: nn.Module, matches) -> int:
+    """Replace every nn.Linear, and every pointwise nn.Conv1d ([N, K, 1] kernels: the [N, K] matrix products
+    they are), whose weight's name `matches(name)` accepts with an Int8Linear, each float weight released as its
+    int8 copy is made; returns how many were replaced."""
+    targets = [n for n, m in module.named_modules()
+               if isinstance(m, (nn.Linear, nn.Conv1d)) and matches(n + ".weight")]
+    for name in targets:
+        parent_name, _, attr = name.rpartition(".")
+        parent = module.get_submodule(parent_name)
+        layer = getattr(parent, attr)
+        w = layer.weight.detach()
+        if isinstance(layer, nn.Conv1d):
+            if layer.kernel_size != (1,) or layer.groups != 1:
+                raise ValueError(f"{name}: not a pointwise convolution")
+            w = w[:, :, 0]
+        setattr(parent, attr, Int8Linear(w, layer.bias))
+    return len(targets)

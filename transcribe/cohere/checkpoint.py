@@ -8,7 +8,6 @@ saved directly: `model.decoder.*`, `proj_out.*`) is renamed to them (transformer
 reversed)."""
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..errors import ModelError
+from ..safetensors_files import weight_files
 from .config import read_features, read_json
 
 # transformers' save_pretrained puts this before every tensor name but the head's; the published file has none.
@@ -88,24 +88,6 @@ class Checkpoint:
     features: dict
     generation: dict
     state_dict: dict
-
-
-def weight_files(path: Path) -> list[Path]:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelError(f"{index}: not a safetensors index ({e})") from None
-        files = [path / s for s in shards]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise ModelError(f"{path}: weight shards missing: {', '.join(missing[:4])}")
-        return files
-    single = path / "model.safetensors"
-    if single.is_file():
-        return [single]
-    raise ModelError(f"{path}: no model.safetensors (or model.safetensors.index.json) weights")
 
 
 def read_checkpoint(path: Path) -> Checkpoint:

@@ -21,6 +21,7 @@ from typing import Optional
 import torch
 
 from ..errors import ModelError
+from ..safetensors_files import weight_files  # noqa: F401  (gguf_export reads it here)
 
 _HF_RENAMES = (
     (r"^model\.language_model\.", "language_model.model."),
@@ -49,24 +50,6 @@ class Checkpoint:
     state_dict: dict
     layout: str
     tokenizer_path: Path
-
-
-def weight_files(path: Path) -> list[Path]:
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelError(f"{index}: not a safetensors index ({e})") from None
-        files = [path / s for s in shards]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise ModelError(f"{path}: weight shards missing: {', '.join(missing[:4])}")
-        return files
-    single = path / "model.safetensors"
-    if single.is_file():
-        return [single]
-    raise ModelError(f"{path}: no model.safetensors (or model.safetensors.index.json) weights")
 
 
 def read_config(path: Path) -> dict:

@@ -173,21 +173,9 @@ class GraniteNAR(nn.Module):
         wants K and N multiples of 8 (not checked on a GPU here)."""
         if self.dtype != torch.float32:
             raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
-        from ..quant import Int8Linear
+        from ..quant import quantize_matching
 
-        targets = [n for n, m in self.named_modules()
-                   if isinstance(m, (nn.Linear, nn.Conv1d)) and INT8_WEIGHTS.match(n + ".weight")]
-        for name in targets:
-            parent_name, _, attr = name.rpartition(".")
-            parent = self.get_submodule(parent_name)
-            layer = getattr(parent, attr)
-            w = layer.weight.detach()
-            if isinstance(layer, nn.Conv1d):
-                if layer.kernel_size != (1,) or layer.groups != 1:
-                    raise ValueError(f"{name}: not a pointwise convolution")
-                w = w[:, :, 0]
-            setattr(parent, attr, Int8Linear(w, layer.bias))
-        return len(targets)
+        return quantize_matching(self, INT8_WEIGHTS.match)
 
     # ------------------------------------------------------------------------------------------
     def hypotheses(self, best: torch.Tensor, lengths: list[int]) -> list[list[int]]:

@@ -13,15 +13,14 @@ per-module ranks, ...) are refused. Nothing in a checkpoint is run: safetensors 
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from pathlib import Path
-from typing import Optional
 
 import torch
 
 from ..errors import ModelError
+from ..safetensors_files import read_tensors, weight_files
 from .config import read_json
 
 _PUBLISHED = (("encoder.", "encoder."), ("projector.", "projector."), ("language_model.model.", "lm."),
@@ -40,43 +39,9 @@ _LORA_HARMLESS = {"peft_type", "r", "lora_alpha", "target_modules", "lora_dropou
                   "alora_invocation_tokens", "ensure_weight_tying", "arrow_config"}
 
 
-def weight_files(path: Path, stem: str = "model") -> list[Path]:
-    index = path / f"{stem}.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelError(f"{index}: not a safetensors index ({e})") from None
-        files = [path / s for s in shards]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise ModelError(f"{path}: weight shards missing: {', '.join(missing[:4])}")
-        return files
-    single = path / f"{stem}.safetensors"
-    if single.is_file():
-        return [single]
-    raise ModelError(f"{path}: no {stem}.safetensors (or {stem}.safetensors.index.json) weights")
-
-
-def _read(files: list[Path]) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError, safe_open
-
-    out: dict[str, torch.Tensor] = {}
-    for f in files:
-        try:
-            with safe_open(str(f), framework="pt") as h:
-                for k in h.keys():
-                    out[k] = h.get_tensor(k)
-        except SafetensorError as e:
-            raise ModelError(f"{f}: not a readable safetensors file ({e})") from None
-        except OSError as e:
-            raise ModelError(f"{f}: {e}") from None
-    return out
-
-
 def read_weights(path: Path) -> dict[str, torch.Tensor]:
     """The weights under this family's names: `encoder.*`, `projector.*`, `lm.*` (the LM's own names below)."""
-    raw = _read(weight_files(path))
+    raw = read_tensors(weight_files(path))
     keys = list(raw)
     if any(k.startswith("language_model.model.") for k in keys):
         rules = _PUBLISHED
@@ -125,7 +90,7 @@ def merge_lora(path: Path, lm_state: dict[str, torch.Tensor]) -> int:
     if isinstance(alpha, bool) or not isinstance(alpha, (int, float)):
         raise ModelError(f"{cfg_path}: lora_alpha = {alpha!r} is not a number")
     scale = alpha / math.sqrt(r) if cfg.get("use_rslora") else alpha / r
-    adapter = _read(weight_files(path, "adapter_model"))
+    adapter = read_tensors(weight_files(path, "adapter_model"))
     pairs: dict[str, dict[str, torch.Tensor]] = {}
     for k, t in adapter.items():
         m = _LORA_KEY.match(k)
@@ -152,12 +117,3 @@ def merge_lora(path: Path, lm_state: dict[str, torch.Tensor]) -> int:
 
 def lm_tensors(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return {k[3:]: v for k, v in state.items() if k.startswith("lm.")}
-
-
-def part(state: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    return {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)}
-
-
-def has_file(path: Path, name: str) -> Optional[Path]:
-    p = path / name
-    return p if p.is_file() else None

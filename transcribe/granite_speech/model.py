@@ -92,19 +92,9 @@ class GraniteSpeechModel(nn.Module):
         int8 model computes in float32). Returns how many layers were quantized."""
         if self.dtype != torch.float32:
             raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
-        from ..quant import Int8Linear
+        from ..quant import quantize_matching
 
-        targets = [n for n, m in self.named_modules()
-                   if isinstance(m, (nn.Linear, nn.Conv1d)) and INT8_WEIGHTS.match(n + ".weight")]
-        for name in targets:
-            parent_name, _, attr = name.rpartition(".")
-            parent = self.get_submodule(parent_name)
-            layer = getattr(parent, attr)
-            w = layer.weight.detach()
-            if isinstance(layer, nn.Conv1d):
-                w = w[:, :, 0]
-            setattr(parent, attr, Int8Linear(w, layer.bias))
-        return len(targets) + self.lm.quantize_int8()
+        return quantize_matching(self, INT8_WEIGHTS.match) + self.lm.quantize_int8()
 
     def audio_embeddings(self, features: torch.Tensor, lengths: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
         """features [B, T, 160] (zeros past each input's frames), lengths [B] (frames) -> each input's LM

@@ -25,8 +25,8 @@ from ..llm.tokenizer import LLMTokenizer
 from ..recognizer import Recognizer
 from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
 from . import KIND
-from .checkpoint import lm_tensors, merge_lora, part, read_weights
-from .config import GraniteSpeechConfig, parse_config, read_json
+from .checkpoint import lm_tensors, merge_lora, read_weights
+from .config import parse_config, read_json
 from .frontend import HOP, FrontEnd, audio_tokens, frames
 from .model import GraniteSpeechModel
 from .options import GraniteSpeechOptions, GraniteSpeechStreamOptions
@@ -207,8 +207,9 @@ class GraniteSpeechASR(Recognizer):
         best = hyps[0]
         text = tok.decode(best.ids).strip()
         segments = [Segment(text, 0.0, duration)] if opts.timestamps and text else []
-        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration, logprob=None,
-                        piece=tok.token(i)) for i in best.ids]
+        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration,
+                        logprob=best.logprobs[k] if k < len(best.logprobs) else None, piece=tok.token(i))
+                  for k, i in enumerate(best.ids)]
         nbest = None
         if opts.nbest is not None:
             nbest = NBest(opts.beam_size or 1, False, [

@@ -9,7 +9,7 @@ request leaves the batch (transformers keeps feeding it padding; its tokens are 
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional, Sequence, Union
 
 import torch
@@ -24,6 +24,7 @@ class Generated:
     score: float      # greedy: the sum of the tokens' log-probabilities (stop token included); beam: transformers'
     #                   sequences_scores (that sum over length ** length_penalty)
     stopped: bool     # a stop token ended it (False: max_new_tokens was reached)
+    logprobs: list[float] = field(default_factory=list)  # greedy: each kept token's log-probability
 
 
 def _pack(prompts: Sequence[torch.Tensor]) -> tuple[torch.Tensor, Optional[torch.Tensor]]:
@@ -89,6 +90,7 @@ def _greedy(lm: DecoderLM, x: torch.Tensor, valid: Optional[torch.Tensor], max_n
                 r.stopped = True
                 continue
             r.ids.append(t)
+            r.logprobs.append(float(logp[row]))
             if on_token is not None:
                 on_token(request, t)
             keep.append(row)

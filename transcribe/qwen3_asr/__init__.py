@@ -1,0 +1,41 @@
+"""Qwen3-ASR (Qwen/Qwen3-ASR-0.6B-hf, Qwen/Qwen3-ASR-1.7B-hf; transformers' `Qwen3ASRForConditionalGeneration`,
+model type `qwen3_asr`): an audio encoder (convolutions over 1 s chunks, windowed attention) and a projector feeding
+a Qwen3 decoder-only LM through a chat prompt; speech recognition in 30 languages, the language detected or forced,
+greedy or beam search, token ids equal to transformers'. `detect` and `load` are this family's entry in
+`transcribe.loading.FAMILIES`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+
+# The family contract (loading.Family): the name in messages and the options of transcribe().
+KIND = "Qwen3-ASR"
+from .options import DEFAULT_PIECE_S, Qwen3ASROptions as Options  # noqa: E402
+from .options import Qwen3ASRStreamOptions as StreamOptions  # noqa: E402  (a session cut at pauses)
+# Batch jobs cut inputs longer than this into pieces at pauses (the default max_piece_s: one piece's text must fit
+# the generation config's 512 new tokens).
+PIECE_S = DEFAULT_PIECE_S
+
+
+def detect(path: Path) -> Optional[str]:
+    """"transformers" for a directory whose config.json has model_type "qwen3_asr" (Qwen's original layout too:
+    its loading says why it is refused); else None."""
+    cfg_path = path / "config.json"
+    if not path.is_dir() or not cfg_path.is_file():
+        return None
+    try:
+        if cfg_path.stat().st_size > (1 << 20):
+            return None
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return "transformers" if isinstance(cfg, dict) and cfg.get("model_type") == "qwen3_asr" else None
+
+
+def load(path: Path, name: str, device, dtype, kind: str):
+    from .recognizer import Qwen3ASR
+
+    return Qwen3ASR.load(path, name, device, dtype)

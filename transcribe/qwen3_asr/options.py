@@ -1,0 +1,139 @@
+"""The options of a Qwen3-ASR recognizer's `transcribe()` (`Qwen3ASROptions`), declared once with how the command
+and the server spell them (`transcribe.options`); a name another family also declares is spelled as there
+(language, batch_size, timestamps, word_timestamps, beam_size, nbest, length_penalty, max_new_tokens, sample_rate,
+max_piece_s, detector)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from ..errors import OptionValueError
+from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, boolean, number, option, parse_bool, parse_positive_int,
+                       positive_int, sample_rate, text)
+from .prompt import CHAT_TOKENS, language_code
+
+# transformers' length_penalty is an exponent of the length: 0 to 2 are the usual values (1 by default).
+MAX_LENGTH_PENALTY = 10.0
+# At most this many generated tokens (the LM's position table, 65,536 in the published models, holds the
+# prompt too; the recognizer bounds it by what the table leaves).
+MAX_NEW_TOKENS = 1 << 16
+# Pieces of a long input: the encoder attends within 8 s windows, so any length encodes alike, but one piece's
+# text must fit max_new_tokens (512 by the published generation config: about 2 minutes of fast speech; the
+# original library cuts at 20 minutes and raises its own budget).
+MAX_PIECE_S = (10.0, 1200.0)
+DEFAULT_PIECE_S = 60.0
+# The system turn's text: a few sentences or a list of terms (the LM's 65,536 positions hold far more).
+MAX_CONTEXT_CHARS = 10000
+
+
+@dataclass(frozen=True)
+class Qwen3ASROptions:
+    """language: the spoken language, a code or its English name (one of the model's 30: ar cs da de el en es fa fi
+    fil fr hi hu id it ja ko mk ms nl pl pt ro ru sv th tr vi yue zh); it is written into the prompt
+    ("language English<asr_text>", as transformers' `apply_transcription_request(language=)` does); default: none,
+    the model names the language itself and `Transcript.language` is the code of what it wrote. context: text for
+    the prompt's system turn (names, terms, the topic: what the original library calls context and transformers'
+    processor `prompt=`), none by default. timestamps: one
+    segment over each input (the model has no timestamp tokens); word_timestamps: not available (True is an error:
+    words are untimed). Search: greedy (transformers' generate with num_beams=1), or transformers' beam search
+    with beam_size N (nbest <= N of its hypotheses come back in `Transcript.nbest`, scored as transformers'
+    sequences_scores), length_penalty its exponent (default: the model's generation config, 1.0);
+    max_new_tokens caps the generated tokens (the stop token counted, as transformers counts it; default: the
+    model's generation config, 512 in the published ones). Output: the processor's parsed form (its repetition
+    fix, the text after "<asr_text>"). Long inputs: cut at pauses (detector) into pieces of at most max_piece_s
+    (default 60 s), decoded in batches and joined (with a space; without one for zh, yue, ja and th)."""
+
+    batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
+    timestamps: bool = option(True, help="segment times", command=False, form=None)
+    language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
+                                     metavar="LANG")
+    context: Optional[str] = option(None, help="text the model reads before the audio (names, terms, the "
+                                    "topic)", metavar="TEXT")
+    word_timestamps: bool = option(False, help="time every word (json output; Parakeet models always give word "
+                                   "times)", action="store_true", parse=parse_bool, form=None)
+    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM}: "
+                                      f"{WHY_BEAM})", parse=parse_positive_int, metavar="N")
+    nbest: Optional[int] = option(None, help="return the N best hypotheses, ranked, in the json output "
+                                  "(N <= --beam-size)", parse=parse_positive_int, metavar="N")
+    length_penalty: Optional[float] = option(None, help="beam length penalty (default: none, length-normalized; 0 "
+                                             f"to 2; Qwen3-ASR: transformers' exponent, 0 to {MAX_LENGTH_PENALTY:g}, "
+                                             "default 1)", parse=float, command=False)
+    max_new_tokens: Optional[int] = option(None, help=f"Qwen3-ASR: at most N tokens generated per input (1 to "
+                                           f"{MAX_NEW_TOKENS}; default: the model's, 512)", parse=parse_positive_int,
+                                           command=False, form=None)
+    sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
+    max_piece_s: float = option(DEFAULT_PIECE_S, help=f"cut inputs longer than this at pauses ({MAX_PIECE_S[0]:g}-"
+                                f"{MAX_PIECE_S[1]:g} s)", parse=float, command=False)
+    detector: str = option("auto", help="the pause detector: auto, energy or silero", command=False, form=None)
+
+    def __post_init__(self):
+        from ..pauses import DETECTORS
+
+        number("max_piece_s", self.max_piece_s, *MAX_PIECE_S, allow_none=False,
+               why="seconds; one piece's text must fit max_new_tokens")
+        if self.detector not in DETECTORS:
+            raise OptionValueError("detector", f"unknown pause detector {self.detector!r} (one of "
+                                   f"{', '.join(DETECTORS)})")
+        positive_int("batch_size", self.batch_size, most=MAX_BATCH_SIZE)
+        positive_int("max_new_tokens", self.max_new_tokens, most=MAX_NEW_TOKENS)
+        positive_int("beam_size", self.beam_size, most=MAX_BEAM, why=WHY_BEAM)
+        positive_int("nbest", self.nbest, most=MAX_BEAM, why=WHY_BEAM)
+        number("length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
+        boolean("timestamps", self.timestamps)
+        boolean("word_timestamps", self.word_timestamps)
+        if self.word_timestamps:
+            raise OptionValueError("word_timestamps", "Qwen3-ASR models cannot time words here (the model writes no "
+                                   "times, and its forced aligner is another model); a transcript has one segment "
+                                   "per input")
+        if self.language is not None:
+            if not isinstance(self.language, str) or not 0 < len(self.language) <= 32:
+                raise OptionValueError("language", f"language must be a language code such as en or de, got "
+                                       f"{str(self.language)[:40]!r}")
+            language_code(self.language)
+        text("context", self.context, MAX_CONTEXT_CHARS)
+        if self.context is not None and any(t in self.context for t in CHAT_TOKENS):
+            raise OptionValueError("context", "context may not hold the chat's special tokens ("
+                                   + ", ".join(CHAT_TOKENS) + "): they would change the prompt's layout")
+        sample_rate(self.sample_rate)
+        if (self.nbest or 1) > (self.beam_size or 1):
+            size = self.beam_size or 1
+            raise OptionValueError("nbest", f"nbest ({self.nbest}) cannot exceed beam_size ({size}): a beam of "
+                                   f"{size} keeps {size} hypotheses")
+
+    @property
+    def language_code(self) -> Optional[str]:
+        """The forced language's code, or None (detected)."""
+        return language_code(self.language)
+
+
+MAX_PAUSE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Qwen3ASRStreamOptions(Qwen3ASROptions):
+    """A live session cut at pauses (transcribe/utterances.py): pause_s (the silence that ends an utterance,
+    default 0.5 s), partial_s (decode the open utterance every N seconds for the tentative text; default off),
+    and transcribe's decoding options for every utterance (max_piece_s bounds an utterance without a pause). The
+    committed text is each utterance's transcription tokens decoded (the language prefix left out; the offline
+    transcript's repetition fix is not applied to a stream's tokens)."""
+
+    pause_s: Optional[float] = option(None, help="seconds of silence that end an utterance (default 0.5)",
+                                      parse=float, command=False)
+    partial_s: Optional[float] = option(None, help="decode the open utterance every N seconds for the tentative "
+                                        "text (default: off)", parse=float, command=False)
+    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the library's
+    # stream() takes the decoding ones
+    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM})",
+                                      parse=parse_positive_int, command=False)
+    nbest: Optional[int] = option(None, help="(not for a stream)", parse=parse_positive_int, command=False, form=None)
+    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.nbest is not None:
+            raise OptionValueError("nbest", "nbest does not apply to a stream (it commits one text)")
+        number("pause_s", self.pause_s, 0.05, MAX_PAUSE_S)
+        number("partial_s", self.partial_s, 0.0, 60.0, above=True)
+        if 3 * (self.pause_s or 0.5) > self.max_piece_s:
+            raise OptionValueError("pause_s", f"max_piece_s ({self.max_piece_s:g} s) must hold three pauses of "
+                                   f"pause_s ({self.pause_s or 0.5:g} s)")
