@@ -54,7 +54,8 @@ time (unless --one-at-a-time); their calls alternate (the order flips every roun
         this torch build: the child gives it a pure-torch MelSpectrogram instead (`melspectrogram_class`:
         torchaudio's defaults, a centred reflect-padded STFT with a periodic Hann window of win_length zero-padded
         to n_fft, power 2, HTK mel filters from transformers.audio_utils.mel_filter_bank without normalisation);
-        the extractor's own code (log10, floor at max - 8, / 4 + 1, frame stacking) runs unchanged.
+        the extractor's own code (log10, floor at max - 8, / 4 + 1, frame stacking) runs unchanged. Where
+        torchaudio is installed, its own MelSpectrogram runs (the JSON's "mel" says which).
   ours  this package: transcribe.runtime.tune_malloc(), transcribe.load_model(model, threads=N, dtype=None |
         "bfloat16" | "int8"), then model.transcribe(pcm or [pcm, ...], max_new_tokens=N, max_piece_s=120,
         batch_size=n) (greedy; qwen3_asr also language="en"). A dtype the family refuses (int8 for Granite
@@ -143,8 +144,18 @@ def melspectrogram_class():
     return MelSpectrogram
 
 
+def granite_mel() -> str:
+    """Which MelSpectrogram Granite's feature extractor uses: "torchaudio" where it is installed, else (after
+    `load_hf_processor`) "pure-torch stand-in"."""
+    import transformers.models.granite_speech.feature_extraction_granite_speech as fe
+
+    ta = getattr(fe, "torchaudio", None)
+    return "none" if ta is None else ("pure-torch stand-in" if ta.__name__ == "torchaudio_standin" else "torchaudio")
+
+
 def load_hf_processor(family: str, model_path: str):
-    """transformers' processor of the folder; Granite's feature extractor gets the MelSpectrogram stand-in."""
+    """transformers' processor of the folder; without torchaudio, Granite's feature extractor gets the
+    MelSpectrogram stand-in."""
     from transformers import AutoProcessor
 
     if family == "granite":
@@ -152,7 +163,7 @@ def load_hf_processor(family: str, model_path: str):
 
         import transformers.models.granite_speech.feature_extraction_granite_speech as fe
 
-        if not getattr(fe, "torchaudio", None) or getattr(fe.torchaudio, "__name__", "") == "torchaudio_standin":
+        if getattr(fe, "torchaudio", None) is None:  # the module imports torchaudio only where it is installed
             standin = types.ModuleType("torchaudio_standin")
             standin.transforms = types.SimpleNamespace(MelSpectrogram=melspectrogram_class())
             fe.torchaudio = standin
@@ -309,6 +320,8 @@ def child_main(args) -> int:
         import transformers
 
         result["transformers"] = transformers.__version__
+        if args.family == "granite":
+            result["mel"] = granite_mel()
     print(RESULT_TAG + json.dumps(result), flush=True)
     return 0
 

@@ -175,7 +175,8 @@ def check_finite(family: str, out: Path, model, seconds: float = 3.0) -> dict:
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("out", nargs="?", default=None, help="output folder (default local-models/<name> in the repository)")
+    ap.add_argument("out", nargs="?", default=None,
+                    help="output folder (default local-models/<name> in the repository)")
     ap.add_argument("--family", choices=sorted(FAMILIES), required=True)
     ap.add_argument("--tokenizer-from", help="the tiny model folder whose tokenizer and processor files are copied")
     ap.add_argument("--lm-layers", type=int, help="published: granite 40, qwen3_asr 28 (fewer only to save time)")
