@@ -281,3 +281,13 @@ def test_greedy_tokens_carry_transformers_log_probabilities():
     t = asr.transcribe(str(AUDIO / "jfk.wav"), max_new_tokens=60)
     want = ref["stages_jfk"]["greedy_teacher_forced_logprobs"][:len(t.tokens)]
     assert [tk.logprob for tk in t.tokens] == pytest.approx(want, abs=1e-4)
+
+
+def test_text_keeps_the_spaces_bpe_gives_as_transformers_5_does():
+    """tokenizer_config.json says clean_up_tokenization_spaces (the published Granite tokenizers do), which
+    transformers 5.24 ignores for a BPE tokenizer (it warns so): "hello , world" stays as BPE spells it."""
+    from transcribe.llm.tokenizer import LLMTokenizer
+
+    tok = LLMTokenizer.load(MODELS / "g40")
+    assert json.loads((MODELS / "g40" / "tokenizer_config.json").read_text())["clean_up_tokenization_spaces"]
+    assert tok.decode(tok.encode("hello , world . it 's")) == "hello , world . it 's"

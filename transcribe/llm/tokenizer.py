@@ -24,10 +24,14 @@ def clean_up_spaces(text: str) -> str:
 
 
 class LLMTokenizer:
-    def __init__(self, tokenizer, special: set[int], clean_up: bool, chat_template: Optional[str], where: str):
+    def __init__(self, tokenizer, special: set[int], clean_up: bool, chat_template: Optional[str], where: str,
+                 force_clean_up: bool = False):
         self._tok = tokenizer
         self.special = frozenset(special)
-        self.clean_up = clean_up
+        # transformers 5 ignores clean_up_tokenization_spaces for a BPE tokenizer (it would strip the spaces BPE
+        # keeps before punctuation), unless the config forces it with its long-named switch
+        bpe = type(tokenizer.model).__name__ == "BPE"
+        self.clean_up = clean_up and (force_clean_up or not bpe)
         self.chat_template = chat_template
         self.where = where
 
@@ -64,7 +68,8 @@ class LLMTokenizer:
             template = named.get("default")
         if template is not None and not isinstance(template, str):
             raise ModelError(f"{cfg_path}: chat_template is not text")
-        return cls(tok, special, bool(cfg.get("clean_up_tokenization_spaces", False)), template, str(directory))
+        force = bool(cfg.get("clean_up_tokenization_spaces_for_bpe_even_though_it_will_corrupt_output", False))
+        return cls(tok, special, bool(cfg.get("clean_up_tokenization_spaces", False)), template, str(directory), force)
 
     @classmethod
     def from_json(cls, spec: str, where: str, special: Iterable[int] = (), clean_up: bool = False,
