@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -226,10 +228,7 @@ def test_nbest_comes_back_ranked():
 
 # ---------------------------------------------------------------------------------------------- command
 
-def _cli(model: Path, *args) -> "subprocess.CompletedProcess":
-    import subprocess
-    import sys
-
+def _cli(model: Path, *args) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-m", "transcribe", str(AUDIO / "jfk.wav"), "--model", str(model), *args],
                           capture_output=True, text=True, cwd=str(HERE.parent), timeout=300)
 

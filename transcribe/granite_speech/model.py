@@ -61,10 +61,6 @@ class GraniteSpeechModel(nn.Module):
             conv = layer.conv.depth_conv.conv
             conv.weight.data = conv.weight.data.to(dtype)
             conv.bias.data = conv.bias.data.to(dtype)
-        c = cfg.encoder.context_size
-        pos = torch.arange(c)
-        for layer in model.encoder.layers:  # the non-persistent distance table
-            layer.attn.dists = (pos[:, None] - pos[None, :]).clamp(-c, c) + cfg.encoder.max_pos_emb
         model.lm = DecoderLM.from_tensors(cfg.lm, lm_state, where, dtype)
         return model.eval()
 
