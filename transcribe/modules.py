@@ -1,6 +1,8 @@
 """Helpers for building modules that are then given a checkpoint's tensors."""
 from __future__ import annotations
 
+from typing import Optional
+
 import torch
 from torch import nn
 
@@ -16,11 +18,11 @@ def embedding_weight(rows: int, dim: int) -> torch.Tensor:
     return w
 
 
-def checked_state(expected: dict, tensors, what: str, where: str, dtype: torch.dtype,
+def checked_state(expected: dict, tensors, what: str, where: str, dtype: Optional[torch.dtype],
                   keep_float=lambda name: False) -> dict:
     """The tensors a module's `load_state_dict(..., assign=True)` takes: every name of `expected` (name ->
-    shape) present in `tensors`, of its shape and floating point, none extra, each cast to `dtype` (those
-    `keep_float(name)` accepts to float32); a ModelError naming the first tensor that is missing, unexpected,
+    shape) present in `tensors`, of its shape and floating point, none extra, each cast to `dtype` (None: kept
+    as stored; those `keep_float(name)` accepts to float32); a ModelError naming the first tensor that is missing, unexpected,
     misshapen or not floating point. `what`: whose tensors, for messages ("the language model's")."""
     from .errors import ModelError
 
@@ -40,5 +42,5 @@ def checked_state(expected: dict, tensors, what: str, where: str, dtype: torch.d
                              f"{tuple(shape)}")
         if not t.is_floating_point():
             raise ModelError(f"{where}: {what} tensor {name!r} is not floating point ({t.dtype})")
-        state[name] = t.to(torch.float32 if keep_float(name) else dtype)
+        state[name] = t.to(torch.float32) if keep_float(name) else t if dtype is None else t.to(dtype)
     return state

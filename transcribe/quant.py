@@ -167,6 +167,63 @@ class Int8Linear(QuantLinear):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
+class W8Linear(QuantLinear):
+    """y = x W^T + b with W int8 per output row (symmetric, absmax / 127, the scales in bfloat16) and the
+    activations in bfloat16, never quantized (weight-only int8): a decoder's per-token step reads each weight
+    once for a few rows, so its time is the weights' bytes over the memory bandwidth, and int8 weights halve
+    bfloat16's. Up to `W8_ROWS` rows a call multiplies the int8 weight directly (`torch._weight_int8pack_mm`,
+    each row on its own: a row's result does not depend on the others); more rows (a prompt) multiply a
+    bfloat16 copy of the weight made for the call, where the product's arithmetic, not the weight's reading,
+    bounds the time. bfloat16 in and out, bias in float32 added before the output's rounding.
+
+    For CPUs that multiply bfloat16 natively (`cpu_multiplies_bf16`): elsewhere ATen's weight-only kernel has
+    no vector code (measured 10x slower) and an int8 model keeps `Int8Linear`."""
+
+    def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
+        super().__init__()
+        w = weight.detach()
+        if w.dim() != 2 or not w.is_floating_point():
+            raise ValueError(f"a float weight [N, K] expected, got {w.dtype} {tuple(w.shape)}")
+        q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+        scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+        rows = max(1, _DEQUANT_CHUNK // max(1, w.shape[1]))
+        for r in range(0, w.shape[0], rows):  # in float32 a chunk at a time: no float32 copy of the weight
+            c = w[r:r + rows].to(torch.float32)
+            s = c.abs().amax(dim=1).clamp_min(1e-12) / 127.0
+            s = s.to(torch.bfloat16).to(torch.float32)  # the scale the product will use
+            q[r:r + rows] = torch.round(c / s[:, None]).clamp_(-127, 127).to(torch.int8)
+            scale[r:r + rows] = s
+        self.out_features, self.in_features = q.shape
+        self.register_buffer("weight_q", q)
+        self.register_buffer("weight_scale", scale.to(torch.bfloat16))
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+
+    @classmethod
+    def from_linear(cls, linear: nn.Linear) -> "W8Linear":
+        return cls(linear.weight, linear.bias)
+
+    def dequantized(self, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
+        """The weight [N, K] as q * scale in `dtype`."""
+        return self.weight_q.to(dtype).mul_(self.weight_scale.to(dtype)[:, None])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        shape = x.shape
+        x2 = x.reshape(-1, shape[-1]).to(torch.bfloat16)
+        if x2.shape[0] <= W8_ROWS:
+            y = torch._weight_int8pack_mm(x2.contiguous(), self.weight_q, self.weight_scale)
+        else:
+            y = F.linear(x2, self.dequantized())
+        if self.bias is not None:
+            y = (y.to(torch.float32) + self.bias).to(torch.bfloat16)
+        return y.to(x.dtype).reshape(*shape[:-1], self.out_features)
+
+    def extra_repr(self) -> str:
+        return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+W8_ROWS = 16  # rows a W8Linear call multiplies with the int8 weight itself (more: a bfloat16 copy); measured below
+
+
 Q8_BLOCK = 32  # values per ggml Q8_0 block (one scale each)
 _DEQUANT_CHUNK = 1 << 18  # float32 values dequantized at a time for a bfloat16 weight (1 MB)
 

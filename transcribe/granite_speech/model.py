@@ -8,7 +8,7 @@ to the last block's along the features before the projector.
 from __future__ import annotations
 
 import re
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -42,9 +42,10 @@ class GraniteSpeechModel(nn.Module):
 
     @classmethod
     def from_state(cls, cfg: GraniteSpeechConfig, state: Mapping[str, torch.Tensor], lm_state, where: str,
-                   dtype: torch.dtype) -> "GraniteSpeechModel":
+                   dtype: torch.dtype, lm_dtype: Optional[torch.dtype]) -> "GraniteSpeechModel":
         """The model holding the checkpoint's tensors (`state`: encoder.* and projector.*; `lm_state`: the LM's
-        own names) in `dtype`, BatchNorm folded into the depthwise convolutions."""
+        own names) in `dtype` (the LM's in `lm_dtype`, None: as stored), BatchNorm folded into the depthwise
+        convolutions."""
         with torch.device("meta"):
             model = cls(cfg)
         own = {k: v for k, v in model.state_dict().items()
@@ -61,7 +62,7 @@ class GraniteSpeechModel(nn.Module):
             conv = layer.conv.depth_conv.conv
             conv.weight.data = conv.weight.data.to(dtype)
             conv.bias.data = conv.bias.data.to(dtype)
-        model.lm = DecoderLM.from_tensors(cfg.lm, lm_state, where, dtype)
+        model.lm = DecoderLM.from_tensors(cfg.lm, lm_state, where, lm_dtype)
         return model.eval()
 
     @property
@@ -69,15 +70,17 @@ class GraniteSpeechModel(nn.Module):
         return self.lm.dtype
 
     @torch.no_grad()
-    def quantize_int8(self) -> int:
-        """dtype int8: INT8_WEIGHTS and the LM's products become Int8Linear (transcribe/quant.py), the pointwise
-        convolutions [N, K, 1] as the [N, K] matrix products they are; the model must be float32 (the rest of an
-        int8 model computes in float32). Returns how many layers were quantized."""
-        if self.dtype != torch.float32:
-            raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
+    def quantize_int8(self, lm_compute: torch.dtype = torch.float32) -> int:
+        """dtype int8: INT8_WEIGHTS become Int8Linear (transcribe/quant.py), the pointwise convolutions [N, K, 1]
+        as the [N, K] matrix products they are, the encoder and projector must be float32 (the rest of them
+        computes in float32); the LM's products as `DecoderLM.quantize_int8(lm_compute)` makes them. Returns how
+        many layers were quantized."""
+        enc = self.encoder.input_linear.weight.dtype
+        if enc != torch.float32:
+            raise ValueError(f"int8 quantization starts from a float32 encoder, not {enc}")
         from ..quant import quantize_matching
 
-        return quantize_matching(self, INT8_WEIGHTS.match) + self.lm.quantize_int8()
+        return quantize_matching(self, INT8_WEIGHTS.match) + self.lm.quantize_int8(lm_compute)
 
     def audio_embeddings(self, features: torch.Tensor, lengths: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
         """features [B, T, 160] (zeros past each input's frames), lengths [B] (frames) -> each input's LM

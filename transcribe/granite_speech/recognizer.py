@@ -21,6 +21,7 @@ import torch
 from .. import long_input
 from ..errors import ModelError
 from ..llm.generate import Generated, generate
+from ..llm.model import int8_compute
 from ..llm.tokenizer import LLMTokenizer
 from ..recognizer import Recognizer
 from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
@@ -87,10 +88,12 @@ class GraniteSpeechASR(Recognizer):
         if cfg.has_lora_adapter:
             n = merge_lora(path, lm_state)
             log.debug("%s: LoRA adapter merged into %d matrices", name, n)
+        # int8: the LM's weights as stored, each quantized from the file's values and released in turn
         model = GraniteSpeechModel.from_state(cfg, {k: v for k, v in state.items() if not k.startswith("lm.")},
-                                              lm_state, str(path), dtype)
+                                              lm_state, str(path), dtype, None if int8 else dtype)
+        del state, lm_state
         if int8:
-            model.quantize_int8()
+            model.quantize_int8(int8_compute(device))
         tokenizer = LLMTokenizer.load(path)
         stop_ids, defaults = _generation(path, raw, tokenizer)
         model.to(device)

@@ -24,6 +24,14 @@ from ..modules import checked_state
 from .config import LMConfig
 
 
+def int8_compute(device) -> torch.dtype:
+    """The dtype an int8 LM runs in on `device` (`DecoderLM.quantize_int8`): bfloat16 with weight-only int8
+    (`quant.W8Linear`) on a CPU that multiplies bfloat16 natively, float32 with int8 products elsewhere."""
+    from ..quant import cpu_multiplies_bf16
+
+    return torch.bfloat16 if torch.device(device).type == "cpu" and cpu_multiplies_bf16() else torch.float32
+
+
 class RMSNorm(nn.Module):
     def __init__(self, dim: int, eps: float):
         super().__init__()
@@ -142,21 +150,23 @@ class DecoderLM(nn.Module):
         self.layers = nn.ModuleList(Block(cfg) for _ in range(cfg.num_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
         self.lm_head = None if cfg.tie_word_embeddings else nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        self.head_int8 = None  # a tied head's int8 copy (quantize_int8)
         exponent = torch.arange(0, cfg.head_dim, 2, dtype=torch.int64).to(torch.float32) / cfg.head_dim
         self.register_buffer("inv_freq", 1.0 / (cfg.rope_theta ** exponent), persistent=False)
 
     # ---- weights
     @classmethod
     def from_tensors(cls, cfg: LMConfig, tensors: Mapping[str, torch.Tensor], where: str,
-                     dtype: torch.dtype = torch.float32) -> "DecoderLM":
+                     dtype: Optional[torch.dtype] = torch.float32) -> "DecoderLM":
         """The LM with the checkpoint's tensors (transformers' names below the LM prefix), built without a
-        random initialisation and holding the tensors in `dtype` (no extra copy when they already are)."""
+        random initialisation and holding the tensors in `dtype` (None: as stored; no extra copy when they
+        already are)."""
         with torch.device("meta"):
             lm = cls(cfg)
         lm.load(tensors, where, dtype)
         return lm
 
-    def load(self, tensors: Mapping[str, torch.Tensor], where: str, dtype: torch.dtype = torch.float32) -> None:
+    def load(self, tensors: Mapping[str, torch.Tensor], where: str, dtype: Optional[torch.dtype] = torch.float32) -> None:
         expected = {name: p.shape for name, p in self.named_parameters()}
         state = checked_state(expected, tensors, "the language model's", where, dtype)
         self.load_state_dict(state, strict=False, assign=True)
@@ -168,26 +178,35 @@ class DecoderLM(nn.Module):
         return self.embed_tokens.weight if self.lm_head is None else self.lm_head.weight
 
     @torch.no_grad()
-    def quantize_int8(self) -> int:
-        """dtype int8: every block's matrix products (attention q/k/v/o, the MLP's gate/up/down) and an untied
-        head become `quant.Int8Linear` (int8 weights per output row, activations quantized per row at run time);
-        the embedding, the norms and a tied head stay float32, as the rest of the model computes. The model must
-        be float32. Returns how many layers were quantized."""
-        if self.dtype != torch.float32:
-            raise ValueError(f"int8 quantization starts from a float32 model, not {self.dtype}")
-        from ..quant import Int8Linear
+    def quantize_int8(self, compute: torch.dtype = torch.float32) -> int:
+        """dtype int8: every block's matrix products (attention q/k/v/o, the MLP's gate/up/down) and the head
+        become int8 layers, quantized from the weights as loaded (the checkpoint's float32 or bfloat16, no
+        rounding between); the embedding and the norms are then cast to `compute`, the dtype the model runs in.
+        float32: `quant.Int8Linear` (int8 weights per output row, activations quantized per row at run time);
+        bfloat16: `quant.W8Linear` (int8 weights, bfloat16 activations never quantized: for CPUs that multiply
+        bfloat16 natively, `quant.w8_usable`). A tied head gets an int8 copy of the embedding for the logits (the
+        lookups keep the float rows): the head is read at every step, in a quarter (float32) or half (bfloat16)
+        of the time in int8. Returns how many layers were quantized."""
+        from ..quant import Int8Linear, W8Linear
 
+        layer = {torch.float32: Int8Linear, torch.bfloat16: W8Linear}.get(compute)
+        if layer is None:
+            raise ValueError(f"an int8 model computes in float32 or bfloat16, not {compute}")
         n = 0
         for block in self.layers:
             for parent, names in ((block.self_attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
                                   (block.mlp, ("gate_proj", "up_proj", "down_proj"))):
                 for name in names:
-                    setattr(parent, name, Int8Linear.from_linear(getattr(parent, name)))
+                    setattr(parent, name, layer.from_linear(getattr(parent, name)))
                     n += 1
         if self.lm_head is not None:
-            self.lm_head = Int8Linear.from_linear(self.lm_head)
-            n += 1
-        return n
+            self.lm_head = layer.from_linear(self.lm_head)
+        else:
+            self.head_int8 = layer(self.embed_tokens.weight, None)
+        for m in self.modules():  # what stays float: the embedding and the norms
+            if isinstance(m, (nn.Embedding, RMSNorm)):
+                m.weight = nn.Parameter(m.weight.detach().to(compute), requires_grad=False)
+        return n + 1
 
     @property
     def dtype(self) -> torch.dtype:
@@ -238,7 +257,12 @@ class DecoderLM(nn.Module):
         return self.norm(x)
 
     def logits(self, hidden: torch.Tensor) -> torch.Tensor:
-        out = F.linear(hidden, self.embed_tokens.weight) if self.lm_head is None else self.lm_head(hidden)
+        if self.lm_head is not None:
+            out = self.lm_head(hidden)
+        elif self.head_int8 is not None:
+            out = self.head_int8(hidden)
+        else:
+            out = F.linear(hidden, self.embed_tokens.weight)
         if self.cfg.logits_scaling != 1.0:
             out = out / self.cfg.logits_scaling
         return out

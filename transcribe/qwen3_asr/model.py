@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Mapping
+from typing import Mapping, Optional
 
 import torch
 from torch import nn
@@ -82,8 +82,10 @@ class Qwen3ASRModel(nn.Module):
         self.language_model = lm
 
     @classmethod
-    def load(cls, path: Path, cfg: Qwen3ASRConfig, dtype: torch.dtype = torch.float32) -> "Qwen3ASRModel":
-        """The network with the checkpoint's weights (in `dtype`), built without a random initialisation."""
+    def load(cls, path: Path, cfg: Qwen3ASRConfig, dtype: torch.dtype = torch.float32,
+             lm_dtype: Optional[torch.dtype] = torch.float32) -> "Qwen3ASRModel":
+        """The network with the checkpoint's weights (in `dtype`, the LM's in `lm_dtype`, None: as stored), built
+        without a random initialisation."""
         where = str(path)
         tensors = read_tensors(path)
         parts: dict[str, dict[str, torch.Tensor]] = {"encoder": {}, "projector": {}, "lm": {}}
@@ -111,7 +113,7 @@ class Qwen3ASRModel(nn.Module):
         _load_module(projector, parts["projector"], "projector", where, dtype)
         # the sinusoid table is no checkpoint tensor: made again off the meta device
         tower.positions = AudioEncoder.table(cfg.encoder)
-        lm = DecoderLM.from_tensors(cfg.lm, parts["lm"], where, dtype)
+        lm = DecoderLM.from_tensors(cfg.lm, parts.pop("lm"), where, lm_dtype)
         return cls(cfg, tower, projector, lm)
 
     @property

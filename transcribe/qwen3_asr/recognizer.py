@@ -25,6 +25,7 @@ import torch
 from .. import long_input
 from ..errors import ModelError, TranscribeError
 from ..llm.generate import Generated, generate
+from ..llm.model import int8_compute
 from ..llm.tokenizer import LLMTokenizer
 from ..recognizer import Recognizer
 from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
@@ -64,9 +65,9 @@ class Qwen3ASR(Recognizer):
     @classmethod
     def load(cls, path: Path, name: str, device, dtype: Optional[torch.dtype] = None) -> "Qwen3ASR":
         """A transformers-format (-hf) directory -> a recognizer on `device`; `dtype` (bfloat16, float16) applies
-        to the encoder, the projector and the LM; the front end stays in float32. int8: the weights read as
-        float32 and every linear layer of the encoder, the projector and the LM made an int8 product
-        (`quant.quantize_linears`; a tied head stays the float32 embedding)."""
+        to the encoder, the projector and the LM; the front end stays in float32. int8: every linear layer of the
+        encoder and the projector an int8 product (`quant.quantize_linears`, float32 around them), the LM's as
+        `DecoderLM.quantize_int8` makes them for this device (`llm.model.int8_compute`)."""
         from .config import read_config
 
         path = Path(path)
@@ -79,12 +80,15 @@ class Qwen3ASR(Recognizer):
         check_template(template, f"{path}/{source}" if source else str(path))
         prompts = PromptBuilder(tokenizer, config.audio_token_id, str(path))
         int8 = dtype == torch.int8
-        model = Qwen3ASRModel.load(path, config, torch.float32 if dtype is None or int8 else dtype)
+        dtype = torch.float32 if dtype is None or int8 else dtype
+        # int8: the LM's weights as stored, each quantized from the file's values and released in turn
+        model = Qwen3ASRModel.load(path, config, dtype, None if int8 else dtype)
         if int8:
             from ..quant import quantize_linears
 
-            for part in (model.audio_tower, model.multi_modal_projector, model.language_model):
+            for part in (model.audio_tower, model.multi_modal_projector):
                 quantize_linears(part)
+            model.language_model.quantize_int8(int8_compute(device))
         model.eval().to(device)
         return cls(model, tokenizer, prompts, name, str(device))
 
