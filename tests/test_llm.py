@@ -162,7 +162,9 @@ def test_int8_lm_follows_float32_in_each_compute_dtype(name):
         assert q.quantize_int8(compute) == 7 * lm.cfg.num_layers + 1
         head = q.head_int8 if q.lm_head is None else q.lm_head
         assert isinstance(head, kind) and isinstance(q.layers[0].mlp.down_proj, kind)
-        assert q.embed_tokens.weight.dtype == q.norm.weight.dtype == compute and q.inv_freq.dtype == torch.float32
+        # the norms compute in `compute`; the embedding keeps its dtype as loaded (float32 here), rows cast
+        assert q.dtype == q.norm.weight.dtype == compute and q.inv_freq.dtype == torch.float32
+        assert q.embed_tokens.weight.dtype == torch.float32 and q.embed(torch.tensor([[1]])).dtype == compute
         # rounding each weight to 1/254 of its row's range moves the logits as much as bfloat16's rounding to 2^-9
         # of each weight, give or take: measured 1.5-2.4x on these LMs (int8 activations add their own rounding)
         error = float((logits(q).float() - ref).abs().max())

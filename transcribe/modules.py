@@ -19,11 +19,13 @@ def embedding_weight(rows: int, dim: int) -> torch.Tensor:
 
 
 def checked_state(expected: dict, tensors, what: str, where: str, dtype: Optional[torch.dtype],
-                  keep_float=lambda name: False) -> dict:
+                  keep_float=lambda name: False, consume: bool = False) -> dict:
     """The tensors a module's `load_state_dict(..., assign=True)` takes: every name of `expected` (name ->
     shape) present in `tensors`, of its shape and floating point, none extra, each cast to `dtype` (None: kept
-    as stored; those `keep_float(name)` accepts to float32); a ModelError naming the first tensor that is missing, unexpected,
-    misshapen or not floating point. `what`: whose tensors, for messages ("the language model's")."""
+    as stored; those `keep_float(name)` accepts to float32); a ModelError naming the first tensor that is
+    missing, unexpected, misshapen or not floating point. `what`: whose tensors, for messages ("the language
+    model's"). `consume`: each tensor is taken out of the dict `tensors` as it is cast, so that a cast copy
+    does not live beside its original (when nothing else holds it)."""
     from .errors import ModelError
 
     missing = sorted(set(expected) - set(tensors))
@@ -36,7 +38,7 @@ def checked_state(expected: dict, tensors, what: str, where: str, dtype: Optiona
                          + (f" (and {len(extra) - 1} more)" if len(extra) > 1 else ""))
     state = {}
     for name, shape in expected.items():
-        t = tensors[name]
+        t = tensors.pop(name) if consume else tensors[name]
         if tuple(t.shape) != tuple(shape):
             raise ModelError(f"{where}: {what} tensor {name!r} has shape {tuple(t.shape)}, the config implies "
                              f"{tuple(shape)}")

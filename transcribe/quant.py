@@ -72,6 +72,22 @@ def int_mm(a: torch.Tensor, b: torch.Tensor, b_split: Optional[tuple[torch.Tenso
     return torch._int_mm(a, hi).mul_(2).add_(torch._int_mm(a, lo))
 
 
+def _int8_rows(w: torch.Tensor, round_scale) -> tuple[torch.Tensor, torch.Tensor]:
+    """A float weight [N, K] -> int8 [N, K] and float32 scales [N] (symmetric per row: absmax / 127, then
+    `round_scale`), computed in float32 a few rows at a time: no float32 copy of a whole (bfloat16) weight."""
+    if w.dim() != 2 or not w.is_floating_point():
+        raise ValueError(f"a float weight [N, K] expected, got {w.dtype} {tuple(w.shape)}")
+    q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
+    scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
+    rows = max(1, _DEQUANT_CHUNK // max(1, w.shape[1]))
+    for r in range(0, w.shape[0], rows):
+        c = w[r:r + rows].to(torch.float32)
+        s = round_scale(c.abs().amax(dim=1).clamp_min(1e-12) / 127.0)
+        q[r:r + rows] = torch.round(c / s[:, None]).clamp_(-127, 127).to(torch.int8)
+        scale[r:r + rows] = s
+    return q, scale
+
+
 class QuantLinear(nn.Module):
     """A linear layer whose weight is kept quantized (Int8Linear, Q8Linear): model code runs a pointwise
     convolution or a projection through it when it is one (`forward`, `forward_transposed`)."""
@@ -93,9 +109,7 @@ class Int8Linear(QuantLinear):
         if quantized is not None:  # int8 [N, K] and float32 [N] as they are (from_int8)
             q, scale = quantized
         else:
-            w = weight.detach().to(torch.float32)
-            scale = w.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-            q = torch.round(w / scale[:, None]).clamp_(-127, 127).to(torch.int8)
+            q, scale = _int8_rows(weight.detach(), lambda s: s)
         self.in_features = q.shape[1]
         self.out_features = q.shape[0]
         # [K, N] column-major (the transpose of a contiguous [N, K]): the layout _int_mm reads fastest.
@@ -181,18 +195,8 @@ class W8Linear(QuantLinear):
 
     def __init__(self, weight: torch.Tensor, bias: Optional[torch.Tensor]):
         super().__init__()
-        w = weight.detach()
-        if w.dim() != 2 or not w.is_floating_point():
-            raise ValueError(f"a float weight [N, K] expected, got {w.dtype} {tuple(w.shape)}")
-        q = torch.empty(w.shape, dtype=torch.int8, device=w.device)
-        scale = torch.empty(w.shape[0], dtype=torch.float32, device=w.device)
-        rows = max(1, _DEQUANT_CHUNK // max(1, w.shape[1]))
-        for r in range(0, w.shape[0], rows):  # in float32 a chunk at a time: no float32 copy of the weight
-            c = w[r:r + rows].to(torch.float32)
-            s = c.abs().amax(dim=1).clamp_min(1e-12) / 127.0
-            s = s.to(torch.bfloat16).to(torch.float32)  # the scale the product will use
-            q[r:r + rows] = torch.round(c / s[:, None]).clamp_(-127, 127).to(torch.int8)
-            scale[r:r + rows] = s
+        # the scales rounded to bfloat16, the ones the product uses, before the weights are divided by them
+        q, scale = _int8_rows(weight.detach(), lambda s: s.to(torch.bfloat16).to(torch.float32))
         self.out_features, self.in_features = q.shape
         self.register_buffer("weight_q", q)
         self.register_buffer("weight_scale", scale.to(torch.bfloat16))

@@ -379,7 +379,7 @@ def load_gguf(path: Path, name: str, device, dtype: Optional[torch.dtype] = None
     lm_state = {k[3:]: v for k, v in state.items() if k.startswith("lm.")}
     rest = {k: v for k, v in state.items() if not k.startswith("lm.")}
     del state
-    model = GraniteSpeechModel.from_state(cfg, rest, lm_state, str(path), work, work)
+    model = GraniteSpeechModel.from_state(cfg, rest, lm_state, str(path), work)
     if extra["int8"] is not None:
         extra["int8"].adopt(model)
     eos = extra["token_ids"]["eos"]

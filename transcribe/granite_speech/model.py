@@ -42,18 +42,24 @@ class GraniteSpeechModel(nn.Module):
 
     @classmethod
     def from_state(cls, cfg: GraniteSpeechConfig, state: Mapping[str, torch.Tensor], lm_state, where: str,
-                   dtype: torch.dtype, lm_dtype: Optional[torch.dtype]) -> "GraniteSpeechModel":
+                   dtype: torch.dtype, int8: Optional[torch.dtype] = None) -> "GraniteSpeechModel":
         """The model holding the checkpoint's tensors (`state`: encoder.* and projector.*; `lm_state`: the LM's
-        own names) in `dtype` (the LM's in `lm_dtype`, None: as stored), BatchNorm folded into the depthwise
-        convolutions."""
+        own names) in `dtype`, BatchNorm folded into the depthwise convolutions. `int8` (the dtype the LM computes
+        in): an int8 model, the LM quantized first from its weights as stored, then the encoder and projector
+        cast to float32 and INT8_WEIGHTS quantized (`quant.quantize_matching`); both dicts are consumed as they load, so that no float
+        weight lives beside its copy (the caller holding no other reference)."""
         with torch.device("meta"):
             model = cls(cfg)
+        if int8 is not None:
+            model.lm = DecoderLM.from_tensors(cfg.lm, lm_state, where, int8=int8)
+            dtype = torch.float32
         own = {k: v for k, v in model.state_dict().items()
                if not k.startswith("lm.") and not k.endswith("num_batches_tracked")}
         # the BatchNorms stay float32 until they are folded into the convolutions below
         loaded = checked_state({k: v.shape for k, v in own.items()}, state, "the", where, dtype,
-                               keep_float=lambda k: "batch_norm" in k)
+                               keep_float=lambda k: "batch_norm" in k, consume=int8 is not None)
         model.load_state_dict(loaded, strict=False, assign=True)
+        del loaded
         for layer in model.encoder.layers:  # BatchNorm's buffers: a fresh module's, then the checkpoint's
             bn = layer.conv.batch_norm
             bn.num_batches_tracked = torch.zeros((), dtype=torch.long)
@@ -62,25 +68,17 @@ class GraniteSpeechModel(nn.Module):
             conv = layer.conv.depth_conv.conv
             conv.weight.data = conv.weight.data.to(dtype)
             conv.bias.data = conv.bias.data.to(dtype)
-        model.lm = DecoderLM.from_tensors(cfg.lm, lm_state, where, lm_dtype)
+        if int8 is not None:
+            from ..quant import quantize_matching
+
+            quantize_matching(model, INT8_WEIGHTS.match)
+        else:
+            model.lm = DecoderLM.from_tensors(cfg.lm, lm_state, where, dtype)
         return model.eval()
 
     @property
     def dtype(self) -> torch.dtype:
         return self.lm.dtype
-
-    @torch.no_grad()
-    def quantize_int8(self, lm_compute: torch.dtype = torch.float32) -> int:
-        """dtype int8: INT8_WEIGHTS become Int8Linear (transcribe/quant.py), the pointwise convolutions [N, K, 1]
-        as the [N, K] matrix products they are, the encoder and projector must be float32 (the rest of them
-        computes in float32); the LM's products as `DecoderLM.quantize_int8(lm_compute)` makes them. Returns how
-        many layers were quantized."""
-        enc = self.encoder.input_linear.weight.dtype
-        if enc != torch.float32:
-            raise ValueError(f"int8 quantization starts from a float32 encoder, not {enc}")
-        from ..quant import quantize_matching
-
-        return quantize_matching(self, INT8_WEIGHTS.match) + self.lm.quantize_int8(lm_compute)
 
     def audio_embeddings(self, features: torch.Tensor, lengths: torch.Tensor, counts: list[int]) -> list[torch.Tensor]:
         """features [B, T, 160] (zeros past each input's frames), lengths [B] (frames) -> each input's LM

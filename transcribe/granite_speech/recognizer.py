@@ -88,12 +88,11 @@ class GraniteSpeechASR(Recognizer):
         if cfg.has_lora_adapter:
             n = merge_lora(path, lm_state)
             log.debug("%s: LoRA adapter merged into %d matrices", name, n)
-        # int8: the LM's weights as stored, each quantized from the file's values and released in turn
-        model = GraniteSpeechModel.from_state(cfg, {k: v for k, v in state.items() if not k.startswith("lm.")},
-                                              lm_state, str(path), dtype, None if int8 else dtype)
-        del state, lm_state
-        if int8:
-            model.quantize_int8(int8_compute(device))
+        rest = {k: v for k, v in state.items() if not k.startswith("lm.")}
+        del state  # int8: each float weight is freed as it is quantized (from_state consumes the dicts)
+        model = GraniteSpeechModel.from_state(cfg, rest, lm_state, str(path), dtype,
+                                              int8_compute(device) if int8 else None)
+        del rest, lm_state
         tokenizer = LLMTokenizer.load(path)
         stop_ids, defaults = _generation(path, raw, tokenizer)
         model.to(device)

@@ -157,19 +157,25 @@ class DecoderLM(nn.Module):
     # ---- weights
     @classmethod
     def from_tensors(cls, cfg: LMConfig, tensors: Mapping[str, torch.Tensor], where: str,
-                     dtype: Optional[torch.dtype] = torch.float32) -> "DecoderLM":
+                     dtype: Optional[torch.dtype] = torch.float32, int8: Optional[torch.dtype] = None) -> "DecoderLM":
         """The LM with the checkpoint's tensors (transformers' names below the LM prefix), built without a
         random initialisation and holding the tensors in `dtype` (None: as stored; no extra copy when they
-        already are)."""
+        already are). `int8` (the dtype to compute in): the tensors kept as stored, taken out of `tensors` (a
+        dict) and quantized (`quantize_int8`), so that each float weight is freed as its int8 copy is made
+        when nothing else holds it."""
         with torch.device("meta"):
             lm = cls(cfg)
-        lm.load(tensors, where, dtype)
+        lm.load(tensors, where, None if int8 is not None else dtype, consume=int8 is not None)
+        if int8 is not None:
+            lm.quantize_int8(int8)
         return lm
 
-    def load(self, tensors: Mapping[str, torch.Tensor], where: str, dtype: Optional[torch.dtype] = torch.float32) -> None:
+    def load(self, tensors: Mapping[str, torch.Tensor], where: str, dtype: Optional[torch.dtype] = torch.float32,
+             consume: bool = False) -> None:
         expected = {name: p.shape for name, p in self.named_parameters()}
-        state = checked_state(expected, tensors, "the language model's", where, dtype)
+        state = checked_state(expected, tensors, "the language model's", where, dtype, consume=consume)
         self.load_state_dict(state, strict=False, assign=True)
+        del state
         device = self.embed_tokens.weight.device
         exponent = torch.arange(0, self.cfg.head_dim, 2, dtype=torch.int64).to(torch.float32) / self.cfg.head_dim
         self.inv_freq = (1.0 / (self.cfg.rope_theta ** exponent)).to(device)
@@ -184,9 +190,10 @@ class DecoderLM(nn.Module):
         rounding between); the embedding and the norms are then cast to `compute`, the dtype the model runs in.
         float32: `quant.Int8Linear` (int8 weights per output row, activations quantized per row at run time);
         bfloat16: `quant.W8Linear` (int8 weights, bfloat16 activations never quantized: for CPUs that multiply
-        bfloat16 natively, `quant.w8_usable`). A tied head gets an int8 copy of the embedding for the logits (the
+        bfloat16 natively, `int8_compute`). A tied head gets an int8 copy of the embedding for the logits (the
         lookups keep the float rows): the head is read at every step, in a quarter (float32) or half (bfloat16)
-        of the time in int8. Returns how many layers were quantized."""
+        of the time in int8. The embedding keeps the dtype it was loaded in (a bfloat16 checkpoint's rows are
+        exact in float32: they are cast as they are looked up). Returns how many layers were quantized."""
         from ..quant import Int8Linear, W8Linear
 
         layer = {torch.float32: Int8Linear, torch.bfloat16: W8Linear}.get(compute)
@@ -203,23 +210,24 @@ class DecoderLM(nn.Module):
             self.lm_head = layer.from_linear(self.lm_head)
         else:
             self.head_int8 = layer(self.embed_tokens.weight, None)
-        for m in self.modules():  # what stays float: the embedding and the norms
-            if isinstance(m, (nn.Embedding, RMSNorm)):
+        for m in self.modules():  # the norms compute in `compute`
+            if isinstance(m, RMSNorm):
                 m.weight = nn.Parameter(m.weight.detach().to(compute), requires_grad=False)
         return n + 1
 
     @property
     def dtype(self) -> torch.dtype:
-        return self.embed_tokens.weight.dtype
+        """The dtype the model computes in (its hidden states, its cache)."""
+        return self.norm.weight.dtype
 
     # ---- running
     def embed(self, ids: torch.Tensor) -> torch.Tensor:
         """The embedding rows of `ids` [B, L] (no multiplier: Granite's applies inside `forward`, to audio rows
         as well, as transformers does)."""
-        return self.embed_tokens(ids)
+        return self.embed_tokens(ids).to(self.dtype)
 
     def new_cache(self, rows: int, capacity: int) -> KVCache:
-        w = self.embed_tokens.weight
+        w = self.norm.weight
         return KVCache(self.cfg, rows, capacity, w.dtype, w.device)
 
     def forward(self, x: torch.Tensor, cache: KVCache, valid: Optional[torch.Tensor] = None) -> torch.Tensor:

@@ -159,7 +159,8 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
     import gguf
 
     from .config import read_config, read_features, read_json
-    from .model import HEAD, read_tensors
+    from ..safetensors_files import read_tensors, weight_files
+    from .model import HEAD
     from .prompt import read_template
 
     key = str(qtype).strip().lower()
@@ -183,7 +184,7 @@ def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> P
     if tok["audio_start"] is None or tok["audio_end"] is None:
         raise ModelError(f"{src}: the tokenizer lacks <|audio_start|> or <|audio_end|>")
     feats = read_features(src)
-    state = read_tensors(src)
+    state = read_tensors(weight_files(src))
     state.pop(HEAD, None)  # tied: the embedding (the converter skips the stored copy)
     params = sum(int(t.numel()) for t in state.values())
     variant = str(meta.pop("stt.variant", None) or src.resolve().name)

@@ -7,7 +7,6 @@ model's stored `lm_head.weight`, if any, is the embedding's tie in transformers 
 safetensors files are read (one file or an index of shards): loading runs no code from the checkpoint."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Mapping, Optional
 
@@ -16,6 +15,7 @@ from torch import nn
 
 from ..errors import ModelError
 from ..modules import checked_state
+from ..safetensors_files import read_tensors, weight_files
 from ..llm.model import DecoderLM
 from .config import Qwen3ASRConfig
 from .encoder import AudioEncoder, Projector
@@ -26,50 +26,12 @@ LM_PREFIX = "model.language_model."
 HEAD = "lm_head.weight"
 
 
-def weight_files(path: Path) -> list[Path]:
-    """The checkpoint's safetensors files: the shards an index names, or model.safetensors."""
-    index = path / "model.safetensors.index.json"
-    if index.is_file():
-        try:
-            shards = sorted(set(json.loads(index.read_text(encoding="utf-8"))["weight_map"].values()))
-        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
-            raise ModelError(f"{index}: not a safetensors index ({e})") from None
-        if not all(isinstance(s, str) and "/" not in s and "\\" not in s and s not in ("", ".", "..") for s in shards):
-            raise ModelError(f"{index}: a shard name is not a file name of the directory")
-        files = [path / s for s in shards]
-        missing = [f.name for f in files if not f.is_file()]
-        if missing:
-            raise ModelError(f"{path}: weight shards missing: {', '.join(missing[:4])}")
-        return files
-    single = path / "model.safetensors"
-    if single.is_file():
-        return [single]
-    raise ModelError(f"{path}: no model.safetensors (or model.safetensors.index.json) weights")
-
-
-def read_tensors(path: Path) -> dict[str, torch.Tensor]:
-    from safetensors import SafetensorError, safe_open
-
-    state: dict[str, torch.Tensor] = {}
-    for f in weight_files(path):
-        try:
-            with safe_open(str(f), framework="pt") as h:
-                for k in h.keys():
-                    if k in state:
-                        raise ModelError(f"{f.name}: tensor {k} appears in two shards")
-                    state[k] = h.get_tensor(k)
-        except SafetensorError as e:
-            raise ModelError(f"{f}: not a readable safetensors file ({e})") from None
-        except OSError as e:
-            raise ModelError(f"{f}: {e}") from None
-    return state
-
-
 def _load_module(module: nn.Module, tensors: Mapping[str, torch.Tensor], what: str, where: str,
-                 dtype: torch.dtype) -> None:
-    """`module`'s parameters from `tensors` (names below its prefix), every one present, of its shape."""
+                 dtype: torch.dtype, consume: bool = False) -> None:
+    """`module`'s parameters from `tensors` (names below its prefix), every one present, of its shape
+    (`consume`: taken out of the dict as they are cast)."""
     expected = {name: p.shape for name, p in module.named_parameters()}
-    state = checked_state(expected, tensors, f"the {what}'s", where, dtype)
+    state = checked_state(expected, tensors, f"the {what}'s", where, dtype, consume=consume)
     module.load_state_dict(state, strict=False, assign=True)
 
 
@@ -83,11 +45,13 @@ class Qwen3ASRModel(nn.Module):
 
     @classmethod
     def load(cls, path: Path, cfg: Qwen3ASRConfig, dtype: torch.dtype = torch.float32,
-             lm_dtype: Optional[torch.dtype] = torch.float32) -> "Qwen3ASRModel":
-        """The network with the checkpoint's weights (in `dtype`, the LM's in `lm_dtype`, None: as stored), built
-        without a random initialisation."""
+             int8: Optional[torch.dtype] = None) -> "Qwen3ASRModel":
+        """The network with the checkpoint's weights (in `dtype`), built without a random initialisation.
+        `int8` (the dtype the LM computes in): an int8 model, the LM quantized first from its weights as stored
+        (`DecoderLM.quantize_int8`), then every linear layer of the encoder and the projector, cast to float32,
+        made an int8 product (`quant.quantize_linears`); each float weight freed as its copy is made."""
         where = str(path)
-        tensors = read_tensors(path)
+        tensors = read_tensors(weight_files(path))
         parts: dict[str, dict[str, torch.Tensor]] = {"encoder": {}, "projector": {}, "lm": {}}
         prefixes = (("encoder", ENCODER_PREFIX), ("projector", PROJECTOR_PREFIX), ("lm", LM_PREFIX))
         for key, t in tensors.items():
@@ -106,14 +70,24 @@ class Qwen3ASRModel(nn.Module):
                     raise ModelError(f"{where}: {ORIGINAL_LAYOUT}")
                 raise ModelError(f"{where}: unexpected tensor {key!r} (not of the audio encoder, the projector or "
                                  "the language model)")
+        del tensors
+        if int8 is not None:
+            lm = DecoderLM.from_tensors(cfg.lm, parts["lm"], where, int8=int8)
+            dtype = torch.float32
         with torch.device("meta"):
             tower = AudioEncoder(cfg.encoder)
             projector = Projector(cfg.encoder)
-        _load_module(tower, parts["encoder"], "audio encoder", where, dtype)
-        _load_module(projector, parts["projector"], "projector", where, dtype)
+        _load_module(tower, parts["encoder"], "audio encoder", where, dtype, consume=int8 is not None)
+        _load_module(projector, parts["projector"], "projector", where, dtype, consume=int8 is not None)
         # the sinusoid table is no checkpoint tensor: made again off the meta device
         tower.positions = AudioEncoder.table(cfg.encoder)
-        lm = DecoderLM.from_tensors(cfg.lm, parts.pop("lm"), where, lm_dtype)
+        if int8 is None:
+            lm = DecoderLM.from_tensors(cfg.lm, parts["lm"], where, dtype)
+        else:
+            from ..quant import quantize_linears
+
+            quantize_linears(tower)
+            quantize_linears(projector)
         return cls(cfg, tower, projector, lm)
 
     @property

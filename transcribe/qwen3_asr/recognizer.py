@@ -81,14 +81,7 @@ class Qwen3ASR(Recognizer):
         prompts = PromptBuilder(tokenizer, config.audio_token_id, str(path))
         int8 = dtype == torch.int8
         dtype = torch.float32 if dtype is None or int8 else dtype
-        # int8: the LM's weights as stored, each quantized from the file's values and released in turn
-        model = Qwen3ASRModel.load(path, config, dtype, None if int8 else dtype)
-        if int8:
-            from ..quant import quantize_linears
-
-            for part in (model.audio_tower, model.multi_modal_projector):
-                quantize_linears(part)
-            model.language_model.quantize_int8(int8_compute(device))
+        model = Qwen3ASRModel.load(path, config, dtype, int8_compute(device) if int8 else None)
         model.eval().to(device)
         return cls(model, tokenizer, prompts, name, str(device))
 
