@@ -38,6 +38,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelError
+from ..gguf.hf import f32_value
 from ..gguf.file import missing_layers
 from .frontend import HOP, N_FFT, N_MELS, SAMPLE_RATE, WIN_LENGTH, GraniteFrontEnd
 from .tokenizer import GraniteTokenizer
@@ -143,10 +144,6 @@ def tensor_names(enc_layers: int, prj_layers: int, prj_taps: int, dec_layers: in
     return out
 
 
-def f32_value(v: float) -> float:
-    """A FLOAT32 metadata value as the decimal it was written from (the shortest decimal that is the
-    same float32: 9.99999997e-07 -> 1e-06), so a config rebuilt from a file equals the original."""
-    return float(str(np.float32(v)))
 
 
 # ------------------------------------------------------------------------------------------------

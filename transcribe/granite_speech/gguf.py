@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 from ..errors import ModelError
+from ..gguf.hf import f32_value
 
 ARCH = "granite_speech"
 P = "stt.granite."
@@ -126,10 +127,6 @@ def tensor_names(enc_layers: int, prj_layers: int, dec_layers: int, cross_every:
     return out
 
 
-def f32_value(v: float) -> float:
-    """A FLOAT32 metadata value as the decimal it was written from (the shortest decimal that is the same
-    float32: 9.99999997e-07 -> 1e-06), so a config rebuilt from a file equals the original."""
-    return float(str(np.float32(v)))
 
 
 # ------------------------------------------------------------------------------------------------

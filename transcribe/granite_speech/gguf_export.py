@@ -38,6 +38,7 @@ import torch
 
 from ..errors import ModelError
 from ..gguf import quants
+from ..gguf.hf import bpe_vocab
 from .gguf import ARCH, P, tensor_names
 
 QTYPES = {"bf16": (quants.BF16, 32), "f32": (quants.F32, 0)}
@@ -83,42 +84,8 @@ def read_tokenizer(src: Path, vocab_size: int) -> dict:
     """tokens, token types, merges and special ids as the converter reads tokenizer.json and
     tokenizer_config.json: ids no piece has become `<|unused_{i}|>` (normal), added tokens are control tokens
     when marked special and normal ones otherwise; bos / eos / pad / unk by their names in tokenizer_config."""
-    from .config import read_json
-
-    tj = read_json(src / "tokenizer.json")
-    cfg_path = src / "tokenizer_config.json"
-    if not cfg_path.is_file():
-        raise ModelError(f"{src}: tokenizer_config.json is missing (the special tokens' names)")
-    tcfg = read_json(cfg_path)
-    model = tj.get("model") or {}
-    if model.get("type", "BPE") != "BPE":
-        raise ModelError(f"{src}/tokenizer.json: a {model.get('type')} model; the gpt2 GGUF tokenizer is BPE")
-    vocab = dict(model.get("vocab") or {})
-    merges = [f"{m[0]} {m[1]}" if isinstance(m, list) else m for m in model.get("merges") or []]
-    added = tj.get("added_tokens") or []
-    by_id: dict[int, tuple[str, bool]] = {int(i): (t, False) for t, i in vocab.items()}
-    for a in added:
-        by_id[int(a["id"])] = (a["content"], bool(a.get("special", False)))
-    if max(by_id) >= vocab_size:
-        raise ModelError(f"{src}: the tokenizer has id {max(by_id)}, beyond the LM's vocab_size {vocab_size}")
-    tokens, types = [], []
-    for i in range(vocab_size):
-        tok, special = by_id.get(i, (f"<|unused_{i}|>", False))
-        tokens.append(tok)
-        types.append(3 if special else 1)
-
-    def id_of(field: str) -> Optional[int]:
-        val = tcfg.get(field)
-        if isinstance(val, dict):
-            val = val.get("content")
-        if not val:
-            return None
-        if val in vocab:
-            return int(vocab[val])
-        return next((int(a["id"]) for a in added if a.get("content") == val), None)
-
-    return {"tokens": tokens, "types": types, "merges": merges,
-            **{k: id_of(f"{k}_token") for k in ("bos", "eos", "pad", "unk")}}
+    vocab, id_of = bpe_vocab(src, vocab_size)
+    return {**vocab, **{k: id_of(f"{k}_token") for k in ("bos", "eos", "pad", "unk")}}
 
 
 def chat_template(src: Path) -> Optional[str]:

@@ -48,10 +48,10 @@ import re
 from pathlib import Path
 from typing import Optional
 
-import numpy as np
 import torch
 
 from ..errors import ModelError
+from ..gguf.hf import f32_value
 
 ARCH = "qwen3_asr"
 P = "stt.qwen3_asr."
@@ -116,9 +116,6 @@ def module_name(ours: str) -> str:
     return "language_model.lm_head.weight" if ours == "lm_head.weight" else ours[len("model."):]
 
 
-def f32_value(v: float) -> float:
-    """A FLOAT32 metadata value as the decimal it was written from (9.99999997e-07 -> 1e-06)."""
-    return float(str(np.float32(v)))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ import torch
 
 from ..errors import ModelError
 from ..gguf import quants
+from ..gguf.hf import bpe_vocab
 from .gguf import ARCH, FRONTEND_TENSORS, P, tensor_names
 
 QTYPES = {"bf16": (quants.BF16, 32), "f32": (quants.F32, 0)}
@@ -115,42 +116,10 @@ def read_tokenizer(src: Path, vocab_size: int) -> dict:
     tokenizer.json's vocabulary and added tokens): ids no token has become `<|unused_{i}|>` (normal), added tokens
     are control tokens when marked special and normal otherwise; bos / eos / pad by their names in
     tokenizer_config.json."""
-    from .config import read_json
-
-    tj = read_json(src / "tokenizer.json")
-    tcfg = read_json(src / "tokenizer_config.json")
-    if tj is None or tcfg is None:
-        raise ModelError(f"{src}: tokenizer.json and tokenizer_config.json are needed")
-    model = tj.get("model") or {}
-    if model.get("type", "BPE") != "BPE":
-        raise ModelError(f"{src}/tokenizer.json: a {model.get('type')} model; the gpt2 GGUF tokenizer is BPE")
-    vocab = dict(model.get("vocab") or {})
-    merges = [f"{m[0]} {m[1]}" if isinstance(m, list) else m for m in model.get("merges") or []]
-    added = tj.get("added_tokens") or []
-    by_id: dict[int, tuple[str, bool]] = {int(i): (t, False) for t, i in vocab.items()}
-    for a in added:
-        by_id[int(a["id"])] = (a["content"], bool(a.get("special", False)))
-    if max(by_id) >= vocab_size:
-        raise ModelError(f"{src}: the tokenizer has id {max(by_id)}, beyond the LM's vocab_size {vocab_size}")
-    tokens, types = [], []
-    for i in range(vocab_size):
-        tok, special = by_id.get(i, (f"<|unused_{i}|>", False))
-        tokens.append(tok)
-        types.append(3 if special else 1)
-
-    def id_of(field: str) -> Optional[int]:
-        val = tcfg.get(field)
-        if isinstance(val, dict):
-            val = val.get("content")
-        if not val:
-            return None
-        if val in vocab:
-            return int(vocab[val])
-        return next((int(a["id"]) for a in added if a.get("content") == val), None)
-
-    ids = {t: i for i, t in enumerate(tokens)}
-    return {"tokens": tokens, "types": types, "merges": merges, "bos": id_of("bos_token"), "eos": id_of("eos_token"),
-            "pad": id_of("pad_token"), "audio_start": ids.get("<|audio_start|>"), "audio_end": ids.get("<|audio_end|>")}
+    vocab, id_of = bpe_vocab(src, vocab_size)
+    ids = {t: i for i, t in enumerate(vocab["tokens"])}
+    return {**vocab, "bos": id_of("bos_token"), "eos": id_of("eos_token"), "pad": id_of("pad_token"),
+            "audio_start": ids.get("<|audio_start|>"), "audio_end": ids.get("<|audio_end|>")}
 
 
 def export_gguf(src, out, qtype: str = "bf16", meta: Optional[dict] = None) -> Path:
