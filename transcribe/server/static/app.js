@@ -121,10 +121,10 @@ function formFields() {
 
 // POST the file with `fields` (+ response_format); resolves to the answer's text. XMLHttpRequest: it
 // reports the upload's progress, which fetch does not.
-function post(fields, format, progress) {
+function post(blob, fields, format, progress) {
   const task = fields.task === "translate" ? "translations" : "transcriptions";
   const form = new FormData();
-  form.append("file", file.blob, file.blob.name || "audio");
+  form.append("file", blob, blob.name || "audio");
   for (const [k, v] of fields.list) form.append(k, v);
   form.append("response_format", format);
   if (format === "verbose_json") {
@@ -156,20 +156,21 @@ $("file-form").addEventListener("submit", async (ev) => {
   const f = $("file-input").files[0];
   if (!f || !ready) return;
   show("file-msg", "");
-  file.blob = f;
-  file.fields = {list: formFields(), task: $("task").value, words: $("words").checked};
-  file.downloads = {};
+  const fields = {list: formFields(), task: $("task").value, words: $("words").checked};
   const bar = $("progress"), status = $("file-status");
   $("go").disabled = true;
   bar.hidden = false;
   bar.value = 0;
   status.textContent = "Uploading…";
   try {
-    const text = await post(file.fields, "verbose_json", (p) => {
+    const text = await post(f, fields, "verbose_json", (p) => {
       bar.value = p;
       status.textContent = p < 1 ? `Uploading ${Math.round(p * 100)} %` : "Transcribing…";
     });
     file.body = JSON.parse(text);
+    file.blob = f; // what the downloads ask for: the file and options shown
+    file.fields = fields;
+    file.downloads = {};
     showResult(f, file.body);
     status.textContent = `Done: ${file.body.duration.toFixed(1)} s of audio`;
   } catch (e) {
@@ -262,7 +263,7 @@ function follow() {
   let lo = 0, hi = words.length - 1, at = -1;
   while (lo <= hi) {
     const mid = (lo + hi) >> 1;
-    if (words[mid].start <= t) { at = mid; lo = mid + 1; } else hi = mid - 1;
+    if (words[mid].start <= t + 1e-3) { at = mid; lo = mid + 1; } else hi = mid - 1;
   }
   if (at >= 0 && t > words[at].end + 0.5) at = -1;
   if (at !== file.now) {
@@ -293,7 +294,7 @@ async function download(button, fmt) {
   if (text === undefined) {
     button.disabled = true;
     try {
-      text = file.downloads[fmt] = await post(file.fields, FORMATS[fmt][0]);
+      text = file.downloads[fmt] = await post(file.blob, file.fields, FORMATS[fmt][0]);
     } catch (e) {
       failed("file-msg", e);
       return;
