@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import MODELS, REPO, two_utterances_wav
+from .conftest import MODELS, REPO, SHARED, two_utterances_wav
 from .test_server import _free_port
 
 # Without playwright or Chromium the module skips, saying why; where TRANSCRIBE_REQUIRE_BROWSER is set
@@ -58,6 +58,8 @@ KEY = "page-test-key"
 EOU = MODELS / "tiny-eou-streaming.nemo"
 EOU_ID = EOU.relative_to(REPO).as_posix()  # its id in the API: the name the server was given
 SAMPLE = REPO / "samples" / "sample.wav"
+SORTFORMER = SHARED / "models" / "sortformer-tiny" / "sortformer-tiny.nemo"  # the streaming tiny diarizer
+MIX = SHARED / "models" / "sortformer-tiny" / "mix0.wav"  # two speakers
 SCREENS = REPO / "bench-out" / "ui-screens"
 WAIT_MS = 60_000  # for the model to answer; a failure shows long before
 
@@ -69,7 +71,7 @@ class PageServer:
         self.port = _free_port()
         self.tmp = tmp
         self.args = ["--port", str(self.port), "--api-key", KEY, "--log-level", "warning",
-                     "--model", "tiny.en", "--model", EOU_ID]
+                     "--model", "tiny.en", "--model", EOU_ID, "--diarizer", str(SORTFORMER)]
         self.proc = None
         self.start()
 
@@ -138,8 +140,9 @@ def _command_file(command_outputs, ext: str) -> str:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory, command_outputs):
-    if not EOU.is_file():
-        pytest.fail(f"{EOU} is missing (a committed test model)")
+    for path in (EOU, SORTFORMER, MIX):
+        if not path.is_file():
+            pytest.fail(f"{path} is missing (a committed test model, or ../shared beside the repository)")
     s = PageServer(tmp_path_factory.mktemp("page-server"))
     yield s
     s.stop()
@@ -241,11 +244,20 @@ def test_a_wrong_key_is_told_and_the_right_one_is_kept(page, server):
     assert unlabelled == []
 
 
+def _watch_status(page) -> None:
+    page.evaluate("""() => { window.statuses = []; const el = document.getElementById('file-status');
+        new MutationObserver(() => window.statuses.push(el.textContent))
+          .observe(el, {childList: true, characterData: true, subtree: true}); }""")
+
+
 def test_a_file_shows_the_commands_transcript(page, command_outputs):
     page.set_input_files("#file-input", str(SAMPLE))
     page.select_option("#model", "tiny.en")
+    _watch_status(page)
     page.click("#go")
     page.locator("#result").wait_for(state="visible")
+    statuses = page.evaluate("window.statuses")
+    assert "Transcribing…" in statuses and statuses[-1].startswith("Done: 4.6 s"), statuses  # upload, then work
     shown = _text(page, "#transcript .seg .text")
     assert shown == " ".join(_command_file(command_outputs, "txt").split())
     assert page.locator("#transcript .w").count() == len(shown.split())  # every word timed and clickable
@@ -282,6 +294,14 @@ def test_clicking_a_word_plays_from_its_start(page):
     page.wait_for_function(f"() => document.getElementById('player').currentTime > {start}")  # it plays on from there
     _shot(page, "file-result.png")
     page.evaluate("document.getElementById('player').pause()")
+    second = page.locator("#transcript .seg .time").nth(1)  # keyboard: a segment's time is a button
+    second.focus()
+    page.evaluate("window.seekedAt = null; document.getElementById('player')"
+                  ".addEventListener('seeked', (e) => { window.seekedAt = e.target.currentTime; }, {once: true})")
+    page.keyboard.press("Enter")
+    page.wait_for_function("() => window.seekedAt !== null")
+    assert abs(page.evaluate("window.seekedAt") - float(second.get_attribute("data-start"))) < 1e-3
+    page.evaluate("document.getElementById('player').pause()")
 
 
 def test_an_unsupported_file_is_told_and_the_page_goes_on(page, tmp_path):
@@ -297,6 +317,26 @@ def test_an_unsupported_file_is_told_and_the_page_goes_on(page, tmp_path):
     page.locator("#file-msg").wait_for(state="hidden")
     page.wait_for_function("() => document.getElementById('file-status').textContent.startsWith('Done')")
     assert _text(page, "#transcript .seg .text").startswith("The quick brown fox")
+
+
+def test_who_spoke_is_shown_as_the_server_says(page):
+    assert page.locator("#diarize-box").is_visible()  # the server has a diarizer
+    page.check("#diarize")
+    page.set_input_files("#file-input", str(MIX))
+    _watch_status(page)
+    with page.expect_response(lambda r: r.url.endswith("/v1/audio/transcriptions")) as answer:
+        page.click("#go")
+    body = answer.value.json()
+    page.wait_for_function("() => window.statuses.length && window.statuses.at(-1).startsWith('Done')")
+    assert "speakers" in body  # diarize=true was sent
+    expected = [[seg.get("speaker"), " ".join(seg["text"].split())] for seg in body["segments"]]
+    shown = page.evaluate("""() => [...document.querySelectorAll('#transcript .seg')].map((p) => {
+        const who = p.querySelector('.who');
+        return [who ? who.textContent : null, p.querySelector('.text').textContent.split(/\\s+/).join(' ').trim()]; })""")
+    assert shown == expected
+    assert any(speaker for speaker, _ in expected), expected  # someone is named, and shown
+    _shot(page, "file-diarized.png")
+    page.uncheck("#diarize")
 
 
 def _session_text(server, start: dict, frames: list[bytes]) -> str:

@@ -213,6 +213,7 @@ function showResult(f, body) {
     at.type = "button";
     at.className = "time";
     at.textContent = clock(seg.start);
+    at.dataset.start = seg.start;
     at.setAttribute("aria-label", `Play from ${clock(seg.start)}`);
     at.addEventListener("click", () => play(seg.start));
     p.append(at);
