@@ -212,6 +212,17 @@ def test_page_is_served_without_the_key_with_types_and_caching(server):
     assert server.get("/v1/models")[0] == 401  # the API still needs the key
 
 
+def test_the_package_ships_every_file_of_the_page():
+    import fnmatch
+
+    tomllib = pytest.importorskip("tomllib", reason="reading pyproject.toml needs Python 3.11's tomllib")
+
+    globs = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["transcribe.server"]
+    static = REPO / "transcribe" / "server" / "static"
+    files = sorted(p.relative_to(static.parent).as_posix() for p in static.iterdir())
+    assert files and [f for f in files if not any(fnmatch.fnmatch(f, g) for g in globs)] == []
+
+
 def test_no_ui_leaves_the_page_out():
     from .test_server_security import InProcess
 

@@ -70,6 +70,7 @@ async function connect() {
     setReady(false);
     if (e.status === 401) askKey(key ? e.message : "");
     else $("server").textContent = e.message;
+    if (e.status === 0) setTimeout(connect, 3000); // not reachable: try again until it is
   }
 }
 
