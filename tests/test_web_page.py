@@ -397,9 +397,12 @@ def test_the_microphone_live(page, server):
     assert state == "live"
     # The first words are committed while the microphone still plays the file's first pass.
     assert float(heard) < duration, (heard, duration)
+    # the screenshot: once an utterance has ended, with words still tentative (grey) if any come before the next end
+    page.wait_for_function("""() => { const lines = document.querySelectorAll('#live-text .line');
+        return lines.length >= 3 || (lines.length === 2 && lines[1].querySelector('.t').textContent.trim() !== ''); }""")
+    _shot(page, "live-session.png")
     page.wait_for_function("() => document.querySelectorAll('#live-text .line').length >= 3")  # two utterances ended
     assert page.locator("#live-status").inner_text().startswith(f"{EOU_ID}: chunk ")
-    _shot(page, "live-session.png")
     page.click("#mic")
     page.wait_for_function("() => document.getElementById('live').dataset.state === 'idle'")
     assert page.locator("#live-msg").is_hidden()
@@ -411,6 +414,7 @@ def test_the_microphone_live(page, server):
     assert " ".join(lines) == expected == page.evaluate("document.getElementById('live').dataset.final")
     assert lines[0].startswith("a golden fortune")  # the tiny model's words (its end may differ: it learnt 7 clips)
     grown = page.evaluate("window.committed")
+    assert len(grown) >= len(lines)
     for (n, before), (m, after) in zip(grown, grown[1:]):
         assert n != m or after.startswith(before), (before, after)
     grey, text = page.evaluate("""[getComputedStyle(document.querySelector('#live-text .line .t')).color,
