@@ -154,7 +154,7 @@ def page(server):
     with sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, args=[
             "--use-fake-ui-for-media-stream", "--use-fake-device-for-media-stream",
-            f"--use-file-for-fake-audio-capture={two_utterances_wav()}", "--autoplay-policy=no-user-gesture-required"])
+            f"--use-file-for-fake-audio-capture={two_utterances_wav()}"])
         context = browser.new_context(accept_downloads=True, viewport={"width": 1100, "height": 900})
         elsewhere: list[str] = []
 

@@ -346,12 +346,14 @@ async function startLive() {
       live.ctx = new AudioContext(); // the server resamples whatever rate this gives
     }
     await live.ctx.audioWorklet.addModule(WORKLET);
+    await live.ctx.resume();
   } catch (e) {
     cleanup();
     show("live-msg", `the microphone is not available: ${e.message}`);
     liveState("idle");
     return;
   }
+  if (live.state !== "starting") { stopMic(); return; } // stopped meanwhile
   live.rate = live.ctx.sampleRate;
   live.sent = 0;
   live.done = false;
@@ -393,30 +395,35 @@ function capture() {
     if (live.state !== "live") return;
     live.pending.push(ev.data);
     live.held += ev.data.length;
-    if (live.held < frame) return;
-    const pcm = new Int16Array(live.held);
-    let i = 0, sum = 0;
-    for (const block of live.pending) {
-      for (const x of block) {
-        const v = Math.max(-1, Math.min(1, x));
-        pcm[i++] = v < 0 ? v * 32768 : v * 32767;
-        sum += v * v;
-      }
-    }
-    live.pending = [];
-    live.held = 0;
-    if (live.ws && live.ws.readyState === WebSocket.OPEN) live.ws.send(pcm.buffer);
-    live.sent += pcm.length;
-    $("live").dataset.sent = (live.sent / live.rate).toFixed(2);
-    const db = 10 * Math.log10(sum / pcm.length + 1e-10);
-    $("level").value = Math.max(0, Math.min(1, (db + 60) / 60));
+    if (live.held >= frame) send();
   };
   source.connect(node);
   live.node = node;
 }
 
+function send() {
+  if (!live.held) return;
+  const pcm = new Int16Array(live.held);
+  let i = 0, sum = 0;
+  for (const block of live.pending) {
+    for (const x of block) {
+      const v = Math.max(-1, Math.min(1, x));
+      pcm[i++] = v < 0 ? v * 32768 : v * 32767;
+      sum += v * v;
+    }
+  }
+  live.pending = [];
+  live.held = 0;
+  if (live.ws && live.ws.readyState === WebSocket.OPEN) live.ws.send(pcm.buffer);
+  live.sent += pcm.length;
+  $("live").dataset.sent = (live.sent / live.rate).toFixed(2);
+  const db = 10 * Math.log10(sum / pcm.length + 1e-10);
+  $("level").value = Math.max(0, Math.min(1, (db + 60) / 60));
+}
+
 function stopLive() {
   if (live.state !== "live") { cleanup(); liveState("idle"); return; }
+  send(); // the last samples, less than a frame
   liveState("finishing");
   stopMic();
   if (live.ws && live.ws.readyState === WebSocket.OPEN) live.ws.send(JSON.stringify({type: "end"}));
