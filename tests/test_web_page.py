@@ -196,7 +196,7 @@ def test_page_is_served_without_the_key_with_types_and_caching(server):
     assert status == 200 and headers["content-type"] == "text/html; charset=utf-8"
     assert headers["cache-control"] == "no-cache" and "default-src 'none'" in headers["content-security-policy"]
     assert server.get("/", {"If-None-Match": headers["etag"]})[0] == 304
-    files = dict(re.findall(r'"/ui/([\w.]+)\?v=(\w+)"', body.decode()))
+    files = dict(re.findall(r'"ui/([\w.]+)\?v=(\w+)"', body.decode()))
     assert set(files) == {"app.js", "mic.js", "style.css"}
     size = 0
     for name, version in files.items():
@@ -292,26 +292,27 @@ def test_downloads_are_the_servers_formats(page, command_outputs):
 def test_clicking_a_word_plays_from_its_start(page):
     word = page.locator("#transcript .w").nth(4)
     start = float(word.get_attribute("data-start"))
-    page.evaluate("""() => { window.seekedAt = null; const a = document.getElementById('player');
+    # 'seeking' tells where playback goes (it may have run on by 'seeked'), 'seeked' what is highlighted then
+    page.evaluate("""() => { window.seekingAt = window.seekedAt = null; const a = document.getElementById('player');
+        a.addEventListener('seeking', () => { window.seekingAt = a.currentTime; }, {once: true});
         a.addEventListener('seeked', () => { const now = document.querySelector('.w.now');
-          window.seekedAt = [a.currentTime, now && now.textContent]; }, {once: true}); }""")
+          window.seekedAt = now && now.textContent; }, {once: true}); }""")
     word.click()
     page.wait_for_function("() => window.seekedAt !== null")
-    at, highlighted = page.evaluate("window.seekedAt")
-    # A PCM WAV seeks to the sample: the position is the word's start up to float rounding (1 ms).
-    assert abs(at - start) < 1e-3
-    assert highlighted == word.inner_text()
+    # the position is the word's start up to the float rounding of a time (1 ms)
+    assert abs(page.evaluate("window.seekingAt") - start) < 1e-3
+    assert page.evaluate("window.seekedAt") == word.inner_text()
     page.wait_for_function("() => !document.getElementById('player').paused")
     page.wait_for_function(f"() => document.getElementById('player').currentTime > {start}")  # it plays on from there
     _shot(page, "file-result.png")
     page.evaluate("document.getElementById('player').pause()")
     second = page.locator("#transcript .seg .time").nth(1)  # keyboard: a segment's time is a button
     second.focus()
-    page.evaluate("window.seekedAt = null; document.getElementById('player')"
-                  ".addEventListener('seeked', (e) => { window.seekedAt = e.target.currentTime; }, {once: true})")
+    page.evaluate("window.seekingAt = null; document.getElementById('player')"
+                  ".addEventListener('seeking', (e) => { window.seekingAt = e.target.currentTime; }, {once: true})")
     page.keyboard.press("Enter")
-    page.wait_for_function("() => window.seekedAt !== null")
-    assert abs(page.evaluate("window.seekedAt") - float(second.get_attribute("data-start"))) < 1e-3
+    page.wait_for_function("() => window.seekingAt !== null")
+    assert abs(page.evaluate("window.seekingAt") - float(second.get_attribute("data-start"))) < 1e-3
     page.evaluate("document.getElementById('player').pause()")
 
 
@@ -430,11 +431,15 @@ def test_a_server_restart_mid_session_is_told_and_the_page_goes_on(page, server)
     page.wait_for_function("() => document.getElementById('live').dataset.state === 'idle'")
     assert "lost" in message or "closed" in message
     _shot(page, "error-server-restart.png")
+    page.click("#go")  # while it is down
+    _wait_msg(page, "file-msg", "could not reach the server")
     server.start()
+    page.check("#live-diarize")  # and now with who spoke, live
     page.click("#mic")
     page.locator("#live-msg").wait_for(state="hidden")
     page.wait_for_function("() => document.querySelector('#live-text .c') && "
                            "document.querySelector('#live-text .c').textContent.trim() !== ''")
+    assert page.locator("#live-status").inner_text().endswith("who spoke: sortformer-tiny.nemo")
     page.click("#mic")
     page.wait_for_function("() => document.getElementById('live').dataset.state === 'idle'")
     assert page.locator("#live-msg").is_hidden()

@@ -4,7 +4,7 @@ Plain HTML, CSS and JavaScript, no build step and nothing fetched from elsewhere
 no network but the server's). The page holds nothing secret, so it is served without the API key
 (the guard lets `is_ui_path` through); every call it makes sends the key the user typed, kept in the
 browser's sessionStorage. Caching: the page itself is `no-cache` (revalidated by its ETag each time),
-and names its files with their content hash (`/ui/app.js?v=HASH`), which are then served as immutable;
+and names its files with their content hash (`ui/app.js?v=HASH`), which are then served as immutable;
 a file asked for without its current hash is `no-cache` too. `transcribe serve --no-ui` leaves it out.
 """
 from __future__ import annotations
@@ -51,8 +51,8 @@ class Assets:
         self.files = {name: _read(name) for name in FILES}
         self.tags = {name: _etag(data) for name, data in self.files.items()}
         page = _read(PAGE).decode("utf-8")
-        for name, tag in self.tags.items():  # {{app.js}} -> /ui/app.js?v=HASH
-            page = page.replace("{{" + name + "}}", f"/ui/{name}?v={tag}")
+        for name, tag in self.tags.items():  # {{app.js}} -> ui/app.js?v=HASH
+            page = page.replace("{{" + name + "}}", f"ui/{name}?v={tag}")  # relative: a proxy's prefix holds
         if "{{" in page:
             raise RuntimeError(f"the page names a file that is not served: {page[page.index('{{'):][:40]}")
         self.page = page.encode("utf-8")

@@ -1,5 +1,6 @@
 // The page of `transcribe serve`: a file through /v1/audio/transcriptions, the microphone through the
 // WebSocket /v1/audio/stream. No framework, no build step; everything it loads comes from this server.
+// Its URLs are relative to the page's, so it works behind a proxy that serves it under a prefix.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -55,9 +56,9 @@ function setReady(on) {
 
 async function connect() {
   try {
-    const health = await getJSON("/health");
+    const health = await getJSON("health");
     $("diarize-box").hidden = $("live-diarize-box").hidden = !health.diarizer;
-    const models = (await getJSON("/v1/models")).data.map((m) => m.id);
+    const models = (await getJSON("v1/models")).data.map((m) => m.id);
     for (const id of ["model", "live-model"]) {
       const sel = $(id), was = sel.value;
       sel.replaceChildren(...models.map((m) => new Option(m, m)));
@@ -134,7 +135,7 @@ function post(blob, fields, format, progress) {
   }
   return new Promise((resolve, reject) => {
     const xhr = new XMLHttpRequest();
-    xhr.open("POST", `/v1/audio/${task}`);
+    xhr.open("POST", `v1/audio/${task}`);
     for (const [k, v] of Object.entries(authHeaders())) xhr.setRequestHeader(k, v);
     if (progress) {
       xhr.upload.onprogress = (ev) => ev.lengthComputable && progress(ev.loaded / ev.total);
@@ -361,7 +362,8 @@ async function startLive() {
   $("live-text").replaceChildren();
   $("live-status").textContent = $("live-lag").textContent = "";
   newLine();
-  const url = `${location.protocol === "https:" ? "wss" : "ws"}://${location.host}/v1/audio/stream`;
+  const url = new URL("v1/audio/stream", location.href); // relative: the page may sit under a proxy's prefix
+  url.protocol = location.protocol === "https:" ? "wss:" : "ws:";
   const ws = live.ws = new WebSocket(url, key ? ["openai-insecure-api-key." + key] : []);
   ws.binaryType = "arraybuffer";
   ws.onopen = () => {
