@@ -208,7 +208,8 @@ def test_page_is_served_without_the_key_with_types_and_caching(server):
         assert "http://" not in data.decode() and "https://" not in data.decode(), f"{name} names another site"
         size += len(data)
     assert size < 40 * 1024, f"the page's JavaScript and CSS weigh {size} bytes"
-    assert server.get("/ui/other.js")[0] == 404
+    status, _, data = server.get("/ui/other.js")
+    assert status == 404 and json.loads(data)["error"]["message"] == "no such file: /ui/other.js"
     assert server.get("/v1/models")[0] == 401  # the API still needs the key
 
 

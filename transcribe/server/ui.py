@@ -14,7 +14,9 @@ from importlib import resources
 from typing import Optional
 
 from starlette.requests import Request
-from starlette.responses import Response
+from starlette.responses import JSONResponse, Response
+
+from .openai_api import error_body
 
 # the files under /ui/ and their content types
 FILES = {
@@ -86,7 +88,7 @@ def add_ui_routes(app) -> Assets:
     @app.api_route("/ui/{name}", methods=["GET", "HEAD"], include_in_schema=False)
     async def asset(name: str, request: Request):
         if name not in FILES:
-            return Response(f"no such file: /ui/{name[:100]}\n", status_code=404, media_type="text/plain")
+            return JSONResponse(error_body(404, f"no such file: /ui/{name[:100]}"), status_code=404)
         tag = assets.tags[name]
         cache = IMMUTABLE if request.query_params.get("v") == tag else "no-cache"
         return _answer(request, assets.files[name], tag, FILES[name], cache)
