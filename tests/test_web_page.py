@@ -352,20 +352,46 @@ def test_who_spoke_is_shown_as_the_server_says(page):
     page.uncheck("#diarize")
 
 
-def _session_text(server, start: dict, frames: list[bytes]) -> str:
-    """The final text of a WebSocket session started with `start` and fed `frames`."""
+def _session(server, start: dict, frames: list[bytes]) -> list[dict]:
+    """The messages of a WebSocket session started with `start` and fed `frames`, up to its final one."""
     with websockets_sync.connect(f"ws://127.0.0.1:{server.port}/v1/audio/stream",
                                  additional_headers={"Authorization": f"Bearer {KEY}"}) as ws:
         ws.send(json.dumps(start))
         for frame in frames:
             ws.send(frame)
         ws.send(json.dumps({"type": "end"}))
+        messages = []
         for message in ws:
-            m = json.loads(message)
-            if m["type"] == "final":
-                return m["text"]
-            assert m["type"] != "error", m
-    raise AssertionError("no final message")
+            messages.append(json.loads(message))
+            assert messages[-1]["type"] != "error", messages[-1]
+            if messages[-1]["type"] == "final":
+                return messages
+    raise AssertionError(f"no final message: {messages}")
+
+
+def _session_text(server, start: dict, frames: list[bytes]) -> str:
+    return _session(server, start, frames)[-1]["text"]
+
+
+def test_live_lines_of_a_session_replayed(page, server):
+    """A session's messages given to the page as they came: one line an utterance, all of its text.
+    The audio, a clip twice with a pause between, makes the tiny model end several utterances that
+    say the same (partials come only when the text changes: such an utterance may get none)."""
+    import numpy as np
+    import soundfile as sf
+
+    clip, _ = sf.read(str(SHARED / "audio" / "dev" / "mfa_thoughts.wav"), dtype="int16")
+    pcm = np.concatenate([clip, np.zeros(16000, np.int16), clip, np.zeros(4800, np.int16)]).tobytes()
+    messages = _session(server, {"type": "start", "model": EOU_ID},
+                        [pcm[i:i + 3200] for i in range(0, len(pcm), 3200)])
+    lines = page.evaluate("""(messages) => { document.getElementById('live-text').replaceChildren();
+        live.words = []; live.partial = ''; newLine(); messages.forEach(onMessage);
+        const lines = [...document.querySelectorAll('#live-text .line')].map((p) => p.textContent);
+        document.getElementById('live-text').replaceChildren();
+        live.line = null;
+        return lines; }""", messages)
+    ends = sum(m["type"] == "eou" for m in messages)
+    assert len(lines) == ends and " ".join(lines) == messages[-1]["text"], (lines, messages)
 
 
 def _record_sent(page) -> dict:

@@ -317,7 +317,7 @@ async function download(button, fmt) {
 // ---- the microphone ----
 
 const live = {state: "idle", ws: null, ctx: null, stream: null, pending: [], held: 0, sent: 0, rate: 16000,
-  line: null, words: [], done: false};
+  line: null, words: [], partial: "", done: false};
 
 function liveState(state) {
   live.state = state;
@@ -359,6 +359,7 @@ async function startLive() {
   live.sent = 0;
   live.done = false;
   live.words = [];
+  live.partial = "";
   $("live-text").replaceChildren();
   $("live-status").textContent = $("live-lag").textContent = "";
   newLine();
@@ -464,7 +465,7 @@ function newLine() {
   t.className = "t";
   p.append(who, c, t);
   $("live-text").append(p);
-  live.line = {p, who, c, t, partial: "", committed: "", first: live.words.length};
+  live.line = {p, who, c, t, partial: "", heard: false, committed: "", first: live.words.length};
 }
 
 function render() {
@@ -474,13 +475,12 @@ function render() {
   if (l.t.textContent !== rest) l.t.textContent = rest;
 }
 
-function finishLine(ended, kind) {
+function finishLine(ended) {
   const l = live.line;
   live.line = null;
   if (ended && l.partial.startsWith(l.committed)) l.committed = l.partial;
   l.t.textContent = "";
   l.c.textContent = l.committed;
-  if (kind === "eob") l.p.classList.add("eob");
   if (!l.committed.trim()) l.p.remove();
 }
 
@@ -499,9 +499,13 @@ function onMessage(m) {
     $("live-status").textContent = `${m.model}: chunk ${m.chunk_ms} ms, look-ahead ${m.lookahead_ms} ms` +
       (m.diarizer ? ` · who spoke: ${m.diarizer}` : "");
   } else if (m.type === "partial") {
-    l.partial = m.text;
+    l.partial = live.partial = m.text;
+    l.heard = true;
     render();
   } else if (m.type === "word") {
+    // A partial comes only when the text changes: a new utterance whose words come before any partial
+    // has the text of the last one sent (the same words as the utterance before it).
+    if (!l.heard) { l.partial = live.partial; l.heard = true; }
     const token = m.word.trim(), at = token ? l.partial.indexOf(token, l.committed.length) : -1;
     if (at >= 0) l.committed = l.partial.slice(0, at + token.length);
     live.words.push({speaker: m.speaker || null, line: l});
@@ -515,8 +519,8 @@ function onMessage(m) {
       w.speaker = s;
       if (m.first + k === w.line.first) labelLine(w.line);
     });
-  } else if (m.type === "eou" || m.type === "eob") {
-    finishLine(true, m.type);
+  } else if (m.type === "eou") { // (an "eob", a backchannel's end, does not end the utterance's text)
+    finishLine(true);
     newLine();
   } else if (m.type === "final") {
     live.done = true;
