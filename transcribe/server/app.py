@@ -8,6 +8,7 @@
     GET  /health                    200 once the models are loaded (never needs the API key; HEAD too;
                                     models by name, never by path)
     WS   /v1/audio/stream           live PCM in, partial text / words / events out (websocket.py)
+    GET  /, /ui/...                 the web page and its files (ui.py; never needs the API key; not with ui=False)
 
 Every request passes the guard first (_Guard: the Host and Origin checks of security.py, then the
 API key, then the upload size). Errors have OpenAI's body, {"error": {"message", "type", "param", "code"}}; nothing a client
@@ -50,8 +51,10 @@ class _Guard:
     declared larger than the limit is refused before it is read; one that grows past it (no or a
     false Content-Length) stops being read there."""
 
-    def __init__(self, app, api_key: Optional[str], max_upload_bytes: int, access: Optional[Access] = None):
+    def __init__(self, app, api_key: Optional[str], max_upload_bytes: int, access: Optional[Access] = None,
+                 open_path=None):
         self.app = app
+        self.open_path = open_path or (lambda path: False)  # more paths served without the key
         self.key = api_key.encode() if api_key else None
         self.limit = int(max_upload_bytes)
         self.access = access or Access()
@@ -68,7 +71,8 @@ class _Guard:
                 await send({"type": "websocket.close", "code": 1008, "reason": refused[:120]})
                 return
             return await _send_json(send, 403, error_body(403, refused, None, "forbidden"))
-        if self.key is not None and scope.get("path") not in OPEN_PATHS and not self._authorized(scope):
+        path = scope.get("path")
+        if self.key is not None and path not in OPEN_PATHS and not self.open_path(path) and not self._authorized(scope):
             if kind == "websocket":
                 await send({"type": "websocket.close", "code": 1008, "reason": "invalid API key"})
                 return
@@ -174,9 +178,9 @@ async def _unless_gone(request: Request, awaitable):
 
 
 def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: float = 200.0,
-               access: Optional[Access] = None, stream_idle_s: Optional[float] = None) -> Any:
+               access: Optional[Access] = None, stream_idle_s: Optional[float] = None, ui: bool = True) -> Any:
     """The ASGI application serving `engine`'s models (wrapped in the key, size, Host and Origin guard:
-    `access`, by default a server on loopback, security.Access)."""
+    `access`, by default a server on loopback, security.Access), and the web page unless `ui` is False."""
     @contextlib.asynccontextmanager
     async def lifespan(app):
         engine.start()
@@ -201,7 +205,13 @@ def create_app(engine: Engine, *, api_key: Optional[str] = None, max_upload_mb: 
     from .websocket import add_stream_route
 
     add_stream_route(app, engine, stream_idle_s)
-    return _Guard(app, api_key, int(max_upload_mb * 2**20), access)
+    open_path = None
+    if ui:
+        from .ui import add_ui_routes, is_ui_path
+
+        add_ui_routes(app)
+        open_path = is_ui_path
+    return _Guard(app, api_key, int(max_upload_mb * 2**20), access, open_path)
 
 
 def _add_error_handlers(app) -> None:

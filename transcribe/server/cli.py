@@ -4,7 +4,7 @@
                      [--allowed-hosts NAME]... [--allowed-origins ORIGIN]...
                      [--max-upload-mb 200] [--max-connections 500] [--header-timeout-s 10] [--keep-alive-s 5]
                      [--stream-idle-s 300] [--max-batch 8] [--batch-wait-ms 5] [--workers-threads N]
-                     [--device cpu|cuda] [--dtype T] [--log-level info]
+                     [--device cpu|cuda] [--dtype T] [--no-ui] [--log-level info]
 
 Exit status: 0 after a clean shutdown on Ctrl-C (on SIGTERM the process ends by that signal once shut
 down cleanly, as uvicorn lets it); 2 for a usage error, a model that cannot
@@ -30,7 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog=PROG,
         description="Serve models over HTTP: OpenAI's audio API (/v1/audio/transcriptions, /translations, "
-                    "/v1/models), live streaming over a WebSocket (/v1/audio/stream) and /health.",
+                    "/v1/models), live streaming over a WebSocket (/v1/audio/stream), /health and a web page "
+                    "(http://HOST:PORT/: a file or the microphone, transcribed in the browser).",
         epilog="Needs the server extra: pip install \"transcribe[server]\". Exit status: 0 clean shutdown, "
                "2 usage error / bad model / address in use, 1 internal error.")
     p.add_argument("-m", "--model", action="append", metavar="M",
@@ -82,6 +83,9 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--stream-idle-s", type=_positive_float, default=None, metavar="S",
                    help="a live stream (WebSocket) whose client sends no message for S seconds is closed, code "
                         "1008 with the reason (default: 300)")
+    p.add_argument("--no-ui", action="store_true",
+                   help="serve no web page (by default GET / is a page that transcribes a file or the microphone "
+                        "through this server's API; it is served without the key and sends the key typed into it)")
     p.add_argument("--log-level", default="info", choices=("debug", "info", "warning", "error"),
                    help="default: info (one line per request)")
     return p
@@ -177,6 +181,8 @@ def main(argv: Optional[list[str]] = None) -> int:
     shown = f"[{host}]" if ":" in host else host
     _say(f"serving {', '.join(models)} at http://{shown}:{port}/v1 (live: ws://{shown}:{port}/v1/audio/stream)"
          + (f", who spoke: {args.diarizer}" if diarizer is not None else ""))
+    if not args.no_ui:
+        _say(f"the web page: http://{shown}:{port}/")
     if not args.api_key:
         where = "this machine only" if _loopback(args.host) else "EVERY host that can reach this address"
         _say(f"no --api-key: requests are not authenticated; listening on {args.host} ({where})")
@@ -223,7 +229,7 @@ def build_server(args: argparse.Namespace, models: dict, sock: socket.socket, di
                     diarizer_id=getattr(args, "diarizer", None))
     access = Access(args.host, _names(args.allowed_hosts), _names(args.allowed_origins))
     app = create_app(engine, api_key=args.api_key, max_upload_mb=args.max_upload_mb, access=access,
-                     stream_idle_s=args.stream_idle_s)
+                     stream_idle_s=args.stream_idle_s, ui=not getattr(args, "no_ui", False))
     from uvicorn.protocols.http.auto import AutoHTTPProtocol
 
     config = uvicorn.Config(app, log_level=args.log_level, access_log=args.log_level in ("debug", "info"),
