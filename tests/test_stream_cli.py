@@ -394,3 +394,33 @@ def test_two_utterances_print_two_eou_events_and_both_texts(capsys):
     assert [e["type"] for e in final["events"]] == ["eou", "eou"]
     code, out, _ = run(capsys, "--stream", str(two_utterances_wav()), "--model", str(model))
     assert out == "a golden fortune and a happy life\nhe might even have been made amiable himself\n"
+
+
+class RepeatedUtterance(ScriptedSession):
+    """Two utterances with the same words: "yes", its end, then "yes" again."""
+
+    def __init__(self):
+        from transcribe.results import Word
+        from transcribe.streaming import StreamEvent
+
+        self.new = ["yes\nyes"]  # in one update: the end of one and the next one's word
+        self.tokens = [[]]
+        self.items = [[Word("yes", 0.0, 0.4, 0.9), StreamEvent("eou", "<EOU>", 10, 0.8), Word("yes", 1.0, 1.4, 0.9)]]
+        self.texts = ["yes"]
+
+    def text(self):
+        return "yes"
+
+
+def test_an_utterance_repeating_the_last_ones_text_gets_its_partial():
+    out = io.StringIO()
+    w = stream_print.JsonLines(out)
+    s = RepeatedUtterance()
+    w.update(s)
+    w.update(s)
+    w.close(s)
+    lines = jsonl(out.getvalue())
+    # before the fix the second "yes" had no partial: the last one sent was "yes" too, an utterance ago
+    assert [(d["type"], d["text"] if d["type"] in ("partial", "final") else d.get("word") or d.get("token"))
+            for d in lines] == [("partial", "yes"), ("word", "yes"), ("eou", "<EOU>"), ("partial", "yes"),
+                                ("word", "yes"), ("final", "yes yes")]

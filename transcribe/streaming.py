@@ -518,7 +518,7 @@ class StreamMessages:
     def __init__(self, session: "StreamingSession", keep: bool = True):
         self.session = session
         self.keep = keep  # keep tokens, words and events for final() (the command's final line has them)
-        self.partial = ""
+        self.partial: Optional[str] = ""  # the last partial sent (None: none since the last end of utterance)
         self.utterance: list[str] = []  # committed text of the current utterance, as take_new_text gave it
         self.text: list[str] = []
         self.tokens: list[dict] = []
@@ -566,6 +566,8 @@ class StreamMessages:
                 if obj["type"] == "eou" and ended:
                     ended.pop(0)
             out.append(obj)
+            if obj["type"] == "eou":  # the next utterance's text is news even where it repeats this one's
+                self.partial = None
         for text in ended:  # (an ended utterance without words or events here: none)
             show(text)
         show(current)
