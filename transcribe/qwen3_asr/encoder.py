@@ -25,8 +25,10 @@ from torch import nn
 from .config import EncoderConfig, post_cnn
 
 # Chunks run through the convolutions at once: the first one's output is conv_channels x n_mels/2 x n_window values
-# a chunk (6 MB in the published models), so a long batch is taken in slices (the chunks are independent).
-CONV_CHUNKS = 32
+# a chunk (6 MB in float32 in the published models), held with its GELU and the next convolution's input, so a
+# long batch is taken in slices (the chunks are independent): 8 chunks keep that under ~150 MB (32 made a 60 s
+# call peak ~0.3 GB higher).
+CONV_CHUNKS = 8
 
 
 def sinusoids(length: int, channels: int, max_timescale: float = 10000.0) -> torch.Tensor:
