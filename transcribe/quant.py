@@ -225,7 +225,10 @@ class W8Linear(QuantLinear):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
 
 
-W8_ROWS = 16  # rows a W8Linear call multiplies with the int8 weight itself (more: a bfloat16 copy); measured below
+# Rows a W8Linear call multiplies with the int8 weight itself (more: a bfloat16 copy). Measured on an AMX Xeon, 2
+# threads, [4096 x 2048]: one row 387 us against bfloat16's 879 us, but from 8 rows on the weight-only kernel falls
+# behind (10x at a prompt's 619 rows). benchmarks/int8_linear_micro.py measures it on a CPU.
+W8_ROWS = 4
 
 
 Q8_BLOCK = 32  # values per ggml Q8_0 block (one scale each)

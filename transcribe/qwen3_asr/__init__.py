@@ -9,7 +9,7 @@ import json
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "FASTEST_CPU_DTYPE", "detect", "load"]
 
 # The family contract (loading.Family): the name in messages and the options of transcribe().
 KIND = "Qwen3-ASR"
@@ -64,3 +64,9 @@ def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[st
     qtype = qtype or "bf16"
     export(path, out, qtype, meta or None)
     return "transcribe.cpp", qtype
+
+
+# dtype="auto" on a CPU (loading.Family.fastest_cpu_dtype, by transcribe.cpu.family): the fastest precision
+# measured for the Qwen3-ASR-0.6B architecture (benchmarks/README.md, "Audio-LLMs"), listed only for the kinds of
+# CPU measured (the others keep float32): on AVX-512 without bfloat16 arithmetic bf16 is emulated, int8 3-4x it.
+FASTEST_CPU_DTYPE = {"avx512": "int8"}
