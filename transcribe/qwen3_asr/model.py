@@ -27,7 +27,7 @@ HEAD = "lm_head.weight"
 
 
 def _load_module(module: nn.Module, tensors: Mapping[str, torch.Tensor], what: str, where: str,
-                 dtype: torch.dtype, consume: bool = False) -> None:
+                 dtype: Optional[torch.dtype], consume: bool = False) -> None:
     """`module`'s parameters from `tensors` (names below its prefix), every one present, of its shape
     (`consume`: taken out of the dict as they are cast)."""
     expected = {name: p.shape for name, p in module.named_parameters()}
@@ -48,8 +48,9 @@ class Qwen3ASRModel(nn.Module):
              int8: Optional[torch.dtype] = None) -> "Qwen3ASRModel":
         """The network with the checkpoint's weights (in `dtype`), built without a random initialisation.
         `int8` (the dtype the LM computes in): an int8 model, the LM quantized first from its weights as stored
-        (`DecoderLM.quantize_int8`), then every linear layer of the encoder and the projector, cast to float32,
-        made an int8 product (`quant.quantize_linears`); each float weight freed as its copy is made."""
+        (`DecoderLM.quantize_int8`), then every linear layer of the encoder and the projector made an int8 product
+        (`quant.quantize_linears`) from the stored weights and the rest of them cast to float32; each float weight
+        freed as its copy is made."""
         where = str(path)
         tensors = read_tensors(weight_files(path))
         parts: dict[str, dict[str, torch.Tensor]] = {"encoder": {}, "projector": {}, "lm": {}}
@@ -73,12 +74,13 @@ class Qwen3ASRModel(nn.Module):
         del tensors
         if int8 is not None:
             lm = DecoderLM.from_tensors(cfg.lm, parts["lm"], where, int8=int8)
-            dtype = torch.float32
         with torch.device("meta"):
             tower = AudioEncoder(cfg.encoder)
             projector = Projector(cfg.encoder)
-        _load_module(tower, parts["encoder"], "audio encoder", where, dtype, consume=int8 is not None)
-        _load_module(projector, parts["projector"], "projector", where, dtype, consume=int8 is not None)
+        # int8: the weights as stored, the linear layers quantized from them, then the rest cast to float32
+        stored = None if int8 is not None else dtype
+        _load_module(tower, parts["encoder"], "audio encoder", where, stored, consume=int8 is not None)
+        _load_module(projector, parts["projector"], "projector", where, stored, consume=int8 is not None)
         # the sinusoid table is no checkpoint tensor: made again off the meta device
         tower.positions = AudioEncoder.table(cfg.encoder)
         if int8 is None:
@@ -86,8 +88,9 @@ class Qwen3ASRModel(nn.Module):
         else:
             from ..quant import quantize_linears
 
-            quantize_linears(tower)
-            quantize_linears(projector)
+            for part in (tower, projector):
+                quantize_linears(part)
+                part.to(torch.float32)  # the convolutions, norms and biases left float (int8 stays int8)
         return cls(cfg, tower, projector, lm)
 
     @property
