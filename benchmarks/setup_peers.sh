@@ -81,7 +81,9 @@ if [ "$GGUF" = 1 ]; then
       f="$OUT/$STEM-$tag-$type.gguf"
       if [ -f "$f" ]; then say "$f: exists, kept"; continue; fi
       say "writing $f (transcribe convert --schema $schema --type $type)"
-      part="${f%.gguf}.partial.gguf"  # renamed when complete: an interrupted run leaves no file that looks done
+      # written in a side folder under its final name (the converter names the model after the file), moved when
+      # complete: an interrupted run leaves no file that looks done
+      mkdir -p "$OUT/.partial"; part="$OUT/.partial/$(basename "$f")"
       PYTHONPATH="$REPO${PYTHONPATH:+:$PYTHONPATH}" python3 -m transcribe convert "$MODEL" "$part" \
         --schema "$schema" --type "$type" --force || { rm -f "$part"; die "transcribe convert failed for $f"; }
       mv "$part" "$f"
