@@ -51,8 +51,19 @@ def _vocab_lines(model) -> list[str]:
     return [f"{tok.ids_to_tokens([i])[0]} {i}" for i in range(n)] + [f"<blk> {n}"]
 
 
+WANT = {"onnx-asr": ["encoder-model.onnx", "decoder_joint-model.onnx", "vocab.txt", "config.json"],
+        "sherpa-onnx": ["encoder.onnx", "decoder.onnx", "joiner.onnx", "tokens.txt"]}
+
+
 def export(nemo: Path, out: Path, layouts: list[str]) -> int:
     import logging
+
+    for layout in list(layouts):
+        if all((out / layout / w).exists() for w in WANT[layout]):
+            print(f"{out / layout}: exists, kept")
+            layouts.remove(layout)
+    if not layouts:
+        return 0
 
     import torch
     from nemo.utils import logging as nemo_logging
@@ -69,11 +80,6 @@ def export(nemo: Path, out: Path, layouts: list[str]) -> int:
     vocab = "\n".join(_vocab_lines(model)) + "\n"
     for layout in layouts:
         dest = out / layout
-        want = (["encoder-model.onnx", "decoder_joint-model.onnx", "vocab.txt", "config.json"] if layout == "onnx-asr"
-                else ["encoder.onnx", "decoder.onnx", "joiner.onnx", "tokens.txt"])
-        if all((dest / w).exists() for w in want):
-            print(f"{dest}: exists, kept")
-            continue
         dest.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=out) as tmp:
             tmp = Path(tmp)

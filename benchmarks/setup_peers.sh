@@ -89,6 +89,7 @@ if [ "$GGUF" = 1 ]; then
       mv "$part" "$f"
     done
   done
+  rmdir "$OUT/.partial" 2>/dev/null || true
 fi
 
 # 4. ONNX files by NeMo's own export, in onnx-asr's and sherpa-onnx's layouts
