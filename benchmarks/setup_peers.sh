@@ -16,7 +16,8 @@
 #
 # What it makes, under OUT (STEM = the .nemo's name without .nemo):
 #   STEM-tcpp-f32.gguf, STEM-tcpp-q8_0.gguf     transcribe convert --schema transcribe.cpp (transcribe.cpp reads these)
-#   STEM-pcpp-f32.gguf, STEM-pcpp-q8_0.gguf     transcribe convert --schema parakeet.cpp (parakeet.cpp's layout, for CrispASR)
+#   STEM-pcpp-f32.gguf, STEM-pcpp-q8_0.gguf     transcribe convert --schema parakeet.cpp (parakeet.cpp's layout)
+#   STEM-crispasr-f32.gguf, STEM-crispasr-q8_0.gguf   the pcpp files under CrispASR's names (peers_crispasr_gguf.py)
 #   STEM-onnx/onnx-asr/, STEM-onnx/sherpa-onnx/ benchmarks/peers_export_onnx.py (NeMo's model.export())
 set -euo pipefail
 
@@ -90,6 +91,15 @@ if [ "$GGUF" = 1 ]; then
     done
   done
   rmdir "$OUT/.partial" 2>/dev/null || true
+  # CrispASR reads parakeet.cpp's tensors under its own names: the pcpp files renamed (peers_crispasr_gguf.py)
+  for type in f32 q8_0; do
+    f="$OUT/$STEM-crispasr-$type.gguf"
+    if [ -f "$f" ]; then say "$f: exists, kept"; continue; fi
+    say "writing $f (benchmarks/peers_crispasr_gguf.py from $STEM-pcpp-$type.gguf)"
+    python3 benchmarks/peers_crispasr_gguf.py "$OUT/$STEM-pcpp-$type.gguf" "$f.partial" \
+      || { rm -f "$f.partial"; die "peers_crispasr_gguf.py failed for $f"; }
+    mv "$f.partial" "$f"
+  done
 fi
 
 # 4. ONNX files by NeMo's own export, in onnx-asr's and sherpa-onnx's layouts
