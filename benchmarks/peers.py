@@ -306,7 +306,7 @@ def main(argv=None) -> int:
     started = time.strftime("%Y-%m-%d %H:%M:%S")
     meter, rows, others, loads = CpuMeter(), [], [], []
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), MKL_NUM_THREADS=str(args.threads),
-               TOKENIZERS_PARALLELISM="false")
+               OPENBLAS_NUM_THREADS=str(args.threads), TOKENIZERS_PARALLELISM="false")
     busy = None
     with tempfile.TemporaryDirectory() as tmp:
         clip = Path(tmp) / "clip.wav"
