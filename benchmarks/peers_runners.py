@@ -83,6 +83,8 @@ def _onnx_asr(path: str, threads: int, quantization: Optional[str]) -> Run:
     import onnx_asr
     import onnxruntime as ort
 
+    if Path(path).is_file():  # an int8 system names its encoder file; its folder holds the rest
+        path = str(Path(path).parent)
     so = ort.SessionOptions()
     so.intra_op_num_threads = threads
     so.inter_op_num_threads = 1
@@ -98,10 +100,13 @@ def _onnx_asr(path: str, threads: int, quantization: Optional[str]) -> Run:
     return run
 
 
-def _sherpa(path: str, threads: int) -> Run:
+def _sherpa(path: str, threads: int, int8: bool) -> Run:
     import sherpa_onnx
 
     d = Path(path)
+    if d.is_file():  # an int8 system names its encoder file; its folder holds the rest
+        d = d.parent
+    sfx = ".int8.onnx" if int8 else ".onnx"
     # sherpa-onnx reads each .onnx into memory and hands ONNX Runtime the bytes: the weights' side files
     # (<name>.onnx.data) are then found relative to the working directory, so the child runs in d
     os.chdir(d)
@@ -114,7 +119,7 @@ def _sherpa(path: str, threads: int) -> Run:
     except ImportError:
         pass
     rec = sherpa_onnx.OfflineRecognizer.from_transducer(
-        encoder="encoder.onnx", decoder="decoder.onnx", joiner="joiner.onnx", tokens="tokens.txt",
+        encoder="encoder" + sfx, decoder="decoder" + sfx, joiner="joiner" + sfx, tokens="tokens.txt",
         num_threads=threads, feature_dim=feat, decoding_method="greedy_search", model_type="nemo_transducer",
         provider="cpu")
     vocab = _vocab_ids(d / "tokens.txt")
@@ -151,7 +156,7 @@ def load(system: str, path: str, threads: int) -> Run:
     if kind == "onnx-asr":
         return _onnx_asr(path, threads, None if mode == "fp32" else mode)
     if kind == "sherpa-onnx":
-        return _sherpa(path, threads)
+        return _sherpa(path, threads, mode == "int8")
     if kind == "whisper":  # whisper:ours, whisper:ours-int8, whisper:faster-int8, whisper:faster-float32
         return _whisper(mode, path, threads)
     raise SystemExit(f"unknown system {system}")

@@ -18,7 +18,8 @@
 #   STEM-tcpp-f32.gguf, STEM-tcpp-q8_0.gguf     transcribe convert --schema transcribe.cpp (transcribe.cpp reads these)
 #   STEM-pcpp-f32.gguf, STEM-pcpp-q8_0.gguf     transcribe convert --schema parakeet.cpp (parakeet.cpp's layout)
 #   STEM-crispasr-f32.gguf, STEM-crispasr-q8_0.gguf   the pcpp files under CrispASR's names (peers_crispasr_gguf.py)
-#   STEM-onnx/onnx-asr/, STEM-onnx/sherpa-onnx/ benchmarks/peers_export_onnx.py (NeMo's model.export())
+#   STEM-onnx/onnx-asr/, STEM-onnx/sherpa-onnx/ benchmarks/peers_export_onnx.py (NeMo's model.export()), and
+#                                               their *.int8.onnx (benchmarks/peers_quantize_onnx.py, ONNX Runtime)
 set -euo pipefail
 
 die() { echo "setup_peers.sh: error: $*" >&2; exit 2; }
@@ -46,9 +47,9 @@ NEMO_PYTHON="${NEMO_PYTHON:-$REPO/.venv-nemo/bin/python}"
 cd "$REPO"
 
 # 1. the peers' venv, pinned as issue 32 names them
-PEERS=("transcribe-cpp==0.4.1" "transcribe-cpp-native==0.4.1" "onnx-asr==0.12.*" "onnxruntime"
+PEERS=("transcribe-cpp==0.4.1" "transcribe-cpp-native==0.4.1" "onnx-asr==0.12.*" "onnxruntime" "onnx"
        "sherpa-onnx==2.0.1" "crispasr==0.8.45" "faster-whisper" "numpy" "soundfile")
-CHECK='import transcribe_cpp, onnx_asr, onnxruntime, sherpa_onnx, crispasr, faster_whisper, numpy, soundfile'
+CHECK='import transcribe_cpp, onnx_asr, onnxruntime, onnx, sherpa_onnx, crispasr, faster_whisper, numpy, soundfile'
 if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "$CHECK" 2>/dev/null; then
   say "$VENV: the peers are installed, kept"
 else
@@ -108,6 +109,8 @@ if [ "$ONNX" = 1 ]; then
   "$NEMO_PYTHON" -c "import onnx" 2>/dev/null || die "the package onnx is missing in $NEMO_PYTHON's venv (pip install onnx there)"
   OMP_NUM_THREADS="${THREADS:-2}" "$NEMO_PYTHON" benchmarks/peers_export_onnx.py "$MODEL" "$OUT/$STEM-onnx" \
     || die "the ONNX export failed (see above)"
+  # the ONNX peers' own int8 files (ONNX Runtime's dynamic quantization), in the peers' venv
+  "$VENV/bin/python" benchmarks/peers_quantize_onnx.py "$OUT/$STEM-onnx" || die "the ONNX int8 quantization failed"
 fi
 say "done: $OUT"
 ls -la "$OUT"
