@@ -144,6 +144,26 @@ def _ours_child(model_path: str, precision: str, threads: int):
     return rss_import, load_s, run
 
 
+def serve_calls(run, pcm, load_s: float):
+    """A child's side of the protocol: one warm-up call of run(pcm), then "ready" (with the load and warm-up
+    times), then one timed call per "run" line on stdin until "quit" or its end, each answered with its time.
+    Returns the warm-up time, the call times and the last call's result."""
+    t0 = time.perf_counter()
+    out = run(pcm)  # warm-up
+    warmup_s = time.perf_counter() - t0
+    print(RESULT_TAG + json.dumps(dict(ready=True, load_s=round(load_s, 2), warmup_s=round(warmup_s, 2))), flush=True)
+    times = []
+    for line in sys.stdin:
+        if line.strip() == "run":
+            t0 = time.perf_counter()
+            out = run(pcm)
+            times.append(time.perf_counter() - t0)
+            print(RESULT_TAG + json.dumps(dict(call_s=round(times[-1], 4))), flush=True)
+        elif line.strip() == "quit":
+            break
+    return warmup_s, times, out
+
+
 def child_main(args) -> int:
     """Load, warm up, then one timed call per "run" line on stdin; "quit" reports and exits."""
     import numpy as np
@@ -160,19 +180,7 @@ def child_main(args) -> int:
     else:
         rss_import, load_s, run = _ours_child(args.model, args.precision, args.threads)
     rss_loaded = _rss_mb()
-    t0 = time.perf_counter()
-    text, ids = run(pcm)  # warm-up
-    warmup_s = time.perf_counter() - t0
-    print(RESULT_TAG + json.dumps(dict(ready=True, load_s=round(load_s, 2), warmup_s=round(warmup_s, 2))), flush=True)
-    times = []
-    for line in sys.stdin:
-        if line.strip() == "run":
-            t0 = time.perf_counter()
-            text, ids = run(pcm)
-            times.append(time.perf_counter() - t0)
-            print(RESULT_TAG + json.dumps(dict(call_s=round(times[-1], 4))), flush=True)
-        elif line.strip() == "quit":
-            break
+    warmup_s, times, (text, ids) = serve_calls(run, pcm, load_s)
     result = dict(
         impl=args.child, precision=args.precision, threads=torch.get_num_threads(), audio_s=len(pcm) / SAMPLE_RATE,
         load_s=round(load_s, 2), warmup_s=round(warmup_s, 2), times_s=[round(t, 3) for t in times],

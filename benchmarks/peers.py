@@ -59,8 +59,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 sys.path.insert(0, str(HERE))
-from machine import cpu_info, cpu_line, package_commit  # noqa: E402  benchmarks/machine.py
-from parakeet_rtfx import RESULT_TAG, ChildProcess, shown  # noqa: E402  the persistent-child protocol
+from machine import cpu_line, package_commit  # noqa: E402  benchmarks/machine.py
+from parakeet_rtfx import RESULT_TAG, ChildProcess, serve_calls, shown  # noqa: E402  the persistent-child protocol
 
 DEFAULT_MODEL = "local-models/parakeet-tdt-0.6b-v2-random.nemo"  # benchmarks/make_parakeet_model.py
 DEFAULT_FILES = "local-models/peers"  # benchmarks/setup_peers.sh
@@ -112,19 +112,7 @@ def child_main(args) -> int:
     t0 = time.perf_counter()
     run = load(args.child, args.path, args.threads)
     load_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    text, ids = run(pcm)  # warm-up
-    warmup_s = time.perf_counter() - t0
-    print(RESULT_TAG + json.dumps(dict(ready=True, load_s=round(load_s, 2), warmup_s=round(warmup_s, 2))), flush=True)
-    times = []
-    for line in sys.stdin:
-        if line.strip() == "run":
-            t0 = time.perf_counter()
-            text, ids = run(pcm)
-            times.append(time.perf_counter() - t0)
-            print(RESULT_TAG + json.dumps(dict(call_s=round(times[-1], 4))), flush=True)
-        elif line.strip() == "quit":
-            break
+    warmup_s, times, (text, ids) = serve_calls(run, pcm, load_s)
     print(RESULT_TAG + json.dumps(dict(
         system=args.child, audio_s=len(pcm) / SAMPLE_RATE, load_s=round(load_s, 2), warmup_s=round(warmup_s, 2),
         times_s=[round(t, 3) for t in times], peak_rss_mb=round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024),
