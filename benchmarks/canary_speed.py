@@ -60,7 +60,7 @@ import time
 from pathlib import Path
 
 from machine import cpu_info, cpu_line, package_commit  # benchmarks/machine.py (this script's folder is on sys.path)
-from parakeet_rtfx import RESULT_TAG, ChildProcess, _peak_rss_mb, _rss_mb, shown, summarize
+from parakeet_rtfx import RESULT_TAG, serve_calls, ChildProcess, _peak_rss_mb, _rss_mb, shown, summarize
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -136,19 +136,7 @@ def child_main(args) -> int:
         rss_import, load_s, run = _ours_child(args.model, args.precision, args.threads,
                                               max(40.0, len(pcm) / SAMPLE_RATE + 1))
     rss_loaded = _rss_mb()
-    t0 = time.perf_counter()
-    text, ids = run(args.clip, pcm)  # warm-up
-    warmup_s = time.perf_counter() - t0
-    print(RESULT_TAG + json.dumps(dict(ready=True, load_s=round(load_s, 2), warmup_s=round(warmup_s, 2))), flush=True)
-    times = []
-    for line in sys.stdin:
-        if line.strip() == "run":
-            t0 = time.perf_counter()
-            text, ids = run(args.clip, pcm)
-            times.append(time.perf_counter() - t0)
-            print(RESULT_TAG + json.dumps(dict(call_s=round(times[-1], 4))), flush=True)
-        elif line.strip() == "quit":
-            break
+    warmup_s, times, (text, ids) = serve_calls(lambda p: run(args.clip, p), pcm, load_s)
     result = dict(
         impl=args.child, precision=args.precision, threads=torch.get_num_threads(), audio_s=len(pcm) / SAMPLE_RATE,
         load_s=round(load_s, 2), warmup_s=round(warmup_s, 2), times_s=[round(t, 3) for t in times],

@@ -65,7 +65,7 @@ from pathlib import Path
 
 from canary_speed import SAMPLE_RATE  # benchmarks/ (this script's folder is on sys.path)
 from machine import cpu_info, cpu_line, package_commit
-from parakeet_rtfx import RESULT_TAG, ChildProcess, _peak_rss_mb, _rss_mb, shown, summarize
+from parakeet_rtfx import RESULT_TAG, serve_calls, ChildProcess, _peak_rss_mb, _rss_mb, shown, summarize
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -150,19 +150,7 @@ def child_main(args) -> int:
     else:
         rss_import, load_s, run = _ours_child(args.model, args.precision, args.threads, args.max_new_tokens)
     rss_loaded = _rss_mb()
-    t0 = time.perf_counter()
-    text, ids, pieces = run(pcm)  # warm-up
-    warmup_s = time.perf_counter() - t0
-    print(RESULT_TAG + json.dumps(dict(ready=True, load_s=round(load_s, 2), warmup_s=round(warmup_s, 2))), flush=True)
-    times = []
-    for line in sys.stdin:
-        if line.strip() == "run":
-            t0 = time.perf_counter()
-            text, ids, pieces = run(pcm)
-            times.append(time.perf_counter() - t0)
-            print(RESULT_TAG + json.dumps(dict(call_s=round(times[-1], 4))), flush=True)
-        elif line.strip() == "quit":
-            break
+    warmup_s, times, (text, ids, pieces) = serve_calls(run, pcm, load_s)
     result = dict(
         impl=args.child, precision=args.precision, threads=torch.get_num_threads(), audio_s=len(pcm) / SAMPLE_RATE,
         load_s=round(load_s, 2), warmup_s=round(warmup_s, 2), times_s=[round(t, 3) for t in times],
