@@ -440,7 +440,9 @@ def test_the_microphone_live(page, server):
     assert start["type"] == "start" and json.loads(sent["text"][-1]) == {"type": "end"}
     expected = _session_text(server, start, sent["binary"])
     assert " ".join(lines) == expected == page.evaluate("document.getElementById('live').dataset.final")
-    assert lines[0].startswith("a golden fortune")  # the tiny model's words (its end may differ: it learnt 7 clips)
+    # the tiny model's words (its end may differ: it learnt 7 clips). Chromium's fake device plays the file in a
+    # loop from wherever it is when the capture starts, so the first line is either utterance's (seen in CI).
+    assert lines[0].startswith(("a golden fortune", "he might")), lines
     grown = page.evaluate("window.committed")
     assert len(grown) >= len(lines)
     for (n, before), (m, after) in zip(grown, grown[1:]):
