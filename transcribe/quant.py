@@ -188,7 +188,7 @@ class W8Linear(QuantLinear):
     bfloat16's. Up to `W8_ROWS` rows a call multiplies the int8 weight directly (`torch._weight_int8pack_mm`,
     each row on its own: a row's result does not depend on the others); more rows (a prompt) multiply a
     bfloat16 copy of the weight made for the call, where the product's arithmetic, not the weight's reading,
-    bounds the time. bfloat16 in and out, bias in float32 added before the output's rounding.
+    bounds the time. bfloat16 in and out; a bias is added in float32 to the bfloat16 product, then rounded again.
 
     For CPUs that multiply bfloat16 natively (`cpu_multiplies_bf16`): elsewhere ATen's weight-only kernel has
     no vector code (measured 10x slower) and an int8 model keeps `Int8Linear`."""
