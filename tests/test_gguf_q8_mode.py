@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -249,6 +250,75 @@ def test_parakeet_encoder_weights_are_the_file_s_bits(rel):
                 assert torch.equal(layer.dequantized(), want), name  # the file's F16 as it is
         assert [n for n, _ in layer.named_parameters()] == []
     assert not [n for n, p in asr.model.named_parameters() if 0 in p.stride() and p.numel() > 1]
+
+
+@pytest.mark.parametrize("rel", ["parakeet-cpp/tiny-tdt-fit-q8_0.gguf", "transcribe-cpp/tiny-rnnt-fit-Q8_0.gguf"])
+def test_q8_0_blocks_and_f16_weights_are_held_as_the_file_s_bytes_not_copied(rel):
+    """A Q8_0 weight's layer holds the file's blocks, an F16 weight's the file's values: the bytes at the
+    tensor's offset in the file, in a mapping of it (nothing copied at load), never written."""
+    from transcribe.gguf.file import GGUFFile
+
+    path = GGUF / rel
+    asr = transcribe.load_model(str(path))
+    names = {}  # the layers' weights -> their tensors in the file, by their bytes
+    f = GGUFFile(path)
+    raw = {n: bytes(f.raw(n)) for n, i in f.tensors.items() if i.qtype in (quants.Q8_0, quants.F16)}
+    f.close()
+    held = 0
+    for name, layer in asr.model.named_modules():
+        if isinstance(layer, Q8Linear):
+            b = layer.blocks
+        elif isinstance(layer, HalfLinear) and any(len(v) == layer.weight_f16.numel() * 2 for v in raw.values()):
+            b = layer.weight_f16
+        else:
+            continue
+        mine = b.contiguous().view(torch.uint8).numpy().tobytes()
+        if isinstance(layer, HalfLinear) and mine not in raw.values():
+            continue  # an F32 weight rounded to float16 (parakeet.cpp's pointwise convolutions)
+        assert mine in raw.values(), name
+        names[name] = b
+        held += 1
+    assert held and any(isinstance(asr.model.get_submodule(n), Q8Linear) for n in names)
+    # a mapping of the file (GGUFFile.mapped), not a copy in the heap: each weight's address lies in one of
+    # this process's mappings of the file (Linux's /proc/self/maps)
+    maps = []
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        part = line.split(maxsplit=5)
+        if len(part) == 6 and Path(part[5]).resolve() == path.resolve():
+            lo, hi = (int(x, 16) for x in part[0].split("-"))
+            maps.append((lo, hi, part[1]))
+    assert maps
+    for name, b in names.items():
+        a = b.data_ptr()
+        where = [m for m in maps if m[0] <= a and a + b.numel() * b.element_size() <= m[1]]
+        assert where and where[0][2].endswith("p"), name  # private: a write would never reach the file
+    # and nothing changed on disk by transcribing
+    asr.transcribe(np.zeros(16000, dtype=np.float32))
+    f = GGUFFile(path)
+    assert all(bytes(f.raw(n)) == v for n, v in raw.items())
+    f.close()
+
+
+def test_q8linear_from_blocks_is_the_split_layer():
+    """Q8Linear.from_blocks (ggml's bytes as they are) and Q8Linear(q, scale) (values and scales given
+    apart) hold the same blocks and compute the same."""
+    n, k = 48, 96
+    w = torch.randn(n, k, generator=torch.Generator().manual_seed(3))
+    raw = quants.quantize(w, quants.Q8_0)
+    blocks = torch.from_numpy(np.frombuffer(bytes(raw.numpy() if hasattr(raw, "numpy") else raw), dtype=np.uint8)
+                              .copy()).view(n, k // 32, 34)
+    b = torch.randn(n)
+    a = Q8Linear.from_blocks(blocks, b)
+    q, scale = quants.q8_0_blocks(raw, quants.Q8_0, (n, k))
+    c = Q8Linear(q, scale, b)
+    assert torch.equal(a.blocks, c.blocks) and a.blocks.data_ptr() == blocks.data_ptr()
+    assert torch.equal(a.dequantized(), quants.dequantize(raw, quants.Q8_0, (n, k)))
+    x = torch.randn(3, k)
+    assert torch.equal(a(x), c(x))
+    with pytest.raises(ValueError, match="Q8_0 blocks"):
+        Q8Linear.from_blocks(blocks.view(n, -1), b)
+    with pytest.raises(ValueError, match="float16 weight"):
+        HalfLinear.from_f16(w, None)
 
 
 def test_granite_weights_are_the_file_s_bits():

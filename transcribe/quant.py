@@ -298,32 +298,65 @@ class FloatComputeLinear(QuantLinear):
 
 
 class Q8Linear(FloatComputeLinear):
-    """y = x W^T + b with W held as Q8_0 blocks (int8 [N, K], one scale per 32 values [N, K / 32], the
-    file's fp16 scales), dequantized exactly at each call and multiplied in `compute`."""
+    """y = x W^T + b with W held as ggml's Q8_0 blocks: `blocks` uint8 [N, K / 32, 34], each block an fp16
+    scale (2 bytes, little-endian) and 32 int8 values, w = q * scale; dequantized exactly at each call and
+    multiplied in `compute`. The blocks may be a GGUF file's own bytes, mapped (`from_blocks`: nothing is
+    copied or checked at load, as ggml's runtimes keep a Q8_0 file's tensors)."""
 
     def __init__(self, q: torch.Tensor, scale: torch.Tensor, bias: Optional[torch.Tensor],
                  compute: Optional[torch.dtype] = None):
+        """From int8 values q [N, K] (K a multiple of 32) and their scales [N, K / 32] (fp16 values)."""
         super().__init__()
         if q.dtype != torch.int8 or q.dim() != 2 or q.shape[1] % Q8_BLOCK:
             raise ValueError(f"int8 weights [N, K] with K a multiple of {Q8_BLOCK} expected, got {q.dtype} {tuple(q.shape)}")
-        if tuple(scale.shape) != (q.shape[0], q.shape[1] // Q8_BLOCK) or not scale.is_floating_point():
-            raise ValueError(f"scales [{q.shape[0]}, {q.shape[1] // Q8_BLOCK}] expected for int8 weights "
+        n, k = q.shape
+        if tuple(scale.shape) != (n, k // Q8_BLOCK) or not scale.is_floating_point():
+            raise ValueError(f"scales [{n}, {k // Q8_BLOCK}] expected for int8 weights "
                              f"{tuple(q.shape)}, got {scale.dtype} {tuple(scale.shape)}")
-        self._set_compute(compute)
-        self.out_features, self.in_features = q.shape
-        self.register_buffer("weight_q", q.contiguous())
-        self.register_buffer("weight_scale", scale.to(torch.float16).contiguous())
-        if not torch.equal(self.weight_scale.to(scale.dtype), scale):
+        half = scale.to(torch.float16)
+        if not torch.equal(half.to(scale.dtype), scale):
             raise ValueError("Q8_0 scales are fp16 values (ggml's); these are not")
+        blocks = torch.empty(n, k // Q8_BLOCK, Q8_BLOCK + 2, dtype=torch.uint8, device=q.device)
+        blocks[:, :, :2].view(torch.float16)[..., 0] = half
+        blocks[:, :, 2:].view(torch.int8).copy_(q.view(n, -1, Q8_BLOCK))
+        self._init(blocks, bias, compute)
+
+    @classmethod
+    def from_blocks(cls, blocks: torch.Tensor, bias: Optional[torch.Tensor],
+                    compute: Optional[torch.dtype] = None) -> "Q8Linear":
+        """From Q8_0 blocks as ggml stores them: uint8 [N, K / 32, 34], held as they are (no copy)."""
+        if blocks.dtype != torch.uint8 or blocks.dim() != 3 or blocks.shape[2] != Q8_BLOCK + 2 \
+                or not blocks.is_contiguous():
+            raise ValueError(f"Q8_0 blocks uint8 [N, K / {Q8_BLOCK}, {Q8_BLOCK + 2}] expected, got "
+                             f"{blocks.dtype} {tuple(blocks.shape)}")
+        self = cls.__new__(cls)
+        super(Q8Linear, self).__init__()
+        self._init(blocks, bias, compute)
+        return self
+
+    def _init(self, blocks: torch.Tensor, bias: Optional[torch.Tensor], compute: Optional[torch.dtype]) -> None:
+        self._set_compute(compute)
+        self.out_features, self.in_features = blocks.shape[0], blocks.shape[1] * Q8_BLOCK
+        self.register_buffer("blocks", blocks)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+
+    @property
+    def weight_q(self) -> torch.Tensor:
+        """The int8 values [N, K / 32, 32] (a view of the blocks)."""
+        return self.blocks[:, :, 2:].view(torch.int8)
+
+    @property
+    def weight_scale(self) -> torch.Tensor:
+        """The fp16 scales [N, K / 32, 1] (a view of the blocks)."""
+        return self.blocks[:, :, :2].view(torch.float16)
 
     def dequantized(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         """The weight [N, K]: q * scale in float32 (exact: an int8 times an fp16 scale), then `dtype`."""
-        n, k = self.weight_q.shape
-        q = self.weight_q.view(n, -1, Q8_BLOCK)
+        n, k = self.out_features, self.in_features
+        q, s = self.weight_q, self.weight_scale
         if dtype == torch.float32:
             w = torch.empty(n, k // Q8_BLOCK, Q8_BLOCK, dtype=torch.float32, device=q.device)
-            return w.copy_(q).mul_(self.weight_scale[:, :, None]).view(n, k)
+            return w.copy_(q).mul_(s).view(n, k)
         # In chunks of rows whose float32 values stay in a core's cache (1 MB): 1.5x faster on a CPU than
         # the whole float32 weight made first, then rounded.
         out = torch.empty(n, k, dtype=dtype, device=q.device)
@@ -331,7 +364,7 @@ class Q8Linear(FloatComputeLinear):
         tmp = torch.empty(min(rows, n), k // Q8_BLOCK, Q8_BLOCK, dtype=torch.float32, device=q.device)
         for r in range(0, n, rows):
             t = tmp[: min(rows, n - r)]
-            t.copy_(q[r:r + rows]).mul_(self.weight_scale[r:r + rows, :, None])
+            t.copy_(q[r:r + rows]).mul_(s[r:r + rows])
             out[r:r + rows].view(-1, k // Q8_BLOCK, Q8_BLOCK).copy_(t)
         return out
 
@@ -349,9 +382,23 @@ class HalfLinear(FloatComputeLinear):
         half = weight.detach().to(torch.float16)
         if not bool(torch.isfinite(half).all()):
             raise ValueError("a weight beyond float16's range (|w| > 65504)")
+        self._init(half.contiguous(), bias, compute)
+
+    @classmethod
+    def from_f16(cls, weight: torch.Tensor, bias: Optional[torch.Tensor],
+                 compute: Optional[torch.dtype] = None) -> "HalfLinear":
+        """From a float16 weight [N, K] held as it is (no copy, no check: a GGUF file's F16 tensor, mapped)."""
+        if weight.dtype != torch.float16 or weight.dim() != 2:
+            raise ValueError(f"a float16 weight [N, K] expected, got {weight.dtype} {tuple(weight.shape)}")
+        self = cls.__new__(cls)
+        super(HalfLinear, self).__init__()
+        self._init(weight, bias, compute)
+        return self
+
+    def _init(self, half: torch.Tensor, bias: Optional[torch.Tensor], compute: Optional[torch.dtype]) -> None:
         self._set_compute(compute)
-        self.out_features, self.in_features = weight.shape
-        self.register_buffer("weight_f16", half.contiguous())
+        self.out_features, self.in_features = half.shape
+        self.register_buffer("weight_f16", half)
         self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
 
     def default_compute(self) -> torch.dtype:

@@ -110,6 +110,22 @@ class GGUFFile:
             raise ModelError(f"{self.path}: the file was closed")
         return self._data[info.offset:info.offset + info.nbytes]
 
+    def mapped(self, name: str) -> torch.Tensor:
+        """The tensor's bytes as a uint8 tensor [nbytes] on a private (copy-on-write) mapping of its own: nothing
+        is read until it is used, nothing is copied, and its pages go when the last view of it is dropped.
+        For a weight held as the file stores it (a Q8_0 file's blocks, an F16 weight): the model then keeps the
+        file open through the mapping, as ggml's runtimes do."""
+        info = self.info(name)
+        if info.nbytes == 0:
+            return torch.empty(0, dtype=torch.uint8)
+        start = info.offset - info.offset % mmap.ALLOCATIONGRANULARITY
+        try:
+            with open(self.path, "rb") as h:
+                view = mmap.mmap(h.fileno(), info.offset + info.nbytes - start, offset=start, access=mmap.ACCESS_COPY)
+        except (OSError, ValueError) as e:
+            raise ModelError(f"{self.path}: tensor {name}: cannot map it ({e})") from None
+        return torch.frombuffer(view, dtype=torch.uint8, count=info.nbytes, offset=info.offset - start)
+
     def tensor(self, name: str, dtype: torch.dtype = torch.float32, release: bool = True) -> torch.Tensor:
         """The tensor as a new `dtype` tensor of its PyTorch shape (dequantized if quantized); its
         pages of the map are released afterwards unless release is false."""

@@ -5,10 +5,11 @@ transcribe/granite/gguf.py). While a file is read tensor by tensor, a weight the
 goes from the file's bytes to one of two layouts (transcribe/quant.py), in chunks of rows, so no float32
 copy of that weight is ever made:
 
-- Q8_0 blocks (`take(..., blocks=True)`, a Q8_0 file's default): a Q8_0 weight's int8 values with one
-  scale per 32 (`quants.q8_0_blocks`: its own bytes, split), run as `Q8Linear` (the weight dequantized
-  exactly at each call, float activations); a weight of another type beside them is dequantized and
-  kept in float16 (2 bytes a weight: an F16 weight as it is), run as `HalfLinear` (float32 products);
+- Q8_0 blocks (`take(..., blocks=True)`, a Q8_0 file's default): a Q8_0 weight's blocks (int8 values with
+  one scale per 32) as the file holds them, mapped, not copied (`GGUFFile.mapped`), run as `Q8Linear` (the
+  weight dequantized exactly at each call, float activations); a weight of another type beside them is kept
+  in float16 (an F16 weight: the file's, mapped; another: dequantized, then rounded), run as `HalfLinear`
+  (float32 products);
 - int8 rows (`take(...)`, dtype int8): one scale per output row (`quants.int8_rows`: each row
   dequantized exactly, then quantized per row with Int8Linear's own formula), run as `Int8Linear`
   (activations quantized per row, int8 x int8 products).
@@ -35,7 +36,9 @@ class Int8Rows:
 
     def __init__(self):
         # name -> (layout "rows" / "blocks" / "half", weight: int8 [N, K] or float16 [N, K], scales:
-        # [N] per row, [N, K / 32] per Q8_0 block, or None)
+        # [N] per row, [N, K / 32] per Q8_0 block, or None); or layout "mapped blocks" (the file's Q8_0
+        # blocks, uint8 [N, K / 32, 34]) / "mapped half" (its F16 weight [N, K]), mapped, scales None
+        # (GGUFFile.mapped)
         self.rows: dict[str, tuple[str, torch.Tensor, Optional[torch.Tensor]]] = {}
 
     def take(self, f: GGUFFile, gguf_name: str, name: str, shape: Optional[Sequence[int]] = None,
@@ -48,6 +51,17 @@ class Int8Rows:
         while len(rows) > 2 and rows[-1] == 1:  # a pointwise convolution [N, K, 1]: rows of K
             rows.pop()
         layout = "rows" if not blocks else "blocks" if info.qtype == quants.Q8_0 else "half"
+        if layout != "rows" and info.qtype == (quants.Q8_0 if layout == "blocks" else quants.F16) \
+                and info.offset % 2 == 0:
+            # held as the file stores it, mapped: no copy, nothing read until the first call (a Q8_0 file of
+            # the 0.6B Parakeet loads in under a second; split into values and scales it took 3 s)
+            b = f.mapped(gguf_name)
+            n = 1
+            for d in rows[:-1]:
+                n *= d
+            self.rows[name] = ("mapped " + layout, b.view(n, rows[-1] // 32, 34) if layout == "blocks"
+                               else b.view(torch.float16).view(n, rows[-1]), None)
+            return torch.zeros(1).expand(*(info.shape if shape is None else shape))
         try:
             if layout == "half":
                 q, scale = quants.dequantize(f.raw(gguf_name), info.qtype, tuple(rows)).to(torch.float16), None
@@ -75,10 +89,15 @@ class Int8Rows:
             if not isinstance(layer, (nn.Linear, nn.Conv1d)):
                 raise ModelError(f"{name}: a quantized weight for a {type(layer).__name__}, not a linear layer")
             k = layer.weight.numel() // layer.weight.shape[0]
-            if tuple(q.shape) != (layer.weight.shape[0], k):
+            if (q.shape[0], q[0].numel() * 32 // 34 if layout == "mapped blocks" else q.shape[1]) \
+                    != (layer.weight.shape[0], k):
                 raise ModelError(f"{name}: weights of shape {tuple(q.shape)} for a layer of {tuple(layer.weight.shape)}")
             bias = layer.bias.detach() if layer.bias is not None else None
-            if layout == "blocks":
+            if layout == "mapped blocks":
+                new = Q8Linear.from_blocks(q, bias)
+            elif layout == "mapped half":
+                new = HalfLinear.from_f16(q, bias)
+            elif layout == "blocks":
                 new = Q8Linear(q, scale, bias)
             else:
                 new = HalfLinear(q, bias) if layout == "half" else Int8Linear.from_int8(q, scale, bias)
