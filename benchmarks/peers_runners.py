@@ -29,13 +29,17 @@ def _vocab_ids(vocab_file: Path) -> dict:
 
 
 def _ours(path: str, threads: int, dtype: Optional[str]) -> Run:
+    sys.path.insert(0, str(REPO))  # the package from this checkout
+    import transcribe.runtime
+
+    # what the command line, the server and the batch workers set before PyTorch is imported: OpenMP's idle
+    # threads sleep after 1000 rounds of spinning (GOMP_SPINCOUNT, unless the environment chose)
+    transcribe.runtime.openmp_waiting()
     import torch
 
     torch.set_num_threads(threads)
     torch.set_flush_denormal(True)
-    sys.path.insert(0, str(REPO))  # the package from this checkout
     import transcribe
-    import transcribe.runtime
 
     transcribe.runtime.tune_malloc()  # the command line does the same before it loads a model
     model = transcribe.load_model(path, threads=threads, dtype=dtype)
@@ -142,6 +146,31 @@ def _whisper(system: str, path: str, threads: int) -> Run:
 
     run = load_runner(system, threads, path, "")
     return lambda pcm: (run(pcm, None), None)
+
+
+def prepare(system: str) -> None:
+    """Import the system's runtime (timed apart from the model's load: a fresh process pays both, a server or
+    an application that has imported it pays the load alone)."""
+    kind = system.partition(":")[0]
+    if kind in ("ours", "whisper") and system.partition(":")[2] in ("fp32", "bf16", "int8", "q8_0", "ours", "ours-int8"):
+        sys.path.insert(0, str(REPO))  # the package from this checkout
+        import transcribe.runtime
+
+        transcribe.runtime.openmp_waiting()  # before PyTorch, as the command line
+        import torch  # noqa: F401
+
+        import transcribe  # noqa: F401
+    elif kind == "transcribe.cpp":
+        import transcribe_cpp  # noqa: F401
+    elif kind == "crispasr":
+        import crispasr  # noqa: F401
+    elif kind == "onnx-asr":
+        import onnx_asr  # noqa: F401
+        import onnxruntime  # noqa: F401
+    elif kind == "sherpa-onnx":
+        import sherpa_onnx  # noqa: F401
+    elif kind == "whisper":  # faster-whisper
+        import faster_whisper  # noqa: F401
 
 
 def load(system: str, path: str, threads: int) -> Run:

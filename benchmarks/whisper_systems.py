@@ -69,13 +69,15 @@ def load_runner(system: str, threads: int, ct2_dir: str, openai_checkpoint: str)
     fallback: each system's default temperature fallback (0, 0.2, ..., 1.0: a window whose text
     is too repetitive or too unlikely is decoded again, sampling) instead of temperature 0 only."""
     if system in ("ours", "ours-int8", "ours-batched", "ours-int8-batched"):
+        sys.path.insert(0, str(REPO))  # the package from this checkout
+        import transcribe.runtime
+
+        transcribe.runtime.openmp_waiting()  # as the CLI, before PyTorch is imported (GOMP_SPINCOUNT=1000)
         import torch
 
         torch.set_num_threads(threads)
         torch.set_flush_denormal(True)
-        sys.path.insert(0, str(REPO))  # the package from this checkout
         import transcribe
-        import transcribe.runtime
 
         transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
         model = transcribe.load_model(dtype="int8" if system.startswith("ours-int8") else None)
