@@ -5,7 +5,9 @@ dict) and the tokenizer files the config names with a `nemo:` prefix. Nothing in
 the config is parsed with `yaml.safe_load` within bounds (`config_yaml.load_yaml`) and the weights
 with `torch.load(weights_only=True)`.
 Nothing is extracted to disk: members are read from the archive in memory, each within bounds (a
-declared size inside the archive; the config and the tokenizer at most `MAX_SMALL_MEMBER` bytes).
+declared size inside the archive; the config and the tokenizer at most `MAX_SMALL_MEMBER` bytes); the weights of
+a plain (uncompressed) archive are mapped where they lie, storage by storage (`mapped_ckpt`), nothing read until
+it is used.
 """
 from __future__ import annotations
 
@@ -90,8 +92,11 @@ def read_nemo(path: str | os.PathLike) -> NemoCheckpoint:
 
         try:
             config = _parse_config(read(CONFIG, "config"), path)
-            weights = tar.extractfile(members[WEIGHTS])
-            state = _load_weights(weights, path, members[WEIGHTS].size)
+            state = None
+            if end == archive_size:  # a plain archive: the checkpoint's storages mapped where they lie
+                state = _mapped_weights(path, members[WEIGHTS].offset_data, members[WEIGHTS].size)
+            if state is None:
+                state = _load_weights(tar.extractfile(members[WEIGHTS]), path, members[WEIGHTS].size)
             files = {}
             for tok_name in _tokenizer_members(config):
                 if tok_name not in members:
@@ -139,8 +144,10 @@ def _read_dir(path: Path) -> NemoCheckpoint:
         raise ModelError(f"{path}: {WEIGHTS} is missing")
     _check_small(path, CONFIG, cfg_path.stat().st_size, "config")
     config = _parse_config(cfg_path.read_bytes(), path)
-    with open(w_path, "rb") as f:
-        state = _load_weights(f, path, w_path.stat().st_size)
+    state = _mapped_weights(w_path, 0, w_path.stat().st_size)
+    if state is None:
+        with open(w_path, "rb") as f:
+            state = _load_weights(f, path, w_path.stat().st_size)
     files = {}
     for tok_name in _tokenizer_members(config):
         cands = [path / tok_name] + sorted(path.glob("*" + tok_name))
@@ -189,6 +196,24 @@ def _head(f) -> bytes:
         return f.read(16)
     except (OSError, ValueError):
         return b""
+
+
+def _mapped_weights(path: Path, start: int, size: int) -> Optional[dict]:
+    """The state dict with each storage mapped from the file (`mapped_ckpt`), or None where it is not stored
+    so or is not a plain state dict of tensors (then `_load_weights` reads it, and says what is wrong)."""
+    from .mapped_ckpt import read_mapped
+
+    import torch
+
+    try:
+        sd = read_mapped(path, start, size)
+    except (OSError, ValueError):
+        return None
+    if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
+        sd = sd["state_dict"]
+    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+        return None
+    return sd
 
 
 def _load_weights(f, path, size: int) -> dict:
