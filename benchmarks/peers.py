@@ -32,9 +32,10 @@ Systems (name: what is loaded, from which file; the files are setup_peers.sh's, 
 --peers takes names or their part before ":" (e.g. "ours,transcribe.cpp:q8_0"); a system whose file, venv or
 package is missing, or whose child fails to load, is skipped with the reason printed.
 
-Each system runs in its own process (ours under this Python, the peers under --peers-python), loads (timed),
-transcribes once as a warm-up, then waits; a group's calls are interleaved, one at a time, the order rotating
-each round. Reported: load time, best and median call, RTFx, peak RSS (ru_maxrss, load included), time against
+Each system runs in its own process (ours under this Python, the peers under --peers-python), imports its runtime
+and loads (each timed; ours sets GOMP_SPINCOUNT=1000 first, as the command line does), transcribes once as a
+warm-up, then waits; a group's calls are interleaved, one at a time, the order rotating
+each round. Reported: import and load time, best and median call, RTFx, peak RSS (ru_maxrss, load included), time against
 ours:fp32 (f32 group) or the fastest of the group, and agreement with ours:fp32 (whisper:ours): "same" when the
 token ids (or, where a system gives none, the words) are equal, else 1 - edit distance / length.
 The CPU (benchmarks/machine.py), the load average and the CPU time of other processes (from /proc/stat, less
