@@ -61,7 +61,7 @@ def test_each_storage_is_a_private_mapping_of_the_archive_and_goes_with_its_tens
             a = v.data_ptr()
             hit = [m for m in maps if m[0] <= a < m[1]]
             assert hit and hit[0][2].endswith("p"), k
-    big = max(sd, key=lambda k: sd[k].numel())
+    big = max(sd.items(), key=lambda kv: kv[1].numel())[0]
     sd[big].add_(1.0)  # a private mapping: the write stays in this process
     assert path.read_bytes() == before
     assert torch.equal(read_nemo(path).state_dict[big], _reference(path)[big])

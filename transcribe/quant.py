@@ -263,6 +263,23 @@ class FloatComputeLinear(QuantLinear):
             raise ValueError(f"a {type(self).__name__} computes in float32 or bfloat16, not {compute}")
         self.compute = compute
 
+    @classmethod
+    def _held(cls, weight: torch.Tensor, bias: Optional[torch.Tensor], compute: Optional[torch.dtype]):
+        """A layer holding `weight` (its stored form) as it is, without the checking constructor."""
+        self = cls.__new__(cls)
+        nn.Module.__init__(self)
+        self._init(weight, bias, compute)
+        return self
+
+    def _init(self, weight: torch.Tensor, bias: Optional[torch.Tensor], compute: Optional[torch.dtype]) -> None:
+        """Hold the stored weight (`_store`) and the bias (float32, copied)."""
+        self._set_compute(compute)
+        self._store(weight)
+        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
+
+    def _store(self, weight: torch.Tensor) -> None:
+        raise NotImplementedError
+
     def dequantized(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
         raise NotImplementedError
 
@@ -329,16 +346,11 @@ class Q8Linear(FloatComputeLinear):
                 or not blocks.is_contiguous():
             raise ValueError(f"Q8_0 blocks uint8 [N, K / {Q8_BLOCK}, {Q8_BLOCK + 2}] expected, got "
                              f"{blocks.dtype} {tuple(blocks.shape)}")
-        self = cls.__new__(cls)
-        super(Q8Linear, self).__init__()
-        self._init(blocks, bias, compute)
-        return self
+        return cls._held(blocks, bias, compute)
 
-    def _init(self, blocks: torch.Tensor, bias: Optional[torch.Tensor], compute: Optional[torch.dtype]) -> None:
-        self._set_compute(compute)
+    def _store(self, blocks: torch.Tensor) -> None:
         self.out_features, self.in_features = blocks.shape[0], blocks.shape[1] * Q8_BLOCK
         self.register_buffer("blocks", blocks)
-        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
 
     @property
     def weight_q(self) -> torch.Tensor:
@@ -390,16 +402,11 @@ class HalfLinear(FloatComputeLinear):
         """From a float16 weight [N, K] held as it is (no copy, no check: a GGUF file's F16 tensor, mapped)."""
         if weight.dtype != torch.float16 or weight.dim() != 2:
             raise ValueError(f"a float16 weight [N, K] expected, got {weight.dtype} {tuple(weight.shape)}")
-        self = cls.__new__(cls)
-        super(HalfLinear, self).__init__()
-        self._init(weight, bias, compute)
-        return self
+        return cls._held(weight, bias, compute)
 
-    def _init(self, half: torch.Tensor, bias: Optional[torch.Tensor], compute: Optional[torch.dtype]) -> None:
-        self._set_compute(compute)
+    def _store(self, half: torch.Tensor) -> None:
         self.out_features, self.in_features = half.shape
         self.register_buffer("weight_f16", half)
-        self.register_buffer("bias", None if bias is None else bias.detach().to(torch.float32).clone())
 
     def default_compute(self) -> torch.dtype:
         return torch.float32
