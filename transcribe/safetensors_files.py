@@ -39,7 +39,7 @@ _MAX_HEADER = 100 << 20  # bytes of JSON header a file may declare (the format's
 def read_tensors(files: list[Path]) -> dict:
     """name -> tensor of every file (torch tensors); a ModelError for an unreadable file or a tensor named twice.
 
-    Each tensor is a private (copy-on-write) mapping of its own bytes of the file: nothing is read until it is
+    Each tensor is a private (copy-on-write) mapping of its own bytes of the file (`file_map`): nothing is read until it is
     used, and a tensor the caller drops (a weight cast or quantized as it loads) gives its pages back at once.
     With one mapping for the whole file (safetensors' own reader), every page read stays resident until the
     last tensor of the file is gone: a 4.6 GB checkpoint quantized to int8 peaked at 7.2 GB that way."""
@@ -58,9 +58,9 @@ def read_tensors(files: list[Path]) -> dict:
 def _map_file(f: Path):
     """(name, tensor) of a safetensors file: an 8-byte little-endian header size, a JSON header (name -> dtype,
     shape, data offsets), the data."""
-    import mmap
-
     import torch
+
+    from .file_map import map_bytes
 
     def bad(why: str) -> ModelError:
         return ModelError(f"{f}: not a readable safetensors file ({why})")
@@ -94,13 +94,11 @@ def _map_file(f: Path):
             if min(shape, default=0) < 0 or not 0 <= a <= b or base + b > size or b - a != count * itemsize:
                 raise bad(f"tensor {name!r}: its data does not fit its shape or the file")
             a, b = base + a, base + b
-            start = a - a % mmap.ALLOCATIONGRANULARITY
             if count == 0:
                 t = torch.empty(shape, dtype=dtype)
-            elif (a - start) % itemsize:  # not aligned for its dtype in the file: a copy of its own
+            elif a % itemsize:  # not aligned for its dtype in the file: a copy of its own
                 h.seek(a)
                 t = torch.frombuffer(bytearray(h.read(b - a)), dtype=torch.uint8).view(dtype).reshape(shape)
             else:
-                view = mmap.mmap(h.fileno(), b - start, offset=start, access=mmap.ACCESS_COPY)
-                t = torch.frombuffer(view, dtype=dtype, count=count, offset=a - start).reshape(shape)
+                t = map_bytes(h.fileno(), a, b - a).view(dtype).reshape(shape)
             yield name, t

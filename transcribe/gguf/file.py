@@ -21,6 +21,7 @@ import torch
 
 from ..config_yaml import excerpt
 from ..errors import ModelError
+from ..file_map import map_bytes
 from . import MAGIC
 from ..runtime import release_memory
 from . import quants
@@ -118,13 +119,11 @@ class GGUFFile:
         info = self.info(name)
         if info.nbytes == 0:
             return torch.empty(0, dtype=torch.uint8)
-        start = info.offset - info.offset % mmap.ALLOCATIONGRANULARITY
         try:
             with open(self.path, "rb") as h:
-                view = mmap.mmap(h.fileno(), info.offset + info.nbytes - start, offset=start, access=mmap.ACCESS_COPY)
+                return map_bytes(h.fileno(), info.offset, info.nbytes)
         except (OSError, ValueError) as e:
             raise ModelError(f"{self.path}: tensor {name}: cannot map it ({e})") from None
-        return torch.frombuffer(view, dtype=torch.uint8, count=info.nbytes, offset=info.offset - start)
 
     def tensor(self, name: str, dtype: torch.dtype = torch.float32, release: bool = True) -> torch.Tensor:
         """The tensor as a new `dtype` tensor of its PyTorch shape (dequantized if quantized); its

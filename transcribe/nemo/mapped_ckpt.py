@@ -2,7 +2,7 @@
 
 A `.nemo` is a tar archive, and NeMo writes it uncompressed: the checkpoint's bytes lie in the archive as they are,
 and inside them PyTorch's zip stores each storage uncompressed (`archive/data/<key>`). So each storage can be a
-private (copy-on-write) mapping of its own bytes of the file: nothing is read until it is used, nothing is
+private (copy-on-write) mapping of its own bytes of the file (`transcribe.file_map`): nothing is read until it is used, nothing is
 copied, and a storage that the model drops (a weight cast to bfloat16 or quantized to int8 as it loads) gives its
 pages back at once. `torch.load` of the archive's member reads the whole checkpoint into memory first: for the
 0.6B Parakeet 2.5 GB read and copied, which an int8 model then drops.
@@ -15,13 +15,14 @@ the file with `torch.load`, which says what is wrong).
 from __future__ import annotations
 
 import io
-import mmap
 import os
 import struct
 import zipfile
 from typing import Optional
 
 import torch
+
+from ..file_map import map_bytes
 
 _LOCAL_HEADER = struct.Struct("<IHHHHHIIIHH")  # a zip entry's local header: 30 bytes
 _LOCAL_MAGIC = 0x04034B50
@@ -129,8 +130,4 @@ def read_mapped(path: str | os.PathLike, start: int, size: int) -> Optional[dict
 
 def _map(f, at: int, nbytes: int) -> torch.Tensor:
     """Bytes [at, at + nbytes) of the open file: a uint8 tensor on a private mapping of their own."""
-    if nbytes == 0:
-        return torch.empty(0, dtype=torch.uint8)
-    base = at - at % mmap.ALLOCATIONGRANULARITY
-    view = mmap.mmap(f.fileno(), at + nbytes - base, offset=base, access=mmap.ACCESS_COPY)
-    return torch.frombuffer(view, dtype=torch.uint8, count=nbytes, offset=at - base)
+    return map_bytes(f.fileno(), at, nbytes)
