@@ -9,6 +9,10 @@ Python's `mmap.mmap` keeps a duplicate of the file's descriptor open for each ma
 tensors would hold a thousand descriptors, against a common limit of 1024 per process. So on POSIX systems the
 mapping is made with the C library's mmap(2) through ctypes and released by munmap(2) when the buffer the tensor
 holds is collected; elsewhere (or without a C library found) `mmap.mmap` is used.
+
+A mapped weight follows its file: a model file overwritten in place while a model from it is loaded changes that
+model's weights (or faults it, cut short), as with any memory-mapped model (llama.cpp, safetensors); a file
+replaced by a rename, as hub downloads replace files, leaves the loaded model as it was.
 """
 from __future__ import annotations
 
