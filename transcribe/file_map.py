@@ -21,6 +21,7 @@ import ctypes.util
 import mmap
 import os
 import weakref
+
 import torch
 
 _MAP_FAILED = ctypes.c_void_p(-1).value

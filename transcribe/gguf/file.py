@@ -117,8 +117,6 @@ class GGUFFile:
         For a weight held as the file stores it (a Q8_0 file's blocks, an F16 weight): the model then keeps the
         file open through the mapping, as ggml's runtimes do."""
         info = self.info(name)
-        if info.nbytes == 0:
-            return torch.empty(0, dtype=torch.uint8)
         try:
             with open(self.path, "rb") as h:
                 return map_bytes(h.fileno(), info.offset, info.nbytes)

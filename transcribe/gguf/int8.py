@@ -20,6 +20,7 @@ nn.Conv1d [N, K, 1]) by its quantized layer; no stand-in may be left.
 """
 from __future__ import annotations
 
+import math
 from typing import Optional, Sequence
 
 import torch
@@ -55,10 +56,7 @@ class Int8Rows:
                 and info.offset % 2 == 0:
             # held as the file stores it, mapped: no copy, nothing read until the first call (a Q8_0 file of
             # the 0.6B Parakeet loads in under a second; split into values and scales it took 3 s)
-            b = f.mapped(gguf_name)
-            n = 1
-            for d in rows[:-1]:
-                n *= d
+            b, n = f.mapped(gguf_name), math.prod(rows[:-1])
             self.rows[name] = ("mapped " + layout, b.view(n, rows[-1] // 32, 34) if layout == "blocks"
                                else b.view(torch.float16).view(n, rows[-1]), None)
             return torch.zeros(1).expand(*(info.shape if shape is None else shape))
@@ -89,8 +87,7 @@ class Int8Rows:
             if not isinstance(layer, (nn.Linear, nn.Conv1d)):
                 raise ModelError(f"{name}: a quantized weight for a {type(layer).__name__}, not a linear layer")
             k = layer.weight.numel() // layer.weight.shape[0]
-            if (q.shape[0], q[0].numel() * 32 // 34 if layout == "mapped blocks" else q.shape[1]) \
-                    != (layer.weight.shape[0], k):
+            if (q.shape[0], q.shape[1] * 32 if layout == "mapped blocks" else q.shape[1]) != (layer.weight.shape[0], k):
                 raise ModelError(f"{name}: weights of shape {tuple(q.shape)} for a layer of {tuple(layer.weight.shape)}")
             bias = layer.bias.detach() if layer.bias is not None else None
             if layout == "mapped blocks":

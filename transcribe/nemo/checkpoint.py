@@ -203,12 +203,17 @@ def _mapped_weights(path: Path, start: int, size: int) -> Optional[dict]:
     so or is not a plain state dict of tensors (then `_load_weights` reads it, and says what is wrong)."""
     from .mapped_ckpt import read_mapped
 
-    import torch
-
     try:
-        sd = read_mapped(path, start, size)
+        return _tensor_state(read_mapped(path, start, size))
     except (OSError, ValueError):
         return None
+
+
+def _tensor_state(sd) -> Optional[dict]:
+    """A loaded checkpoint's state dict of tensors (under "state_dict" or at the top), or None when it holds
+    anything else."""
+    import torch
+
     if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
         sd = sd["state_dict"]
     if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
@@ -229,11 +234,10 @@ def _load_weights(f, path, size: int) -> dict:
             raise ModelError(f"{path}: {WEIGHTS} holds Python objects other than tensors{' (' + what + ')' if what else ''}, "
                              "which are not loaded (weights_only); not a plain checkpoint") from None
         raise ModelError(f"{path}: {WEIGHTS} is corrupt or truncated ({load_failure(e)})") from None
-    if isinstance(sd, dict) and "state_dict" in sd and isinstance(sd["state_dict"], dict):
-        sd = sd["state_dict"]
-    if not isinstance(sd, dict) or not all(isinstance(v, torch.Tensor) for v in sd.values()):
+    state = _tensor_state(sd)
+    if state is None:
         raise ModelError(f"{path}: {WEIGHTS} does not hold a state dict of tensors")
-    return sd
+    return state
 
 
 def _tokenizer_member(cfg: dict) -> Optional[str]:

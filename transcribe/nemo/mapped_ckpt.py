@@ -117,7 +117,7 @@ def read_mapped(path: str | os.PathLike, start: int, size: int) -> Optional[dict
                 if nbytes != numel * itemsize:
                     raise ValueError(f"storage {key}: {nbytes} bytes for {numel} values")
                 storages[key] = torch.storage.TypedStorage(
-                    wrap_storage=_map(f, at, nbytes).untyped_storage(), dtype=dtype, _internal=True)
+                    wrap_storage=map_bytes(f.fileno(), at, nbytes).untyped_storage(), dtype=dtype, _internal=True)
             return storages[key]
 
         try:
@@ -127,7 +127,3 @@ def read_mapped(path: str | os.PathLike, start: int, size: int) -> Optional[dict
         except Exception:  # the caller reads it with torch.load, which names what is wrong
             return None
 
-
-def _map(f, at: int, nbytes: int) -> torch.Tensor:
-    """Bytes [at, at + nbytes) of the open file: a uint8 tensor on a private mapping of their own."""
-    return map_bytes(f.fileno(), at, nbytes)
