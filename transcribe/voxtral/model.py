@@ -80,12 +80,18 @@ class VoxtralModel(nn.Module):
         transformers keeps it). `int8` (the dtype the LM computes in): the LM quantized from its weights as stored
         (`DecoderLM.quantize_int8`), then every linear layer of the encoder and the projector made an int8
         product (`quant.quantize_linears`), the rest float32."""
-        where = str(path)
+        return cls.from_tensors(read_tensors(weight_files(path)), cfg, str(path), dtype, int8)
+
+    @classmethod
+    def from_tensors(cls, tensors: dict, cfg: VoxtralConfig, where: str, dtype: torch.dtype = torch.float32,
+                     int8: Optional[torch.dtype] = None) -> "VoxtralModel":
+        """The network from a dict of tensors under the checkpoint's names (taken out of the dict as they are
+        used)."""
         enc = cfg.encoder
         if enc.ffn_dim != 4 * enc.d_model:
             raise ModelError(f"{where}: audio_config intermediate_size {enc.ffn_dim} is not 4 * hidden_size "
                              f"({4 * enc.d_model}): only the published 4-state stacking is implemented")
-        parts = _split(read_tensors(weight_files(path)), where, cfg.lm.tie_word_embeddings)
+        parts = _split(tensors, where, cfg.lm.tie_word_embeddings)
         if int8 is not None:
             lm = DecoderLM.from_tensors(cfg.lm, parts["lm"], where, int8=int8)
         else:
