@@ -242,10 +242,14 @@ def main():
     model.eval()
     model.to(torch.bfloat16)
     out = Path(args.out)
+    readme = (out / "README.md").read_text() if (out / "README.md").is_file() else None  # the folder's own README
     if out.exists():
         shutil.rmtree(out)
     out.mkdir(parents=True)
     model.save_pretrained(out)
+    (out / "README.md").unlink(missing_ok=True)  # the hub mixin's model card
+    if readme is not None:
+        (out / "README.md").write_text(readme)
     saved = json.loads((out / "config.json").read_text())
     saved.pop("model_type", None)
     saved.pop("architectures", None)

@@ -122,10 +122,10 @@ class CanaryQwenModel(nn.Module):
         perc.encoder.fold_batch_norm()
         encoder_dtype = torch.float32 if int8 is not None else dtype
         if int8 is not None:
-            from ..quant import quantize_linears
+            from ..quant import Int8Linear
 
             perc.encoder.quantize_int8()
-            quantize_linears(perc.proj)
+            perc.proj = Int8Linear.from_linear(perc.proj)
             language_model = DecoderLM.from_tensors(cfg.lm, lm, where, int8=int8)
         else:
             if dtype != torch.float32:
