@@ -294,3 +294,27 @@ def test_a_short_input_without_frames_is_empty(model):
     x = _audio("jfk.wav")
     out = model.transcribe([x[:100], x[:16000]], max_new_tokens=5)
     assert out[0].text == "" and not out[0].tokens and out[1].tokens
+
+
+# ---------------------------------------------------------------------------------------------- live session
+
+def test_a_stream_commits_each_utterance_as_the_offline_pipeline_decodes_it(model):
+    """transcribe/utterances.py: cut at the 2 s pause between two clips, each utterance decoded whole."""
+    a, b = _audio("jfk.wav"), _audio(CLIPS[1])
+    pcm = np.concatenate([a, np.zeros(32000, np.float32), b])
+    s = model.stream(pause_s=1.2, max_new_tokens=MAX_NEW)
+    commits = []
+    for i in range(0, len(pcm), 8000):
+        s.feed(pcm[i:i + 8000])
+        new = s.take_new_text()
+        if new:
+            commits.append((new, list(s.drain_words())))
+    s.finalize()
+    commits.append((s.take_new_text(), list(s.drain_words())))
+    assert len(commits) == 2
+    cut = commits[0][1][0].start
+    assert len(a) / 16000 < cut < len(a) / 16000 + 2.0
+    first = model.transcribe(pcm[:int(round(cut * 16000))], max_new_tokens=MAX_NEW)
+    rest = model.transcribe(pcm[int(round(cut * 16000)):], max_new_tokens=MAX_NEW)
+    assert commits[0][0].strip() == first.text and commits[1][0].strip() == rest.text
+    assert s.text().strip() == first.text + " " + rest.text
