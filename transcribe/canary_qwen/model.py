@@ -111,7 +111,13 @@ class CanaryQwenModel(nn.Module):
             if head is None:
                 raise ModelError(f"{where}: the language model's head (untied) is missing")
             lm["lm_head.weight"] = head
-        lm = merge_lora(lm, cfg, where)
+        return cls.build(cfg, perception, merge_lora(lm, cfg, where), where, dtype, int8)
+
+    @classmethod
+    def build(cls, cfg: CanaryQwenConfig, perception: dict, lm: dict, where: str, dtype: torch.dtype = torch.float32,
+              int8: Optional[torch.dtype] = None) -> "CanaryQwenModel":
+        """The network from the perception module's tensors (NeMo's names below `perception.`) and the LM's
+        (transformers' names below the LM, LoRA merged); see `load`."""
         with torch.device("meta"):
             perc = Perception(cfg)
         try:
