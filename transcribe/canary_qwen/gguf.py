@@ -7,7 +7,7 @@ encoder: `nemo.gguf_names.ENCODER_TABLE`) and `enc.proj.*` (the projection); `de
 `dec.token_embd`, `dec.output_norm`, `dec.blocks.{i}.{norm_attn, norm_ffn, attn.{q,k,v,o,q_norm,k_norm},
 ffn.{gate,up,down}}`; a tied head is the embedding); the config as `stt.canary_qwen.{encoder,perception,decoder}.*`
 and `stt.frontend.*`; the tokenizer as `tokenizer.ggml.*` (Qwen2's byte-level BPE, read as the qwen3_asr reader
-reads it), the audio placeholder at `stt.canary_qwen.perception.audio_locator_id`.
+reads it: `llm.gguf_tokenizer`), the audio placeholder at `stt.canary_qwen.perception.audio_locator_id`.
 
 What the file does not say, taken as canary-qwen-2.5b's config has it: the subsampling kind (dw_striding), xscaling
 (off), relative positions with untied biases, batch norm in the convolution module, pad_to 0, the `qwen` prompt
@@ -16,7 +16,6 @@ from those). Every metadata key is read, accepted by name (`general.*`, `stt.var
 ModelError names it; so is a missing or unknown tensor."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -97,8 +96,7 @@ def load_gguf(path: Path, name: str, device, dtype: Optional[torch.dtype] = None
     """A `canary_qwen` GGUF file -> a CanaryQwen recognizer on `device` (dtype None: float32)."""
     from ..gguf.file import GGUFFile, missing_layers
     from ..llm.model import int8_compute
-    from ..qwen3_asr.gguf import tokenizer_json
-    from ..llm.tokenizer import LLMTokenizer
+    from ..llm.gguf_tokenizer import qwen2_tokenizer
     from .model import CanaryQwenModel
     from .prompt import PromptBuilder
     from .recognizer import CanaryQwen
@@ -122,9 +120,8 @@ def load_gguf(path: Path, name: str, device, dtype: Optional[torch.dtype] = None
         keys.expect("tokenizer.ggml.add_bos_token", (False,))
         tokens, types = keys.require("tokenizer.ggml.tokens"), keys.require("tokenizer.ggml.token_type")
         merges = keys.require("tokenizer.ggml.merges")
-        if not isinstance(tokens, list) or not isinstance(types, list) or len(tokens) != len(types) or \
-                not isinstance(merges, list):
-            raise ModelError(f"{where}: tokenizer.ggml.tokens, token_type and merges are not lists of one length")
+        if not isinstance(tokens, list):
+            raise ModelError(f"{where}: tokenizer.ggml.tokens is not a list")
         named = set()
         for k in ("eos", "padding", "bos"):
             v = keys.get(f"tokenizer.ggml.{k}_token_id")
@@ -135,8 +132,7 @@ def load_gguf(path: Path, name: str, device, dtype: Optional[torch.dtype] = None
         eos = keys.get("tokenizer.ggml.eos_token_id")
         if eos is None:
             raise ModelError(f"{where}: tokenizer.ggml.eos_token_id is missing: no stop token")
-        tokenizer = LLMTokenizer.from_json(json.dumps(tokenizer_json(tokens, types, merges, where)), where,
-                                           special=named)
+        tokenizer = qwen2_tokenizer(tokens, types, merges, where, special=named)
         keys.finish()
         if not tokenizer.has(cfg.audio_locator_tag) or tokenizer.token_id(cfg.audio_locator_tag) != audio_id:
             raise ModelError(f"{where}: {P}perception.audio_locator_id {audio_id!r} is not the tokenizer's "
