@@ -1,4 +1,4 @@
-"""The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral) on every surface, with their committed tiny models: the
+"""The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral, Canary-Qwen) on every surface, with their committed tiny models: the
 OpenAI-compatible server gives what the library gives, a batch job writes it, the WebSocket streams an
 utterance session. Each family's parity with transformers is in its own test file."""
 from __future__ import annotations
@@ -22,7 +22,8 @@ HERE = Path(__file__).parent
 JFK = AUDIO / "jfk.wav"
 MODELS = {"granite_speech": HERE / "models" / "granite_speech" / "g40",
           "qwen3_asr": HERE / "models" / "qwen3_asr" / "tiny",
-          "voxtral": HERE / "models" / "voxtral" / "tiny"}
+          "voxtral": HERE / "models" / "voxtral" / "tiny",
+          "canary_qwen": HERE / "models" / "canary_qwen" / "tiny"}
 PRESENT = list(MODELS)
 
 
