@@ -24,20 +24,11 @@ def detect(path: Path) -> Optional[str]:
         from ..gguf import architecture, is_gguf
 
         return "gguf" if is_gguf(path) and architecture(path) == "canary_qwen" else None
-    cfg_path = path / "config.json"
-    if not path.is_dir() or not cfg_path.is_file():
-        return None
-    import json
-
+    from ..json_files import config_of
     from .config import is_salm_config
 
-    try:
-        if cfg_path.stat().st_size > (1 << 20):
-            return None
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return "salm" if is_salm_config(cfg) else None
+    cfg = config_of(path)
+    return "salm" if cfg is not None and is_salm_config(cfg) else None
 
 
 def load(path: Path, name: str, device, dtype, kind: str):

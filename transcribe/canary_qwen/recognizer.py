@@ -13,7 +13,6 @@ longer than `max_piece_s` are cut at pauses (`long_input`) and their pieces' tex
 session cut at pauses (`transcribe.utterances`), each utterance decoded whole."""
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 from typing import Optional, Sequence
 
@@ -21,19 +20,19 @@ import numpy as np
 import torch
 
 from .. import long_input
-from ..errors import ModelError, TranscribeError
-from ..llm.generate import Generated, generate
+from ..errors import ModelError
+from ..llm.generate import Generated
+from ..llm.generation_config import GenerationDefaults
 from ..llm.model import int8_compute
+from ..llm.recognition import generate_within, search_settings, untimed_transcript
 from ..llm.tokenizer import LLMTokenizer
 from ..recognizer import Recognizer
-from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
+from ..results import Transcript
 from . import KIND
 from .config import named_token, read_config
 from .model import CanaryQwenModel
 from .options import DEFAULT_MAX_NEW_TOKENS, CanaryQwenOptions, CanaryQwenStreamOptions
 from .prompt import PromptBuilder
-
-log = logging.getLogger("transcribe")
 
 # A batch holds at most this much padded audio (its longest input times its size).
 MAX_BATCH_AUDIO_S = 8 * 60.0
@@ -54,6 +53,8 @@ class CanaryQwen(Recognizer):
         self.tokenizer = tokenizer
         self.prompts = prompts
         self.stop_ids = stop_ids
+        # the search's defaults (the checkpoint has no generation config): greedy, NeMo's length penalty 1
+        self.generation = GenerationDefaults(tuple(stop_ids), DEFAULT_MAX_NEW_TOKENS)
         self.name = name
         self.device = torch.device(device)
         self.sample_rate = model.sample_rate
@@ -89,12 +90,6 @@ class CanaryQwen(Recognizer):
     @property
     def languages(self) -> list[str]:
         return ["en"]
-
-    def _search(self, opts: CanaryQwenOptions) -> tuple[int, float, int]:
-        beams = opts.beam_size or 1
-        penalty = 1.0 if opts.length_penalty is None else opts.length_penalty
-        max_new = DEFAULT_MAX_NEW_TOKENS if opts.max_new_tokens is None else opts.max_new_tokens
-        return beams, penalty, max_new
 
     def _stream(self, opts: CanaryQwenStreamOptions):
         """A live session cut at pauses (`transcribe.utterances`): each utterance decoded once, whole."""
@@ -156,42 +151,17 @@ class CanaryQwen(Recognizer):
         rows, audio = [rows[k] for k in keep], [audio[k] for k in keep]
         if not rows:
             return out
-        beams, penalty, max_new = self._search(opts)
         p = self.prompts.build()
         text = lm.embed(torch.tensor(p.ids, dtype=torch.long, device=self.device))
         prompts = [torch.cat([text[:p.audio_at], a, text[p.audio_at + 1:]]) for a in audio]
-        limit = lm.cfg.max_position_embeddings
-        room = limit - max(x.shape[0] for x in prompts) if limit else max_new
-        if room < 1:
-            raise TranscribeError(f"{self.name}: an input of {max(len(pcm[i]) for i in rows) / self.sample_rate:.0f} s "
-                                  f"fills the language model's {limit} positions: give a smaller max_piece_s")
-        max_new = min(max_new, room)
-        found = generate(lm, prompts, max_new_tokens=max_new, stop_ids=self.stop_ids, num_beams=beams,
-                         length_penalty=penalty, early_stopping=False)
+        seconds = [len(pcm[i]) / self.sample_rate for i in rows]
+        found = generate_within(lm, prompts, seconds, stop_ids=self.stop_ids,
+                                search=search_settings(self.generation, opts), name=self.name)
         for i, hyps in zip(rows, found):
             out[i] = hyps
-            if hyps and not hyps[0].stopped:
-                log.warning("%s: an input of %.1f s reached max_new_tokens (%d) before its end: its text may be cut "
-                            "(give a larger max_new_tokens or a smaller max_piece_s)", self.name,
-                            len(pcm[i]) / self.sample_rate, max_new)
         return out
 
     def _to_transcript(self, hyps: list[Generated], duration: float, opts: CanaryQwenOptions) -> Transcript:
-        tok = self.tokenizer
-        best = hyps[0]
-        text = tok.decode(best.ids).strip()
-        segments = [Segment(text, 0.0, duration)] if opts.timestamps and text else []
-        logprobs = best.logprobs if len(best.logprobs) == len(best.ids) else [None] * len(best.ids)
-        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration, logprob=lp,
-                        piece=tok.token(i)) for i, lp in zip(best.ids, logprobs)]
-        t = Transcript(text=text, duration=duration, segments=segments, words=[], tokens=tokens, model=self.name,
-                       language="en")
-        beams = self._search(opts)[0]
-        if beams > 1 and opts.nbest is not None:
-            out = []
-            for h in hyps[:opts.nbest]:
-                marks = [HypothesisToken(int(i), 0, None, 0.0, duration) for i in h.ids]
-                out.append(Hypothesis(tok.decode(h.ids).strip(), h.score, h.score / (len(h.ids) + 1), marks))
-            # scores: transformers' sequences_scores (log-probability sums over length ** length_penalty)
-            t.nbest = NBest(beams, False, out, beam="transformers")
-        return t
+        return untimed_transcript(hyps, duration, self.tokenizer, name=self.name, language="en",
+                                  timestamps=opts.timestamps, beams=search_settings(self.generation, opts)[0],
+                                  nbest=opts.nbest)

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import re
-from typing import Iterable
+from typing import Iterable, Optional
 
 from ..errors import ModelError
 from .tokenizer import LLMTokenizer
@@ -18,8 +18,10 @@ QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[
 FILLER = re.compile(r"<\|unused_(\d+)\|>")
 
 
-def qwen2_tokenizer(tokens: list, types: list, merges: list, where: str, special: Iterable[int] = ()) -> LLMTokenizer:
-    """The file's tokenizer; `special`: the named ids (eos, pad, bos) decode drops as well."""
+def qwen2_tokenizer(tokens: list, types: list, merges: list, where: str, special: Iterable[int] = (),
+                    chat_template: Optional[str] = None) -> LLMTokenizer:
+    """The file's tokenizer; `special`: the named ids (eos, pad, bos) decode drops as well; `chat_template`: the
+    file's tokenizer.chat_template text (kept, never run)."""
     if not isinstance(tokens, list) or not isinstance(types, list) or len(tokens) != len(types) or not tokens \
             or not isinstance(merges, list):
         raise ModelError(f"{where}: tokenizer.ggml.tokens, token_type and merges are not lists (tokens and types "
@@ -57,4 +59,4 @@ def qwen2_tokenizer(tokens: list, types: list, merges: list, where: str, special
                   "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
                   "vocab": vocab, "merges": pairs},
     }
-    return LLMTokenizer.from_json(json.dumps(spec), where, special=special)
+    return LLMTokenizer.from_json(json.dumps(spec), where, special=special, chat_template=chat_template)

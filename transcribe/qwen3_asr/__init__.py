@@ -5,7 +5,6 @@ greedy or beam search, token ids equal to transformers'. `detect` and `load` are
 `transcribe.loading.FAMILIES`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -28,16 +27,10 @@ def detect(path: Path) -> Optional[str]:
         from ..gguf import architecture, is_gguf
 
         return "gguf" if is_gguf(path) and architecture(path) == "qwen3_asr" else None
-    cfg_path = path / "config.json"
-    if not path.is_dir() or not cfg_path.is_file():
-        return None
-    try:
-        if cfg_path.stat().st_size > (1 << 20):
-            return None
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return "transformers" if isinstance(cfg, dict) and cfg.get("model_type") == "qwen3_asr" else None
+    from ..json_files import config_of
+
+    cfg = config_of(path)
+    return "transformers" if cfg is not None and cfg.get("model_type") == "qwen3_asr" else None
 
 
 def load(path: Path, name: str, device, dtype, kind: str):

@@ -13,7 +13,7 @@ The schema:
   `stt.frontend.*`, rebuilt here into the -hf layout's config.json and feature-extractor settings that
   `config.parse_config` checks (so a file is held to the same limits as a checkpoint directory);
 - the tokenizer as `tokenizer.ggml.*` (model "gpt2": byte-level BPE, `pre` "qwen2": Qwen2's split, single
-  digits), rebuilt into an `llm.tokenizer.LLMTokenizer`; the chat template as `tokenizer.chat_template`
+  digits), rebuilt into an `llm.tokenizer.LLMTokenizer` (`llm.gguf_tokenizer`); the chat template as `tokenizer.chat_template`
   (recognised by `prompt.check_template`, never run).
 
 What the file does not hold, and what this reader takes instead:
@@ -43,7 +43,6 @@ Every metadata key is read and implemented, accepted by name as not changing the
 """
 from __future__ import annotations
 
-import json
 import re
 from pathlib import Path
 from typing import Optional
@@ -59,12 +58,6 @@ Q8_0_DEFAULT = True
 # Largest absolute difference allowed between the stored filterbank / window and ours (librosa's Slaney
 # filterbank and numpy's periodic Hann differ from ours by float32 rounding).
 FRONTEND_TOLERANCE = 1e-6
-# Token types (llama.cpp's tokenizer.ggml.token_type) the converter writes: 1 normal, 3 control (special).
-TOKEN_NORMAL, TOKEN_CONTROL = 1, 3
-# Qwen2's pre-tokenizer split (tokenizer.ggml.pre "qwen2"): as GPT-4's, but digits one at a time.
-QWEN2_SPLIT = (r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*"
-               r"|\s*[\r\n]+|\s+(?!\S)|\s+")
-FILLER = re.compile(r"<\|unused_(\d+)\|>")
 ENDOFTEXT = "<|endoftext|>"
 
 # (our name, the file's name): the -hf checkpoint's names (model.py's prefixes)
@@ -197,48 +190,9 @@ def _frontend(f, cfg, where: str) -> None:
 # Tokenizer
 
 
-def tokenizer_json(tokens: list, types: list, merges: list, where: str) -> dict:
-    """The `tokenizers` JSON of the file's byte-level BPE (Qwen2's): the tokens before the first control one
-    are the BPE vocabulary; from it on, each token (but the `<|unused_{i}|>` fillers) is an added token, special
-    when control; Qwen2's split, NFC, ByteLevel decoder."""
-    first = next((i for i, k in enumerate(types) if k == TOKEN_CONTROL), len(tokens))
-    vocab: dict[str, int] = {}
-    added = []
-    for i, (tok, kind) in enumerate(zip(tokens, types)):
-        if not isinstance(tok, str):
-            raise ModelError(f"{where}: tokenizer.ggml.tokens[{i}] is not text")
-        if kind not in (TOKEN_NORMAL, TOKEN_CONTROL):
-            raise ModelError(f"{where}: tokenizer.ggml.token_type[{i}] = {kind!r} is not implemented (1 normal, "
-                             "3 control)")
-        if tok in vocab:
-            raise ModelError(f"{where}: tokenizer.ggml.tokens[{i}] {tok[:40]!r} repeats token {vocab[tok]}")
-        vocab[tok] = i
-        filler = FILLER.fullmatch(tok)
-        if i >= first and not (filler and int(filler.group(1)) == i and kind == TOKEN_NORMAL):
-            added.append({"id": i, "content": tok, "single_word": False, "lstrip": False, "rstrip": False,
-                          "normalized": False, "special": kind == TOKEN_CONTROL})
-    pairs = []
-    for m in merges:
-        parts = m.split(" ") if isinstance(m, str) else []
-        if len(parts) != 2:
-            raise ModelError(f"{where}: tokenizer.ggml.merges entry {str(m)[:60]!r} is not two pieces")
-        pairs.append(parts)
-    return {
-        "version": "1.0", "truncation": None, "padding": None, "added_tokens": added, "normalizer": {"type": "NFC"},
-        "pre_tokenizer": {"type": "Sequence", "pretokenizers": [
-            {"type": "Split", "pattern": {"Regex": QWEN2_SPLIT}, "behavior": "Isolated", "invert": False},
-            {"type": "ByteLevel", "add_prefix_space": False, "trim_offsets": True, "use_regex": False}]},
-        "post_processor": None,
-        "decoder": {"type": "ByteLevel", "add_prefix_space": True, "trim_offsets": True, "use_regex": True},
-        "model": {"type": "BPE", "dropout": None, "unk_token": None, "continuing_subword_prefix": "",
-                  "end_of_word_suffix": "", "fuse_unk": False, "byte_fallback": False, "ignore_merges": False,
-                  "vocab": vocab, "merges": pairs},
-    }
-
-
 def _tokenizer(keys, where: str):
     """(LLMTokenizer, {bos, eos, padding} ids) of the file's tokenizer.* keys."""
-    from ..llm.tokenizer import LLMTokenizer
+    from ..llm.gguf_tokenizer import qwen2_tokenizer
 
     keys.expect("tokenizer.ggml.model", ("gpt2",))
     keys.expect("tokenizer.ggml.pre", ("qwen2",))
@@ -261,10 +215,9 @@ def _tokenizer(keys, where: str):
     template = keys.get("tokenizer.chat_template")
     if template is not None and not isinstance(template, str):
         raise ModelError(f"{where}: tokenizer.chat_template is not text")
-    spec = tokenizer_json(tokens, types, merges, where)
     # transformers' special set: the added tokens marked special and the named ones (eos / pad / bos)
     named = {v for v in ids.values() if v is not None}
-    tok = LLMTokenizer.from_json(json.dumps(spec), where, special=named, clean_up=False, chat_template=template)
+    tok = qwen2_tokenizer(tokens, types, merges, where, special=named, chat_template=template)
     return tok, ids
 
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, UtteranceStreamFields, boolean, number, option,
-                       parse_bool, parse_positive_int, positive_int, sample_rate, text)
+from ..llm.options import check_search
+from ..options import MAX_BEAM, WHY_BEAM, UtteranceStreamFields, option, parse_bool, parse_positive_int, text
 from .prompt import CHAT_TOKENS, language_code
 
 # transformers' length_penalty is an exponent of the length: 0 to 2 are the usual values (1 by default).
@@ -67,24 +67,10 @@ class Qwen3ASROptions:
     detector: str = option("auto", help="the pause detector: auto, energy or silero", command=False, form=None)
 
     def __post_init__(self):
-        from ..pauses import DETECTORS
-
-        number("max_piece_s", self.max_piece_s, *MAX_PIECE_S, allow_none=False,
-               why="seconds; one piece's text must fit max_new_tokens")
-        if self.detector not in DETECTORS:
-            raise OptionValueError("detector", f"unknown pause detector {self.detector!r} (one of "
-                                   f"{', '.join(DETECTORS)})")
-        positive_int("batch_size", self.batch_size, most=MAX_BATCH_SIZE)
-        positive_int("max_new_tokens", self.max_new_tokens, most=MAX_NEW_TOKENS)
-        positive_int("beam_size", self.beam_size, most=MAX_BEAM, why=WHY_BEAM)
-        positive_int("nbest", self.nbest, most=MAX_BEAM, why=WHY_BEAM)
-        number("length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
-        boolean("timestamps", self.timestamps)
-        boolean("word_timestamps", self.word_timestamps)
-        if self.word_timestamps:
-            raise OptionValueError("word_timestamps", "Qwen3-ASR models cannot time words here (the model writes no "
-                                   "times, and its forced aligner is another model); a transcript has one segment "
-                                   "per input")
+        check_search(self, piece_s=MAX_PIECE_S, piece_why="seconds; one piece's text must fit max_new_tokens",
+                     max_new_tokens=MAX_NEW_TOKENS, max_length_penalty=MAX_LENGTH_PENALTY,
+                     no_words="Qwen3-ASR models cannot time words here (the model writes no times, and its forced "
+                     "aligner is another model); a transcript has one segment per input")
         if self.language is not None:
             if not isinstance(self.language, str) or not 0 < len(self.language) <= 32:
                 raise OptionValueError("language", f"language must be a language code such as en or de, got "
@@ -94,11 +80,6 @@ class Qwen3ASROptions:
         if self.context is not None and any(t in self.context for t in CHAT_TOKENS):
             raise OptionValueError("context", "context may not hold the chat's special tokens ("
                                    + ", ".join(CHAT_TOKENS) + "): they would change the prompt's layout")
-        sample_rate(self.sample_rate)
-        if (self.nbest or 1) > (self.beam_size or 1):
-            size = self.beam_size or 1
-            raise OptionValueError("nbest", f"nbest ({self.nbest}) cannot exceed beam_size ({size}): a beam of "
-                                   f"{size} keeps {size} hypotheses")
 
     @property
     def language_code(self) -> Optional[str]:

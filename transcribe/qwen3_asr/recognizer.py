@@ -15,28 +15,26 @@ Inputs longer than `max_piece_s` are cut at pauses (`long_input`) and their piec
 live session cut at pauses (`transcribe.utterances`), each utterance decoded whole."""
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
 from .. import long_input
-from ..errors import ModelError, TranscribeError
-from ..llm.generate import Generated, generate
+from ..errors import ModelError
+from ..llm.generate import Generated
 from ..llm.model import int8_compute
+from ..llm.recognition import generate_within, search_settings, untimed_transcript
 from ..llm.tokenizer import LLMTokenizer
 from ..recognizer import Recognizer
-from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
+from ..results import Transcript
 from . import KIND
 from .frontend import LogMel
 from .model import Qwen3ASRModel
 from .options import Qwen3ASROptions, Qwen3ASRStreamOptions
 from .prompt import (LANGUAGES, NO_SPACE_LANGUAGES, PromptBuilder, check_template, marker_end, output_language,
                      parse_output, read_template)
-
-log = logging.getLogger("transcribe")
 
 # A batch holds at most this much padded audio (its longest input times its size).
 MAX_BATCH_AUDIO_S = 8 * 60.0
@@ -92,16 +90,6 @@ class Qwen3ASR(Recognizer):
     @property
     def languages(self) -> list[str]:
         return list(LANGUAGES)
-
-    # -- options
-    def _search(self, opts: Qwen3ASROptions) -> tuple[int, float, Union[bool, str], int]:
-        """(beams, length_penalty, early_stopping, max_new_tokens) of a call: the options over the generation
-        config's defaults."""
-        gen = self.model.config.generation
-        beams = opts.beam_size if opts.beam_size is not None else gen.num_beams
-        penalty = opts.length_penalty if opts.length_penalty is not None else gen.length_penalty
-        max_new = opts.max_new_tokens if opts.max_new_tokens is not None else gen.max_new_tokens
-        return beams, penalty, gen.early_stopping, max_new
 
     def _stream(self, opts: Qwen3ASRStreamOptions):
         """A live session cut at pauses (`transcribe.utterances`): each utterance decoded once, whole, with the
@@ -168,7 +156,6 @@ class Qwen3ASR(Recognizer):
         feats, frames = self.frontend.batch([pcm[i] for i in rows])
         audio = m.audio_embeddings(feats.to(self.device), frames.to(self.device))
         language = opts.language_code
-        beams, penalty, early, max_new = self._search(opts)
         prefix = self.prompts.context_prefix(opts.context)
         prompts = []
         for audio_rows in audio:
@@ -176,21 +163,11 @@ class Qwen3ASR(Recognizer):
             x = lm.embed(torch.tensor(p.ids, dtype=torch.long, device=self.device))
             x[p.audio_start:p.audio_start + p.audio_rows] = audio_rows
             prompts.append(x)
-        room = lm.cfg.max_position_embeddings - max(x.shape[0] for x in prompts)
-        if lm.cfg.max_position_embeddings and room < 1:
-            raise TranscribeError(f"{self.name}: an input of {max(len(pcm[i]) for i in rows) / self.sample_rate:.0f} s "
-                                  f"fills the language model's {lm.cfg.max_position_embeddings} positions: give a "
-                                  "smaller max_piece_s")
-        if lm.cfg.max_position_embeddings:
-            max_new = min(max_new, room)
-        found = generate(lm, prompts, max_new_tokens=max_new, stop_ids=m.config.generation.stop_ids,
-                         num_beams=beams, length_penalty=penalty, early_stopping=early)
+        seconds = [len(pcm[i]) / self.sample_rate for i in rows]
+        found = generate_within(lm, prompts, seconds, stop_ids=m.config.generation.stop_ids,
+                                search=search_settings(m.config.generation, opts), name=self.name)
         for i, hyps in zip(rows, found):
             out[i] = hyps
-            if hyps and not hyps[0].stopped:
-                log.warning("%s: an input of %.1f s reached max_new_tokens (%d) before its end: its text may be cut "
-                            "(give a larger max_new_tokens or a smaller max_piece_s)", self.name,
-                            len(pcm[i]) / self.sample_rate, max_new)
         return out
 
     def _read(self, ids: list[int], opts: Qwen3ASROptions) -> tuple[str, Optional[str], list[int]]:
@@ -201,24 +178,12 @@ class Qwen3ASR(Recognizer):
         return text, forced if forced is not None else output_language(name), ids[start:]
 
     def _to_transcript(self, hyps: list[Generated], duration: float, opts: Qwen3ASROptions) -> Transcript:
-        tok = self.tokenizer
-        best = hyps[0]
-        text, language, ids = self._read(best.ids, opts)
-        segments = [Segment(text, 0.0, duration)] if opts.timestamps and text else []
-        # greedy: each token's log-probability (beam search keeps none per token)
-        skip = len(best.ids) - len(ids)
-        logprobs = best.logprobs[skip:] if len(best.logprobs) == len(best.ids) else [None] * len(ids)
-        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration, logprob=lp,
-                        piece=tok.token(i)) for i, lp in zip(ids, logprobs)]
-        t = Transcript(text=text, duration=duration, segments=segments, words=[], tokens=tokens, model=self.name,
-                       language=language)
-        beams = self._search(opts)[0]
-        if beams > 1 and opts.nbest is not None:
-            out = []
-            for h in hyps[:opts.nbest]:
-                h_text, _, h_ids = self._read(h.ids, opts)
-                marks = [HypothesisToken(int(i), 0, None, 0.0, duration) for i in h_ids]
-                out.append(Hypothesis(h_text, h.score, h.score / (len(h.ids) + 1), marks))
-            # scores: transformers' sequences_scores (log-probability sums over length ** length_penalty)
-            t.nbest = NBest(beams, False, out, beam="transformers")
-        return t
+        def read(ids: list[int]) -> tuple[str, list[int]]:
+            text, _, kept = self._read(ids, opts)
+            return text, kept
+
+        language = self._read(hyps[0].ids, opts)[1]
+        return untimed_transcript(hyps, duration, self.tokenizer, name=self.name, language=language,
+                                  timestamps=opts.timestamps, beams=search_settings(self.model.config.generation,
+                                                                                    opts)[0],
+                                  nbest=opts.nbest, read=read)

@@ -6,7 +6,6 @@ token ids equal to transformers'. The tokenizer is the repos' `tekken.json` (`ll
 are this family's entry in `transcribe.loading.FAMILIES`."""
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Optional
 
@@ -27,19 +26,13 @@ def detect(path: Path) -> Optional[str]:
         from ..gguf import architecture, is_gguf
 
         return "gguf" if is_gguf(path) and architecture(path) == "voxtral" else None
-    cfg_path = path / "config.json"
-    if path.is_dir() and not cfg_path.is_file() and (path / "params.json").is_file() and \
+    if path.is_dir() and not (path / "config.json").is_file() and (path / "params.json").is_file() and \
             (path / "tekken.json").is_file():
         return "mistral"
-    if not path.is_dir() or not cfg_path.is_file():
-        return None
-    try:
-        if cfg_path.stat().st_size > (1 << 20):
-            return None
-        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError):
-        return None
-    return "transformers" if isinstance(cfg, dict) and cfg.get("model_type") == "voxtral" else None
+    from ..json_files import config_of
+
+    cfg = config_of(path)
+    return "transformers" if cfg is not None and cfg.get("model_type") == "voxtral" else None
 
 
 def load(path: Path, name: str, device, dtype, kind: str):

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, UtteranceStreamFields, boolean, number, option,
-                       parse_bool, parse_positive_int, positive_int, sample_rate)
+from ..llm.options import check_search
+from ..options import MAX_BEAM, WHY_BEAM, UtteranceStreamFields, option, parse_bool, parse_positive_int
 from .prompt import TASKS, instruction, language_code
 
 MAX_LENGTH_PENALTY = 10.0
@@ -56,23 +56,10 @@ class VoxtralOptions:
     detector: str = option("auto", help="the pause detector: auto, energy or silero", command=False, form=None)
 
     def __post_init__(self):
-        from ..pauses import DETECTORS
-
-        number("max_piece_s", self.max_piece_s, *MAX_PIECE_S, allow_none=False,
-               why="seconds; one piece's text must fit max_new_tokens")
-        if self.detector not in DETECTORS:
-            raise OptionValueError("detector", f"unknown pause detector {self.detector!r} (one of "
-                                   f"{', '.join(DETECTORS)})")
-        positive_int("batch_size", self.batch_size, most=MAX_BATCH_SIZE)
-        positive_int("max_new_tokens", self.max_new_tokens, most=MAX_NEW_TOKENS)
-        positive_int("beam_size", self.beam_size, most=MAX_BEAM, why=WHY_BEAM)
-        positive_int("nbest", self.nbest, most=MAX_BEAM, why=WHY_BEAM)
-        number("length_penalty", self.length_penalty, 0.0, MAX_LENGTH_PENALTY)
-        boolean("timestamps", self.timestamps)
-        boolean("word_timestamps", self.word_timestamps)
-        if self.word_timestamps:
-            raise OptionValueError("word_timestamps", "Voxtral models cannot time words (the model writes no "
-                                   "times); a transcript has one segment per input")
+        check_search(self, piece_s=MAX_PIECE_S, piece_why="seconds; one piece's text must fit max_new_tokens",
+                     max_new_tokens=MAX_NEW_TOKENS, max_length_penalty=MAX_LENGTH_PENALTY,
+                     no_words="Voxtral models cannot time words (the model writes no times); a transcript has one "
+                     "segment per input")
         if self.task is not None and self.task not in TASKS:
             raise OptionValueError("task", f"task must be transcribe or translate, got {self.task!r}")
         for name in ("language", "target_language"):
@@ -84,11 +71,6 @@ class VoxtralOptions:
         target = self.target_code
         if target is not None:
             instruction(target)
-        sample_rate(self.sample_rate)
-        if (self.nbest or 1) > (self.beam_size or 1):
-            size = self.beam_size or 1
-            raise OptionValueError("nbest", f"nbest ({self.nbest}) cannot exceed beam_size ({size}): a beam of "
-                                   f"{size} keeps {size} hypotheses")
 
     @property
     def language_code(self) -> Optional[str]:

@@ -13,27 +13,25 @@ input, with their log-probabilities under greedy search. Inputs longer than `max
 (`transcribe.utterances`), each utterance decoded whole."""
 from __future__ import annotations
 
-import logging
 from pathlib import Path
-from typing import Optional, Sequence, Union
+from typing import Optional, Sequence
 
 import numpy as np
 import torch
 
 from .. import long_input
-from ..errors import ModelError, TranscribeError
-from ..llm.generate import Generated, generate
+from ..errors import ModelError
+from ..llm.generate import Generated
 from ..llm.model import int8_compute
+from ..llm.recognition import generate_within, search_settings, untimed_transcript
 from ..llm.tekken import TekkenTokenizer
 from ..recognizer import Recognizer
-from ..results import Hypothesis, HypothesisToken, NBest, Segment, Token, Transcript
+from ..results import Transcript
 from . import KIND
 from .frontend import LogMel
 from .model import VoxtralModel
 from .options import VoxtralOptions, VoxtralStreamOptions
 from .prompt import LANGUAGES, PromptBuilder
-
-log = logging.getLogger("transcribe")
 
 # A batch holds at most this many 30 s chunks of audio.
 MAX_BATCH_CHUNKS = 16
@@ -93,13 +91,6 @@ class Voxtral(Recognizer):
     def languages(self) -> list[str]:
         return list(LANGUAGES)
 
-    def _search(self, opts: VoxtralOptions) -> tuple[int, float, Union[bool, str], int]:
-        gen = self.model.config.generation
-        beams = opts.beam_size if opts.beam_size is not None else gen.num_beams
-        penalty = opts.length_penalty if opts.length_penalty is not None else gen.length_penalty
-        max_new = opts.max_new_tokens if opts.max_new_tokens is not None else gen.max_new_tokens
-        return beams, penalty, gen.early_stopping, max_new
-
     def _stream(self, opts: VoxtralStreamOptions):
         """A live session cut at pauses (`transcribe.utterances`): each utterance decoded once, whole."""
         import dataclasses
@@ -154,7 +145,6 @@ class Voxtral(Recognizer):
         audio = m.audio_rows(torch.cat(mels).to(self.device))
         per_chunk = m.config.encoder.chunk_rows
         language, target = opts.language_code, opts.target_code
-        beams, penalty, early, max_new = self._search(opts)
         prompts = []
         at = 0
         for mel in mels:
@@ -164,39 +154,14 @@ class Voxtral(Recognizer):
             x[p.audio_start:p.audio_start + n] = audio[at:at + n]
             at += n
             prompts.append(x)
-        limit = lm.cfg.max_position_embeddings
-        if limit:
-            room = limit - max(x.shape[0] for x in prompts)
-            if room < 1:
-                raise TranscribeError(f"{self.name}: an input of {max(len(pcm[i]) for i in rows) / self.sample_rate:.0f}"
-                                      f" s fills the language model's {limit} positions: give a smaller max_piece_s")
-            max_new = min(max_new, room)
-        found = generate(lm, prompts, max_new_tokens=max_new, stop_ids=m.config.generation.stop_ids,
-                         num_beams=beams, length_penalty=penalty, early_stopping=early)
+        seconds = [len(pcm[i]) / self.sample_rate for i in rows]
+        found = generate_within(lm, prompts, seconds, stop_ids=m.config.generation.stop_ids,
+                                search=search_settings(m.config.generation, opts), name=self.name)
         for i, hyps in zip(rows, found):
             out[i] = hyps
-            if hyps and not hyps[0].stopped:
-                log.warning("%s: an input of %.1f s reached max_new_tokens (%d) before its end: its text may be cut "
-                            "(give a larger max_new_tokens or a smaller max_piece_s)", self.name,
-                            len(pcm[i]) / self.sample_rate, max_new)
         return out
 
     def _to_transcript(self, hyps: list[Generated], duration: float, opts: VoxtralOptions) -> Transcript:
-        tok = self.tokenizer
-        best = hyps[0]
-        text = tok.decode(best.ids).strip()
-        segments = [Segment(text, 0.0, duration)] if opts.timestamps and text else []
-        logprobs = best.logprobs if len(best.logprobs) == len(best.ids) else [None] * len(best.ids)
-        tokens = [Token(id=int(i), text=tok.decode([i], skip_special=False), start=0.0, end=duration, logprob=lp,
-                        piece=tok.token(i)) for i, lp in zip(best.ids, logprobs)]
-        language = opts.target_code or opts.language_code
-        t = Transcript(text=text, duration=duration, segments=segments, words=[], tokens=tokens, model=self.name,
-                       language=language)
-        beams = self._search(opts)[0]
-        if beams > 1 and opts.nbest is not None:
-            out = []
-            for h in hyps[:opts.nbest]:
-                marks = [HypothesisToken(int(i), 0, None, 0.0, duration) for i in h.ids]
-                out.append(Hypothesis(tok.decode(h.ids).strip(), h.score, h.score / (len(h.ids) + 1), marks))
-            t.nbest = NBest(beams, False, out, beam="transformers")
-        return t
+        return untimed_transcript(hyps, duration, self.tokenizer, name=self.name,
+                                  language=opts.target_code or opts.language_code, timestamps=opts.timestamps,
+                                  beams=search_settings(self.model.config.generation, opts)[0], nbest=opts.nbest)
