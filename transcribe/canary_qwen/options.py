@@ -6,9 +6,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..llm.options import check_search
-from ..options import (MAX_BEAM, WHY_BEAM, UtteranceStreamFields, option,
-                       parse_bool, parse_positive_int)
+from ..llm.options import LLMOptions
+from ..options import UtteranceStreamFields, option
 
 # transformers' length_penalty is an exponent of the length: 0 to 2 are the usual values (1 by default).
 MAX_LENGTH_PENALTY = 10.0
@@ -25,7 +24,7 @@ DEFAULT_PIECE_S = 40.0
 
 
 @dataclass(frozen=True)
-class CanaryQwenOptions:
+class CanaryQwenOptions(LLMOptions):
     """language: "en" or none (the model is English only and its prompt names no language); timestamps: one segment
     over each input (the model writes no times); word_timestamps: not available. Search: greedy (as `SALM.generate`
     runs transformers' generate, stopping at the tokenizer's eos, <|im_end|>), or transformers' beam search with
@@ -34,32 +33,19 @@ class CanaryQwenOptions:
     default 256). Long inputs: cut at pauses (detector) into pieces of at most max_piece_s (default 40 s, the
     longest audio the model was trained on), decoded in batches and joined with a space."""
 
-    batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
-    timestamps: bool = option(True, help="segment times", command=False, form=None)
+    PIECE_S = MAX_PIECE_S
+    PIECE_WHY = "seconds; the model was trained on up to 40 s"
+    MAX_NEW_TOKENS = MAX_NEW_TOKENS
+    NO_WORDS = ("Canary-Qwen models cannot time words (the model writes no times); a transcript has one segment "
+                "per input")
+
     language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
                                      metavar="LANG")
-    word_timestamps: bool = option(False, help="time every word (json output; Parakeet models always give word "
-                                   "times)", action="store_true", parse=parse_bool, form=None)
-    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM}: "
-                                      f"{WHY_BEAM})", parse=parse_positive_int, metavar="N")
-    nbest: Optional[int] = option(None, help="return the N best hypotheses, ranked, in the json output "
-                                  "(N <= --beam-size)", parse=parse_positive_int, metavar="N")
-    length_penalty: Optional[float] = option(None, help="beam length penalty (default: none, length-normalized; 0 "
-                                             f"to 2; Canary-Qwen: transformers' exponent, 0 to "
-                                             f"{MAX_LENGTH_PENALTY:g}, default 1)", parse=float, command=False)
-    max_new_tokens: Optional[int] = option(None, help=f"Canary-Qwen: at most N tokens generated per input (1 to "
-                                           f"{MAX_NEW_TOKENS}; default {DEFAULT_MAX_NEW_TOKENS})",
-                                           parse=parse_positive_int, command=False, form=None)
-    sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
     max_piece_s: float = option(DEFAULT_PIECE_S, help=f"cut inputs longer than this at pauses ({MAX_PIECE_S[0]:g}-"
                                 f"{MAX_PIECE_S[1]:g} s)", parse=float, command=False)
-    detector: str = option("auto", help="the pause detector: auto, energy or silero", command=False, form=None)
 
     def __post_init__(self):
-        check_search(self, piece_s=MAX_PIECE_S, piece_why="seconds; the model was trained on up to 40 s",
-                     max_new_tokens=MAX_NEW_TOKENS, max_length_penalty=MAX_LENGTH_PENALTY,
-                     no_words="Canary-Qwen models cannot time words (the model writes no times); a transcript has "
-                     "one segment per input")
+        super().__post_init__()
         if self.language is not None and self.language not in ("en", "english", "English"):
             raise OptionValueError("language", f"Canary-Qwen models transcribe English only (en), not "
                                    f"{str(self.language)[:40]!r}")

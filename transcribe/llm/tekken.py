@@ -126,7 +126,8 @@ class TekkenTokenizer:
         cfg = data["config"]
         version = cfg.get("version")
         if version not in VERSIONS:
-            raise ModelError(f"{where}: tekken version {version!r} is not one mistral-common knows ({', '.join(VERSIONS)})")
+            raise ModelError(f"{where}: tekken version {version!r} is not one mistral-common knows "
+                             f"({', '.join(VERSIONS)})")
         pattern = cfg.get("pattern")
         n_special = cfg.get("default_num_special_tokens")
         vocab_size = cfg.get("default_vocab_size")

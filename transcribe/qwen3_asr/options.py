@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..llm.options import check_search
-from ..options import MAX_BEAM, WHY_BEAM, UtteranceStreamFields, option, parse_bool, parse_positive_int, text
+from ..llm.options import LLMOptions
+from ..options import UtteranceStreamFields, option, text
 from .prompt import CHAT_TOKENS, language_code
 
 # transformers' length_penalty is an exponent of the length: 0 to 2 are the usual values (1 by default).
@@ -27,7 +27,7 @@ MAX_CONTEXT_CHARS = 10000
 
 
 @dataclass(frozen=True)
-class Qwen3ASROptions:
+class Qwen3ASROptions(LLMOptions):
     """language: the spoken language, a code or its English name (one of the model's 30: ar cs da de el en es fa fi
     fil fr hi hu id it ja ko mk ms nl pl pt ro ru sv th tr vi yue zh); it is written into the prompt
     ("language English<asr_text>", as transformers' `apply_transcription_request(language=)` does); default: none,
@@ -43,34 +43,19 @@ class Qwen3ASROptions:
     fix, the text after "<asr_text>"). Long inputs: cut at pauses (detector) into pieces of at most max_piece_s
     (default 60 s), decoded in batches and joined (with a space; without one for zh, yue, ja and th)."""
 
-    batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
-    timestamps: bool = option(True, help="segment times", command=False, form=None)
+    PIECE_S = MAX_PIECE_S
+    NO_WORDS = ("Qwen3-ASR models cannot time words here (the model writes no times, and its forced aligner is "
+                "another model); a transcript has one segment per input")
+
     language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
                                      metavar="LANG")
     context: Optional[str] = option(None, help="text the model reads before the audio (names, terms, the "
                                     "topic)", metavar="TEXT")
-    word_timestamps: bool = option(False, help="time every word (json output; Parakeet models always give word "
-                                   "times)", action="store_true", parse=parse_bool, form=None)
-    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM}: "
-                                      f"{WHY_BEAM})", parse=parse_positive_int, metavar="N")
-    nbest: Optional[int] = option(None, help="return the N best hypotheses, ranked, in the json output "
-                                  "(N <= --beam-size)", parse=parse_positive_int, metavar="N")
-    length_penalty: Optional[float] = option(None, help="beam length penalty (default: none, length-normalized; 0 "
-                                             f"to 2; Qwen3-ASR: transformers' exponent, 0 to {MAX_LENGTH_PENALTY:g}, "
-                                             "default 1)", parse=float, command=False)
-    max_new_tokens: Optional[int] = option(None, help=f"Qwen3-ASR: at most N tokens generated per input (1 to "
-                                           f"{MAX_NEW_TOKENS}; default: the model's, 512)", parse=parse_positive_int,
-                                           command=False, form=None)
-    sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
     max_piece_s: float = option(DEFAULT_PIECE_S, help=f"cut inputs longer than this at pauses ({MAX_PIECE_S[0]:g}-"
                                 f"{MAX_PIECE_S[1]:g} s)", parse=float, command=False)
-    detector: str = option("auto", help="the pause detector: auto, energy or silero", command=False, form=None)
 
     def __post_init__(self):
-        check_search(self, piece_s=MAX_PIECE_S, piece_why="seconds; one piece's text must fit max_new_tokens",
-                     max_new_tokens=MAX_NEW_TOKENS, max_length_penalty=MAX_LENGTH_PENALTY,
-                     no_words="Qwen3-ASR models cannot time words here (the model writes no times, and its forced "
-                     "aligner is another model); a transcript has one segment per input")
+        super().__post_init__()
         if self.language is not None:
             if not isinstance(self.language, str) or not 0 < len(self.language) <= 32:
                 raise OptionValueError("language", f"language must be a language code such as en or de, got "

@@ -6,8 +6,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..llm.options import check_search
-from ..options import MAX_BEAM, WHY_BEAM, UtteranceStreamFields, option, parse_bool, parse_positive_int
+from ..llm.options import LLMOptions
+from ..options import UtteranceStreamFields, option
 from .prompt import TASKS, instruction, language_code
 
 MAX_LENGTH_PENALTY = 10.0
@@ -19,47 +19,32 @@ DEFAULT_PIECE_S = 120.0
 
 
 @dataclass(frozen=True)
-class VoxtralOptions:
+class VoxtralOptions(LLMOptions):
     """language: the spoken language's ISO 639-1 code (or the English name of one of the card's eight), written
     into the prompt as mistral-common's transcription request does ("lang:en"); default none, the model detects
     it (`Transcript.language` is then None: the model does not say). task "translate": speech translation into
     target_language (English by default; one of en fr de es it pt nl hi) through the chat prompt "Translate this
-    to <Language>." (a target_language other than language translates too); language is then not used. timestamps: one segment over each input (the model writes no
-    times); word_timestamps: not available. Search: greedy, or transformers' beam search with beam_size N (nbest
+    to <Language>." (a target_language other than language translates too); language is then not used.
+    timestamps: one segment over each input (the model writes no times); word_timestamps: not available. Search: greedy, or transformers' beam search with beam_size N (nbest
     <= N hypotheses in `Transcript.nbest`, scored as transformers' sequences_scores), length_penalty its
     exponent; max_new_tokens caps the generated tokens (default: the generation config's, else 500). Long inputs:
     cut at pauses (detector) into pieces of at most max_piece_s (default 120 s), decoded and joined."""
 
-    batch_size: Optional[int] = option(None, help="inputs decoded together", command=False, form=None)
-    timestamps: bool = option(True, help="segment times", command=False, form=None)
+    PIECE_S = MAX_PIECE_S
+    NO_WORDS = ("Voxtral models cannot time words (the model writes no times); a transcript has one segment per "
+                "input")
+
     language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
                                      metavar="LANG")
     target_language: Optional[str] = option(None, help="Canary: the output's language (another than --language "
                                             "translates; default: --language)", metavar="LANG")
     task: Optional[str] = option(None, help="transcribe (default) or translate (Whisper: into English; Canary: "
                                  "into --target-language, English by default)", choices=TASKS, form=None)
-    word_timestamps: bool = option(False, help="time every word (json output; Parakeet models always give word "
-                                   "times)", action="store_true", parse=parse_bool, form=None)
-    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM}: "
-                                      f"{WHY_BEAM})", parse=parse_positive_int, metavar="N")
-    nbest: Optional[int] = option(None, help="return the N best hypotheses, ranked, in the json output "
-                                  "(N <= --beam-size)", parse=parse_positive_int, metavar="N")
-    length_penalty: Optional[float] = option(None, help="beam length penalty (default: none, length-normalized; 0 "
-                                             f"to 2; Qwen3-ASR: transformers' exponent, 0 to {MAX_LENGTH_PENALTY:g}, "
-                                             "default 1)", parse=float, command=False)
-    max_new_tokens: Optional[int] = option(None, help="Qwen3-ASR: at most N tokens generated per input (1 to "
-                                           "65536; default: the model's, 512)", parse=parse_positive_int,
-                                           command=False, form=None)
-    sample_rate: Optional[int] = option(None, help="the rate of array inputs", command=False, form=None)
     max_piece_s: float = option(DEFAULT_PIECE_S, help=f"cut inputs longer than this at pauses ({MAX_PIECE_S[0]:g}-"
                                 f"{MAX_PIECE_S[1]:g} s)", parse=float, command=False)
-    detector: str = option("auto", help="the pause detector: auto, energy or silero", command=False, form=None)
 
     def __post_init__(self):
-        check_search(self, piece_s=MAX_PIECE_S, piece_why="seconds; one piece's text must fit max_new_tokens",
-                     max_new_tokens=MAX_NEW_TOKENS, max_length_penalty=MAX_LENGTH_PENALTY,
-                     no_words="Voxtral models cannot time words (the model writes no times); a transcript has one "
-                     "segment per input")
+        super().__post_init__()
         if self.task is not None and self.task not in TASKS:
             raise OptionValueError("task", f"task must be transcribe or translate, got {self.task!r}")
         for name in ("language", "target_language"):
