@@ -82,6 +82,7 @@ FAMILIES = (
     Family("granite_speech", "transcribe.granite_speech"),  # before Whisper (model_type granite_speech only)
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
+    Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
     # Canary before Whisper (Whisper takes any transformers folder, to report a foreign model_type; Canary takes
     # only model_type canary) and before Parakeet (both read .nemo files; Canary's config alone).
     Family("canary", "transcribe.canary"),
@@ -144,7 +145,8 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
             return model
     raise ModelError(
         f"{path}: not a model this package can read (a .nemo file or NeMo directory, a CTranslate2 "
-        "directory with model.bin, a transformers directory (Whisper, Canary, Cohere, Granite Speech, Qwen3-ASR), "
+        "directory with model.bin, a transformers directory (Whisper, Canary, Cohere, Granite Speech, Qwen3-ASR, "
+        "Voxtral Realtime), "
         "an openai-whisper .pt checkpoint, a Granite Speech NAR directory, or a parakeet.cpp / transcribe.cpp "
         "GGUF file)"
     )
