@@ -1,4 +1,4 @@
-"""The audio-LLM families (Granite Speech, Qwen3-ASR) on every surface, with their committed tiny models: the
+"""The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral Realtime) on every surface, with their committed tiny models: the
 OpenAI-compatible server gives what the library gives, a batch job writes it, the WebSocket streams an
 utterance session. Each family's parity with transformers is in its own test file."""
 from __future__ import annotations
@@ -21,7 +21,8 @@ uvicorn = pytest.importorskip("uvicorn", reason="the server tests need the test 
 HERE = Path(__file__).parent
 JFK = AUDIO / "jfk.wav"
 MODELS = {"granite_speech": HERE / "models" / "granite_speech" / "g40",
-          "qwen3_asr": HERE / "models" / "qwen3_asr" / "tiny"}
+          "qwen3_asr": HERE / "models" / "qwen3_asr" / "tiny",
+          "voxtral_realtime": HERE / "models" / "voxtral_realtime" / "tiny"}
 PRESENT = list(MODELS)
 
 

@@ -9,9 +9,10 @@ input has audio embeddings). Live (`stream`), the session runs transformers' str
 
 Times: the model writes the text `delay` tokens after the audio it belongs to, so a token chosen at position j
 (prompt included) is placed at (j - left pad - delay) x 80 ms of the input (`token_frame`), its word at its first
-token's. Beam search is not offered: the model's output is a stream in lockstep with the audio (one token per
-80 ms, mostly `[STREAMING_PAD]`), decoded greedily by its authors (transformers' streaming generate, vLLM, the
-model card: temperature 0), and a beam over it re-ranks pad/word placements rather than texts."""
+token's. Beam search is not offered: the reference has none (transformers 5.25.0's `generate(num_beams=2)` on
+this model raises an IndexError), the model's output is a stream in lockstep with the audio (one token per 80 ms,
+mostly `[STREAMING_PAD]`) that its authors decode greedily (the streaming generate, vLLM, the model card:
+temperature 0), and a beam over it would re-rank where pads and words fall rather than texts."""
 from __future__ import annotations
 
 from pathlib import Path
