@@ -82,6 +82,7 @@ FAMILIES = (
     Family("granite_speech", "transcribe.granite_speech"),  # before Whisper (model_type granite_speech only)
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
+    Family("voxtral", "transcribe.voxtral"),  # before Whisper, as Cohere
     Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
     # Canary before Whisper (Whisper takes any transformers folder, to report a foreign model_type; Canary takes
     # only model_type canary) and before Parakeet (both read .nemo files; Canary's config alone).

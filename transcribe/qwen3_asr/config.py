@@ -13,12 +13,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Optional
 
 from ..config_yaml import excerpt
 from ..errors import ModelError
 from ..json_files import read_optional as read_json
 from ..llm.config import LMConfig
+from ..llm.generation_config import GenerationDefaults, generation_defaults
 
 MODEL_TYPE = "qwen3_asr"
 ENCODER_TYPE = "qwen3_asr_encoder"
@@ -48,12 +49,6 @@ FEATURE_DEFAULTS = {"feature_size": 128, "sampling_rate": 16000, "hop_length": 1
                     "padding_value": 0.0, "dither": 0.0, "n_window": 50, "min_length": 8000}
 _FEATURE_HARMLESS = {"feature_extractor_type", "processor_class", "chunk_length", "padding_side",
                      "return_attention_mask", "nb_max_frames", "n_samples"}
-# generation_config.json: keys read (`GenerationDefaults`) and keys that change nothing for greedy or beam search.
-_GEN_HARMLESS = {"transformers_version", "_from_model_config", "use_cache", "bos_token_id", "temperature", "top_k",
-                 "top_p", "min_p", "typical_p", "output_scores", "return_dict_in_generate", "output_attentions",
-                 "output_hidden_states", "num_return_sequences", "cache_implementation", "do_sample",
-                 "repetition_penalty", "no_repeat_ngram_size", "num_beams", "length_penalty", "early_stopping",
-                 "max_new_tokens", "eos_token_id", "pad_token_id", "max_length"}
 # max_new_tokens when generation_config.json sets none: the published -hf repos' value and the original Qwen3-ASR
 # library's default (transformers 5.24 itself would stop after 20 new tokens, its default max_length).
 DEFAULT_MAX_NEW_TOKENS = 512
@@ -107,15 +102,6 @@ class EncoderConfig:
     def conv_freqs(self) -> int:
         """Mel bins left after the three stride-2 convolutions."""
         return post_cnn(self.n_mels)
-
-
-@dataclass(frozen=True)
-class GenerationDefaults:
-    stop_ids: tuple[int, ...]
-    max_new_tokens: int
-    num_beams: int = 1
-    length_penalty: float = 1.0
-    early_stopping: Union[bool, str] = False  # transformers' beam stopping rule: True, False or "never"
 
 
 @dataclass(frozen=True)
@@ -207,44 +193,6 @@ def feature_config(feats: dict, enc: EncoderConfig, where: str) -> FeatureConfig
     return FeatureConfig(n_mels=n_mels, min_samples=min_samples, chunk_frames=enc.chunk_frames)
 
 
-def _token_ids(value: Any, where: str, key: str) -> tuple[int, ...]:
-    ids = value if isinstance(value, (list, tuple)) else [value]
-    if not ids or any(isinstance(i, bool) or not isinstance(i, int) or i < 0 for i in ids):
-        raise ModelError(f"{where}: {key} {excerpt(value, 60)} is not a token id or a list of them")
-    return tuple(ids)
-
-
-def generation_defaults(gen: dict, cfg: dict, where: str) -> GenerationDefaults:
-    """generation_config.json's decoding settings (the config's eos_token_id when it has none): the stop tokens,
-    max_new_tokens (DEFAULT_MAX_NEW_TOKENS when unset), and beam settings; a setting that changes greedy or beam
-    search and is not implemented (a repetition penalty, n-gram blocking) is refused. Sampling settings are
-    ignored: this package decodes deterministically, as transformers does with do_sample false (the published
-    models' setting)."""
-    where = f"{where} generation_config.json"
-    for key in gen:
-        if key not in _GEN_HARMLESS:
-            raise ModelError(f"{where}: the setting {key!r} is not implemented")
-    if gen.get("repetition_penalty", 1.0) != 1.0:
-        raise ModelError(f"{where}: repetition_penalty {excerpt(gen['repetition_penalty'], 40)} is not implemented")
-    if gen.get("no_repeat_ngram_size", 0) not in (0, None):
-        raise ModelError(f"{where}: no_repeat_ngram_size {excerpt(gen['no_repeat_ngram_size'], 40)} is not "
-                         "implemented")
-    if gen.get("max_length") is not None and gen.get("max_new_tokens") is None:
-        raise ModelError(f"{where}: max_length {excerpt(gen['max_length'], 40)} without max_new_tokens is not "
-                         "implemented (a bound on the prompt and the output together)")
-    eos = gen.get("eos_token_id", cfg.get("eos_token_id", (151643, 151645)))
-    stop = _token_ids(eos, where, "eos_token_id")
-    max_new = _int(where, gen, "max_new_tokens", DEFAULT_MAX_NEW_TOKENS, 1, 1 << 20)
-    beams = _int(where, gen, "num_beams", 1, 1, 64)
-    penalty = gen.get("length_penalty", 1.0)
-    if isinstance(penalty, bool) or not isinstance(penalty, (int, float)):
-        raise ModelError(f"{where}: length_penalty {excerpt(penalty, 40)} is not a number")
-    early = gen.get("early_stopping", False)
-    if early not in (True, False, "never"):
-        raise ModelError(f"{where}: early_stopping {excerpt(early, 40)} is not implemented (true, false or never)")
-    return GenerationDefaults(stop, max_new, beams, float(penalty), early)
-
-
 def parse_config(cfg: dict, feats: dict, gen: dict, where: str) -> Qwen3ASRConfig:
     """config.json, the feature extractor's settings and generation_config.json -> the model's settings."""
     if is_original_layout(cfg):
@@ -269,7 +217,8 @@ def parse_config(cfg: dict, feats: dict, gen: dict, where: str) -> Qwen3ASRConfi
                          f"model's hidden_size {lm.hidden_size}")
     audio_token = _int(where, cfg, "audio_token_id", 151676, 0, lm.vocab_size - 1)
     features = feature_config(feats, encoder, where)
-    return Qwen3ASRConfig(features, encoder, lm, audio_token, generation_defaults(gen, cfg, where))
+    generation = generation_defaults(gen, cfg.get("eos_token_id", (151643, 151645)), DEFAULT_MAX_NEW_TOKENS, where)
+    return Qwen3ASRConfig(features, encoder, lm, audio_token, generation)
 
 
 def read_features(path: Path) -> dict:

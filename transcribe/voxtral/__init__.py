@@ -1,0 +1,50 @@
+"""Mistral Voxtral (mistralai/Voxtral-Mini-3B-2507, Voxtral-Small-24B-2507; transformers'
+`VoxtralForConditionalGeneration`, model type `voxtral`): a Whisper encoder over 30 s chunks, a projector stacking
+four frames into one row, and a Llama LM reading them through mistral-common's transcription prompt; speech
+recognition with a language hint or detected, speech translation through the chat prompt, greedy or beam search,
+token ids equal to transformers'. The tokenizer is the repos' `tekken.json` (`llm.tekken`). `detect` and `load`
+are this family's entry in `transcribe.loading.FAMILIES`."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+
+KIND = "Voxtral"
+from .options import DEFAULT_PIECE_S, VoxtralOptions as Options  # noqa: E402
+from .options import VoxtralStreamOptions as StreamOptions  # noqa: E402  (a session cut at pauses)
+
+PIECE_S = DEFAULT_PIECE_S
+
+
+def detect(path: Path) -> Optional[str]:
+    """"transformers" for a directory whose config.json has model_type "voxtral"; "mistral" for one of Mistral's
+    own layout (params.json and tekken.json, no config.json: refused when loaded, with what to use instead); else
+    None."""
+    cfg_path = path / "config.json"
+    if path.is_dir() and not cfg_path.is_file() and (path / "params.json").is_file() and \
+            (path / "tekken.json").is_file():
+        return "mistral"
+    if not path.is_dir() or not cfg_path.is_file():
+        return None
+    try:
+        if cfg_path.stat().st_size > (1 << 20):
+            return None
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return "transformers" if isinstance(cfg, dict) and cfg.get("model_type") == "voxtral" else None
+
+
+def load(path: Path, name: str, device, dtype, kind: str):
+    from .recognizer import Voxtral
+
+    if kind == "mistral":
+        from ..errors import ModelError
+        from .config import MISTRAL_LAYOUT
+
+        raise ModelError(f"{path}: {MISTRAL_LAYOUT}")
+
+    return Voxtral.load(path, name, device, dtype)
