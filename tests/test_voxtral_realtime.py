@@ -288,3 +288,14 @@ def test_the_hub_alias_and_download_patterns():
                                           "consolidated.safetensors"])
     assert "consolidated.safetensors" not in hub_patterns(["config.json", "model.safetensors", "tekken.json",
                                                            "consolidated.safetensors"])
+
+
+def test_offline_blocks_of_any_size_give_the_same_ids(model):
+    from transcribe.voxtral_realtime.decode import decode_offline
+    from transcribe.voxtral_realtime.frontend import whole
+
+    pcm = _audio("jfk.wav")
+    mel = whole(model.frontend, model.config.layout, pcm, model.config.layout.delay_ms)
+    for block in (1, 50, 10000):  # 1: the prompt's 39, then one embedding at a time, as transformers runs it
+        run = decode_offline(model.new_run(REFS["how"]["num_delay_tokens"]), mel, block_tokens=block)
+        assert run.ids == REFS["clips"]["jfk.wav"]["offline_ids"]

@@ -112,17 +112,27 @@ class Run:
         return [s.id for s in self.steps]
 
 
-def decode_offline(run: Run, mel: torch.Tensor) -> Run:
-    """The whole input's features (frames a multiple of 8) through `run`: transformers' offline generate."""
-    rows = run.audio_rows(mel)
+def decode_offline(run: Run, mel: torch.Tensor, block_tokens: int = 512) -> Run:
+    """The whole input's features (frames a multiple of 8) through `run`: transformers' offline generate. The audio
+    embeddings are made `block_tokens` at a time as the decoding reaches them (the stem's and the encoder's state
+    carried), so a long input holds one block of them."""
+    per = run.model.config.frames_per_token
+    total = mel.shape[1] // per
     p = len(run.prompt)
-    if rows.shape[0] < p:
-        raise ValueError(f"{rows.shape[0]} audio embeddings are fewer than the prompt's {p} positions")
-    token = run.prefill(rows[:p])
-    for i in range(p, rows.shape[0] - 1):
+    if total < p:
+        raise ValueError(f"{total} audio embeddings are fewer than the prompt's {p} positions")
+
+    def rows():
+        for a in range(0, total, max(block_tokens, p)):
+            yield from run.audio_rows(mel[:, a * per:min(total, a + max(block_tokens, p)) * per])
+
+    it = rows()
+    first = torch.stack([next(it) for _ in range(p)])
+    token = run.prefill(first)
+    for _ in range(p, total - 1):
         if token is None:
             break
-        token = run.step(rows[i])
+        token = run.step(next(it))
     return run
 
 
