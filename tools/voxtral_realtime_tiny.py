@@ -186,6 +186,11 @@ def main():
     model.eval()
     model.generation_config = GenerationConfig(bos_token_id=BOS, eos_token_id=EOS, pad_token_id=11)
     model.save_pretrained(out)
+    # the published config.json spells the encoder's key/value heads out (transformers maps the key onto
+    # num_attention_heads and does not write it back); transcribe.cpp's converter reads it
+    cfg = json.loads((out / "config.json").read_text())
+    cfg["audio_config"]["num_key_value_heads"] = cfg["audio_config"]["num_attention_heads"]
+    (out / "config.json").write_text(json.dumps(cfg, indent=2, sort_keys=True) + "\n")
     (out / "processor_config.json").write_text(json.dumps(
         {"feature_extractor": {**fe.to_dict(), "feature_extractor_type": "VoxtralRealtimeFeatureExtractor"},
          "processor_class": "VoxtralRealtimeProcessor"}, indent=2, sort_keys=True) + "\n")

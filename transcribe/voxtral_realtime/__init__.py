@@ -18,7 +18,12 @@ from .options import VoxtralRealtimeStreamOptions as StreamOptions  # noqa: E402
 
 
 def detect(path: Path) -> Optional[str]:
-    """"transformers" for a directory whose config.json has model_type "voxtral_realtime"; else None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `voxtral_realtime` architecture; "transformers" for a directory
+    whose config.json has model_type "voxtral_realtime"; else None."""
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "voxtral_realtime" else None
     cfg_path = path / "config.json"
     if not path.is_dir() or not cfg_path.is_file():
         return None
@@ -32,6 +37,10 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import VoxtralRealtimeASR
 
     return VoxtralRealtimeASR.load(path, name, device, dtype)
