@@ -175,6 +175,9 @@ def test_the_command_streams_jsonl(capsys, model):
     partials = [d["text"] for d in lines if d["type"] == "partial"]
     assert len(partials) > 3 and partials[-1] == final["text"]
     assert [t["id"] for t in final["tokens"]] == [i for i in REFS["clips"]["jfk.wav"]["stream_ids"] if i >= 1000]
+    assert "".join(t["text"] for t in final["tokens"]).strip() == final["text"]  # each token's own text
+    words = [d for d in lines if d["type"] == "word"]
+    assert " ".join(w["word"] for w in words) == final["text"]
 
 
 def test_the_websocket_streams_it(model):

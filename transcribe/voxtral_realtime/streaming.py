@@ -17,6 +17,7 @@ the caches are sliding windows, the front end keeps a few windows of samples. Th
 streaming generate on the same audio however it is cut into pieces."""
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 from ..runtime import model_call
@@ -52,6 +53,14 @@ class VoxtralRealtimeSession(StreamingSession):
     def token_ids(self) -> list[int]:
         """Every token chosen so far, as transformers' generate returns them after the prompt."""
         return self._live.run.ids
+
+    def _token(self, i: int):
+        # the base marks a word's first token with a space before its decoded text, which tekken's decoding of a
+        # word's first token already starts with
+        t = super()._token(i)
+        if t.text.startswith("  "):
+            t = replace(t, text=t.text[1:])
+        return t
 
     # -- StreamingSession hooks
     def _accept(self, samples) -> None:
