@@ -1,5 +1,5 @@
-"""The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral Realtime) on every surface, with their committed tiny models: the
-OpenAI-compatible server gives what the library gives, a batch job writes it, the WebSocket streams an
+"""The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral, Voxtral Realtime, Canary-Qwen) on every surface,
+with their committed tiny models: the OpenAI-compatible server gives what the library gives, a batch job writes it, the WebSocket streams an
 utterance session. Each family's parity with transformers is in its own test file."""
 from __future__ import annotations
 
@@ -22,7 +22,9 @@ HERE = Path(__file__).parent
 JFK = AUDIO / "jfk.wav"
 MODELS = {"granite_speech": HERE / "models" / "granite_speech" / "g40",
           "qwen3_asr": HERE / "models" / "qwen3_asr" / "tiny",
-          "voxtral_realtime": HERE / "models" / "voxtral_realtime" / "tiny"}
+          "voxtral": HERE / "models" / "voxtral" / "tiny",
+          "voxtral_realtime": HERE / "models" / "voxtral_realtime" / "tiny",
+          "canary_qwen": HERE / "models" / "canary_qwen" / "tiny"}
 PRESENT = list(MODELS)
 
 
@@ -58,6 +60,10 @@ def test_the_server_gives_what_the_library_gives(model):
         expected = model.transcribe(str(JFK))
         assert r.text == expected.text and r.text
         assert r.duration == pytest.approx(expected.duration)
+        if model.family == "voxtral":  # speech translation: /v1/audio/translations (into English by default)
+            with open(JFK, "rb") as f:
+                r = client.audio.translations.create(model="m", file=f)
+            assert r.text == model.transcribe(str(JFK), task="translate").text and r.text
         with open(JFK, "rb") as f:  # another family's option: 400, named
             with pytest.raises(openai.BadRequestError):
                 client.audio.transcriptions.create(model="m", file=f, extra_body={"hotwords": "a"})

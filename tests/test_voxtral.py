@@ -351,3 +351,25 @@ def test_a_stream_commits_each_utterance_as_the_offline_pipeline_decodes_it(mode
     first = model.transcribe(a, language="en", max_new_tokens=MAX_NEW).text
     assert commits[0].strip() == first
     assert s.text().strip().startswith(first) and len(s.text().strip()) > len(first)
+
+
+def test_the_published_config_spelling_is_taken(tmp_path):
+    """transformers 4.54's config.json (the published repos'): text_config rope_theta + rope_scaling null and
+    sliding_window null, audio_config head_dim and num_key_value_heads, the tensors under `language_model.model.*`
+    (what the tiny model's files hold too) -> the same model."""
+    p = _copy(tmp_path)
+
+    def published(d):
+        text = d["text_config"]
+        text["rope_theta"] = text.pop("rope_parameters")["rope_theta"]
+        text.update(rope_scaling=None, sliding_window=None)
+        d["audio_config"].update(head_dim=16, num_key_value_heads=4)
+        d["torch_dtype"] = d.pop("dtype")
+
+    _edit_json(p / "config.json", published)
+    m = transcribe.load_model(str(p))
+    t = m.transcribe(_audio("jfk.wav"), language="en", max_new_tokens=MAX_NEW)
+    assert [tok.id for tok in t.tokens] == _until_stop(REFS["clips"]["jfk.wav"]["en"]["greedy_ids"])
+    _edit_json(p / "config.json", lambda d: d["audio_config"].update(head_dim=32))
+    with pytest.raises(ModelError, match="head_dim 32"):
+        transcribe.load_model(str(p))

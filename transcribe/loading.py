@@ -84,6 +84,9 @@ FAMILIES = (
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
     Family("voxtral", "transcribe.voxtral"),  # before Whisper, as Cohere
     Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
+    # Canary-Qwen before Whisper (which claims every folder with a config.json) and Parakeet (NeMo configs): only a
+    # SALM's config.json (perception, audio_locator_tag, pretrained_llm)
+    Family("canary_qwen", "transcribe.canary_qwen"),
     # Canary before Whisper (Whisper takes any transformers folder, to report a foreign model_type; Canary takes
     # only model_type canary) and before Parakeet (both read .nemo files; Canary's config alone).
     Family("canary", "transcribe.canary"),
@@ -148,8 +151,8 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
         f"{path}: not a model this package can read (a .nemo file or NeMo directory, a CTranslate2 "
         "directory with model.bin, a transformers directory (Whisper, Canary, Cohere, Granite Speech, Qwen3-ASR, "
         "Voxtral Realtime), "
-        "an openai-whisper .pt checkpoint, a Granite Speech NAR directory, or a parakeet.cpp / transcribe.cpp "
-        "GGUF file)"
+        "a NeMo SALM directory (Canary-Qwen), an openai-whisper .pt checkpoint, a Granite Speech NAR directory, or "
+        "a parakeet.cpp / transcribe.cpp GGUF file)"
     )
 
 

@@ -28,11 +28,30 @@ VERSIONS = ("v1", "v2", "v3", "v7", "v11", "v13", "v15")
 MAX_FILE_BYTES = 64 << 20
 MAX_SPECIAL = 1 << 16
 FILLER = "<SPECIAL_{}>"
+# The pattern of every published tekken file (mistral-common's data files, Voxtral's): a file that names its
+# pre-tokenizer "tekken" without its pattern (a GGUF file) means this one.
+PATTERN = (r"[^\r\n\p{L}\p{N}]?[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]*[\p{Ll}\p{Lm}\p{Lo}\p{M}]+|[^\r\n\p{L}\p{N}]?"
+           r"[\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}]+[\p{Ll}\p{Lm}\p{Lo}\p{M}]*|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|"
+           r"\s+(?!\S)|\s+")
 # The special tokens of files written before special_tokens were stored (mistral-common's
 # DEPRECATED_SPECIAL_TOKENS, versions up to v7), in rank order.
 LEGACY_SPECIAL = ("<unk>", "<s>", "</s>", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
                   "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[IMG]", "<pad>", "[IMG_BREAK]", "[IMG_END]",
                   "[PREFIX]", "[MIDDLE]", "[SUFFIX]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]", "[TOOL_CONTENT]")
+
+
+def byte_level_decoder() -> dict[str, int]:
+    """GPT-2's byte-level alphabet (the printable character standing for each byte, as llama.cpp's GGUF files
+    spell BPE tokens) -> the byte."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("\u00a1"), ord("\u00ac") + 1),
+                 *range(ord("\u00ae"), ord("\u00ff") + 1)]
+    chars = {b: chr(b) for b in printable}
+    extra = 0
+    for b in range(256):
+        if b not in chars:
+            chars[b] = chr(256 + extra)
+            extra += 1
+    return {c: b for b, c in chars.items()}
 
 
 def _merge(piece: bytes, ranks: Mapping[bytes, int]) -> list[int]:

@@ -87,6 +87,18 @@ class LLMTokenizer:
         ids.update(int(i) for i in special)
         return cls(tok, ids, clean_up, chat_template, where)
 
+    def add_special(self, token: str) -> int:
+        """`token` as transformers' `add_special_tokens` adds it (a special added token, not normalized, no strip:
+        an audio placeholder a model's loader adds to its LM's tokenizer), at the next id when the tokenizer does
+        not have it; its id. decode drops it."""
+        from tokenizers import AddedToken
+
+        if self._tok.token_to_id(token) is None:
+            self._tok.add_special_tokens([AddedToken(token, special=True, normalized=False)])
+        i = self.token_id(token)
+        self.special = self.special | {i}
+        return i
+
     def __len__(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
 

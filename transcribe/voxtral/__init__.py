@@ -20,9 +20,13 @@ PIECE_S = DEFAULT_PIECE_S
 
 
 def detect(path: Path) -> Optional[str]:
-    """"transformers" for a directory whose config.json has model_type "voxtral"; "mistral" for one of Mistral's
-    own layout (params.json and tekken.json, no config.json: refused when loaded, with what to use instead); else
-    None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `voxtral` architecture; "transformers" for a directory whose
+    config.json has model_type "voxtral"; "mistral" for one of Mistral's own layout (params.json and tekken.json,
+    no config.json: refused when loaded, with what to use instead); else None."""
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "voxtral" else None
     cfg_path = path / "config.json"
     if path.is_dir() and not cfg_path.is_file() and (path / "params.json").is_file() and \
             (path / "tekken.json").is_file():
@@ -41,6 +45,10 @@ def detect(path: Path) -> Optional[str]:
 def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import Voxtral
 
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     if kind == "mistral":
         from ..errors import ModelError
         from .config import MISTRAL_LAYOUT

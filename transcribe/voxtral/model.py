@@ -1,6 +1,5 @@
-"""The Voxtral network (transformers' `VoxtralForConditionalGeneration`): the Whisper audio encoder
-(`whisper.model.AudioEncoder`, the same modules openai-whisper's names give), the projector and the Llama LM
-(`llm.model.DecoderLM`), with the weights of a checkpoint directory.
+"""The Voxtral network (transformers' `VoxtralForConditionalGeneration`): the Whisper audio encoder (`encoder.py`),
+the projector and the Llama LM (`llm.model.DecoderLM`), with the weights of a checkpoint directory.
 
 Tensor names are the published checkpoints' (transformers 4's layout, which transformers 5's `save_pretrained` still
 writes): `audio_tower.*` (Whisper's transformers names: `whisper.checkpoints.transformers` renames them),
@@ -20,13 +19,12 @@ from ..errors import ModelError
 from ..llm.model import DecoderLM
 from ..modules import checked_state
 from ..safetensors_files import read_tensors, weight_files
-from ..whisper.checkpoints.transformers import rename_transformers
-from ..whisper.model import AudioEncoder
 from .config import VoxtralConfig
+from .encoder import AudioEncoder
 
 PREFIXES = (("encoder", "audio_tower."), ("projector", "multi_modal_projector."), ("lm", "language_model."))
 HEADS = ("lm_head.weight", "language_model.lm_head.weight")
-POSITIONS = "positional_embedding"
+POSITIONS = "embed_positions.weight"
 
 
 class Projector(nn.Module):
@@ -80,18 +78,20 @@ class VoxtralModel(nn.Module):
         transformers keeps it). `int8` (the dtype the LM computes in): the LM quantized from its weights as stored
         (`DecoderLM.quantize_int8`), then every linear layer of the encoder and the projector made an int8
         product (`quant.quantize_linears`), the rest float32."""
-        where = str(path)
+        return cls.from_tensors(read_tensors(weight_files(path)), cfg, str(path), dtype, int8)
+
+    @classmethod
+    def from_tensors(cls, tensors: dict, cfg: VoxtralConfig, where: str, dtype: torch.dtype = torch.float32,
+                     int8: Optional[torch.dtype] = None) -> "VoxtralModel":
+        """The network from a dict of tensors under the checkpoint's names (taken out of the dict as they are
+        used)."""
         enc = cfg.encoder
-        if enc.ffn_dim != 4 * enc.d_model:
-            raise ModelError(f"{where}: audio_config intermediate_size {enc.ffn_dim} is not 4 * hidden_size "
-                             f"({4 * enc.d_model}): only the published 4-state stacking is implemented")
-        parts = _split(read_tensors(weight_files(path)), where, cfg.lm.tie_word_embeddings)
+        parts = _split(tensors, where, cfg.lm.tie_word_embeddings)
         if int8 is not None:
             lm = DecoderLM.from_tensors(cfg.lm, parts["lm"], where, int8=int8)
         else:
             lm = DecoderLM.from_tensors(cfg.lm, parts["lm"], where, dtype)
-        encoder = rename_transformers({f"encoder.{k}": v for k, v in parts["encoder"].items()}, where)
-        encoder = {k[len("encoder."):]: v for k, v in encoder.items()}
+        encoder = parts["encoder"]
         table = encoder.pop(POSITIONS, None)
         if table is None:
             raise ModelError(f"{where}: the audio encoder's position table audio_tower.embed_positions.weight is "
@@ -100,7 +100,7 @@ class VoxtralModel(nn.Module):
             raise ModelError(f"{where}: audio_tower.embed_positions.weight has shape {tuple(table.shape)}, the "
                              f"config implies {(enc.positions, enc.d_model)}")
         with torch.device("meta"):
-            tower = AudioEncoder(enc.n_mels, enc.positions, enc.d_model, enc.heads, enc.layers)
+            tower = AudioEncoder(enc)
             projector = Projector(cfg)
         stored = None if int8 is not None else dtype
         for module, tensors, what in ((tower, encoder, "audio encoder's"), (projector, parts["projector"],
@@ -108,7 +108,7 @@ class VoxtralModel(nn.Module):
             expected = {name: p.shape for name, p in module.named_parameters()}
             state = checked_state(expected, tensors, f"the {what}", where, stored, consume=True)
             module.load_state_dict(state, strict=False, assign=True)
-        tower.positional_embedding = table.to(torch.float32).contiguous()
+        tower.embed_positions = table.to(torch.float32).contiguous()
         if int8 is not None:
             from ..quant import quantize_linears
 

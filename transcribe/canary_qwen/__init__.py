@@ -1,0 +1,50 @@
+"""Canary-Qwen (nvidia/canary-qwen-2.5b; NeMo's speechlm2 `SALM`): a FastConformer encoder and a projection feeding a
+Qwen3 LM with LoRA adapters through a chat prompt; English speech recognition, greedy or beam search, token ids
+equal to NeMo's `SALM.generate`. `detect` and `load` are this family's entry in `transcribe.loading.FAMILIES`."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Optional
+
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+
+# The family contract (loading.Family): the name in messages and the options of transcribe().
+KIND = "Canary-Qwen"
+from .options import DEFAULT_PIECE_S, CanaryQwenOptions as Options  # noqa: E402
+from .options import CanaryQwenStreamOptions as StreamOptions  # noqa: E402  (a session cut at pauses)
+# Batch jobs cut inputs longer than this into pieces at pauses (the default max_piece_s: the longest audio the model
+# was trained on).
+PIECE_S = DEFAULT_PIECE_S
+
+
+def detect(path: Path) -> Optional[str]:
+    """"gguf" for a transcribe.cpp GGUF file of the `canary_qwen` architecture; "salm" for a directory whose
+    config.json is a NeMo SALM's (a `perception` section, `audio_locator_tag`, `pretrained_llm`); else None."""
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "canary_qwen" else None
+    cfg_path = path / "config.json"
+    if not path.is_dir() or not cfg_path.is_file():
+        return None
+    import json
+
+    from .config import is_salm_config
+
+    try:
+        if cfg_path.stat().st_size > (1 << 20):
+            return None
+        cfg = json.loads(cfg_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError):
+        return None
+    return "salm" if is_salm_config(cfg) else None
+
+
+def load(path: Path, name: str, device, dtype, kind: str):
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
+    from .recognizer import CanaryQwen
+
+    return CanaryQwen.load(path, name, device, dtype)
