@@ -1,6 +1,6 @@
 """The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral, Voxtral Realtime, Canary-Qwen) on every surface,
-with their committed tiny models: the OpenAI-compatible server gives what the library gives, a batch job writes it, the WebSocket streams an
-utterance session. Each family's parity with transformers is in its own test file."""
+with their committed tiny models: the OpenAI-compatible server gives what the library gives, a batch job writes it,
+the WebSocket streams an utterance session. Each family's parity with transformers is in its own test file."""
 from __future__ import annotations
 
 import json
