@@ -1,6 +1,6 @@
-"""The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral, Canary-Qwen) on every surface, with their committed tiny models: the
-OpenAI-compatible server gives what the library gives, a batch job writes it, the WebSocket streams an
-utterance session. Each family's parity with transformers is in its own test file."""
+"""The audio-LLM families (Granite Speech, Qwen3-ASR, Voxtral, Voxtral Realtime, Canary-Qwen) on every surface,
+with their committed tiny models: the OpenAI-compatible server gives what the library gives, a batch job writes it,
+the WebSocket streams an utterance session. Each family's parity with transformers is in its own test file."""
 from __future__ import annotations
 
 import json
@@ -23,6 +23,7 @@ JFK = AUDIO / "jfk.wav"
 MODELS = {"granite_speech": HERE / "models" / "granite_speech" / "g40",
           "qwen3_asr": HERE / "models" / "qwen3_asr" / "tiny",
           "voxtral": HERE / "models" / "voxtral" / "tiny",
+          "voxtral_realtime": HERE / "models" / "voxtral_realtime" / "tiny",
           "canary_qwen": HERE / "models" / "canary_qwen" / "tiny"}
 PRESENT = list(MODELS)
 

@@ -58,6 +58,7 @@ ALIASES: dict[str, str] = {
     "cohere-transcribe": "CohereLabs/cohere-transcribe-03-2026",
     # the transformers conversions (tokenizer.json, -hf tensor names): Qwen's own repos are not loaded here
     **{f"qwen3-asr-{size}": f"Qwen/Qwen3-ASR-{size.upper()}-hf" for size in ("0.6b", "1.7b")},
+    "voxtral-mini-4b-realtime": "mistralai/Voxtral-Mini-4B-Realtime-2602",
     # NeMo's SALM layout (config.json + model.safetensors; the LM's config and tokenizer from Qwen/Qwen3-1.7B)
     "canary-qwen-2.5b": "nvidia/canary-qwen-2.5b",
     **{f"sortformer-{version}": f"nvidia/{repo}" for version, repo in _SORTFORMER.items()},
@@ -114,7 +115,8 @@ _GENERAL_PATTERNS = ["*.nemo", "*.json", "*.yaml", "*.model", "*.txt", "*.bin", 
 # (tokenizer_config.json, processor_config.json and the chat template: the special tokens, the feature extractor's
 # settings and the prompt layout audio-LLMs check)
 _HF_EXTRAS = ["config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json",
-              "tokenizer_config.json", "processor_config.json", "chat_template.jinja", "chat_template.json"]
+              "tokenizer_config.json", "processor_config.json", "chat_template.jinja", "chat_template.json",
+              "tekken.json"]
 
 
 def hub_patterns(files: list[str]) -> list[str]:

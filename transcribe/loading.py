@@ -83,6 +83,7 @@ FAMILIES = (
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
     Family("voxtral", "transcribe.voxtral"),  # before Whisper, as Cohere
+    Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
     # Canary-Qwen before Whisper (which claims every folder with a config.json) and Parakeet (NeMo configs): only a
     # SALM's config.json (perception, audio_locator_tag, pretrained_llm)
     Family("canary_qwen", "transcribe.canary_qwen"),
@@ -148,7 +149,8 @@ def load_model(name: Optional[str] = None, device: str = "cpu", dtype=None, thre
             return model
     raise ModelError(
         f"{path}: not a model this package can read (a .nemo file or NeMo directory, a CTranslate2 "
-        "directory with model.bin, a transformers directory (Whisper, Canary, Cohere, Granite Speech, Qwen3-ASR), "
+        "directory with model.bin, a transformers directory (Whisper, Canary, Cohere, Granite Speech, Qwen3-ASR, "
+        "Voxtral Realtime), "
         "a NeMo SALM directory (Canary-Qwen), an openai-whisper .pt checkpoint, a Granite Speech NAR directory, or "
         "a parakeet.cpp / transcribe.cpp GGUF file)"
     )
