@@ -1,29 +1,36 @@
 #!/usr/bin/env python
-"""Build a random-weight audio-LLM with a published full-size architecture, in transformers' format.
+"""Build a random-weight audio-LLM with a published full-size architecture, in the published layout.
 
 Run from the repository root with the Python of the NeMo/transformers virtual environment (transformers
-5.24.0; made by tools/setup_nemo_venv.sh):
+5.25.0, mistral-common 1.13.1, NeMo 3.0.0; made by tools/setup_nemo_venv.sh):
 
-    .venv-nemo/bin/python benchmarks/make_audio_llm_model.py --family granite    [OUT_DIR]
-    .venv-nemo/bin/python benchmarks/make_audio_llm_model.py --family qwen3_asr  [OUT_DIR]
+    .venv-nemo/bin/python benchmarks/make_audio_llm_model.py --family granite     [OUT_DIR]
+    .venv-nemo/bin/python benchmarks/make_audio_llm_model.py --family qwen3_asr   [OUT_DIR]
+    .venv-nemo/bin/python benchmarks/make_audio_llm_model.py --family voxtral     [OUT_DIR]
+    .venv-nemo/bin/python benchmarks/make_audio_llm_model.py --family canary_qwen [OUT_DIR]
 
     options: --tokenizer-from DIR  the tiny model whose tokenizer and processor files are copied (default
-                                   tests/models/granite_speech/g40 or tests/models/qwen3_asr/tiny)
-             --lm-layers N, --encoder-layers N  fewer layers than published (only to try the tools on a
-                                   smaller machine; the benchmark wants the published counts)
+                                   tests/models/granite_speech/g40, tests/models/qwen3_asr/tiny,
+                                   tests/models/canary_qwen/tiny; voxtral needs none: its tekken.json is
+                                   mistral-common's full-size one)
+             --scale small         2 encoder and 2 LM layers, every width and the vocabulary as published, into
+                                   <default folder>-small: to check the tools end to end in minutes (a smoke
+                                   test, never a benchmark)
+             --lm-layers N, --encoder-layers N  other layer counts (the benchmark wants the published ones)
              --threads N           torch threads (default 2)
              --no-check            skip the finiteness check (one bf16 forward pass on 3 s of speech)
 
 The output (a folder as `save_pretrained` writes it: config.json, model.safetensors in bfloat16 like the
-published files, generation_config.json for Qwen3-ASR, the tiny model's tokenizer and processor files;
-default local-models/granite-4.0-1b-speech-random or local-models/qwen3-asr-0.6b-random, relative to the
-repository root; a path given is relative to the working directory) goes to a git-ignored folder and is never
+published files, generation_config.json for Qwen3-ASR and Voxtral, the tokenizer and processor files; default
+local-models/granite-4.0-1b-speech-random, qwen3-asr-0.6b-random, voxtral-mini-3b-random (9.4 GB) or
+canary-qwen-2.5b-random (5.1 GB), relative to the repository root; a path given is relative to the working
+directory) goes to a git-ignored folder and is never
 committed. It stands in for the published checkpoint (not downloadable here) with the same shapes, so the same
 compute: only the weights and the tokenizer differ. Used by benchmarks/audio_llm_speed.py.
 
-What it builds: transformers' own classes from the published configs (the key fields transcribe.cpp's
-intake files record, reports/porting/granite/granite-4.0-1b-speech/intake.json and
-reports/porting/qwen3_asr/qwen3-asr-0.6b/intake.json; written out below, nothing is downloaded):
+What it builds: the references' own classes from the published configs (the key fields transcribe.cpp's
+intake files record, reports/porting/<family>/<model>/intake.json: granite-4.0-1b-speech, qwen3-asr-0.6b,
+voxtral-mini-3b-2507, canary-qwen-2.5b; written out below, nothing is downloaded):
 
 - granite: `GraniteSpeechForConditionalGeneration(GraniteSpeechConfig(...))` as ibm-granite/granite-4.0-1b-speech:
   conformer encoder of 16 layers, 1024 wide, 8 heads of 128, FF x4, kernel 15, context 200, Shaw positions
@@ -35,15 +42,36 @@ reports/porting/qwen3_asr/qwen3-asr-0.6b/intake.json; written out below, nothing
   -hf layout: audio encoder of 18 layers, d_model 896, 14 heads, FF 3584, conv stack of 480 channels, 128 mels,
   100-frame chunks, 800-frame attention windows, projector to 1024; Qwen3 LM of 28 layers, hidden 1024,
   16 heads / 8 key-value heads of 128, SwiGLU 3072, RoPE theta 1e6, tied embeddings; vocabulary 151,936 rows.
+- voxtral: `VoxtralForConditionalGeneration(VoxtralConfig(...))` as mistralai/Voxtral-Mini-3B-2507: Whisper
+  encoder of 32 layers, 1280 wide, 20 heads of 64, FF 5120, 128 mels, 1500 positions (30 s chunks); 4-frame
+  stacking into the GELU projector (5120 -> 3072 -> 3072); Llama LM of 30 layers, hidden 3072, 32 heads / 8
+  key-value heads of 128, SwiGLU 8192, RoPE theta 1e8, RMSNorm eps 1e-5, untied head; vocabulary 131,072 rows;
+  audio token 24, bos 1, eos 2, pad 11 (generation_config.json as published); preprocessor_config.json: the
+  WhisperFeatureExtractor of 128 mels. Tokenizer: a full-size tekken.json, mistral-common's bundled
+  tekken_240911.json (131,072 ids: 1000 special + 130,072 pieces) with Voxtral's special tokens at their ranks
+  ([AUDIO] 24, [BEGIN_AUDIO] 25, [TRANSCRIBE] 34: tools/tekken_tiny.py's NAMED), version v7 and the offline
+  `audio` section, so that mistral-common's encode_transcription builds the published prompts and random ids
+  decode to text. 4,676 M parameters.
+- canary_qwen: NeMo's `SALM(cfg)` as nvidia/canary-qwen-2.5b (tools/canary_qwen_tiny.py's config with the
+  published sizes): FastConformer of 32 layers, d_model 1024, 8 heads, FF x4, dw_striding x8 with 256 channels,
+  kernel 9, rel_pos with untied biases; IdentityConnector + Linear(1024 -> 2048); Qwen3-1.7B LM (28 layers,
+  hidden 2048, 16 / 8 heads of 128, SwiGLU 6144, RoPE 1e6, tied embeddings, 151,936 rows); LoRA r 128, alpha 256
+  on q_proj and v_proj. Built offline (`pretrained_weights: false`; the LM's config and the tiny tokenizer in a
+  scratch folder named as `pretrained_llm`), the LM directly in bfloat16; saved as tools/canary_qwen_tiny.py
+  saves the tiny one (config.json with `pretrained_llm: Qwen/Qwen3-1.7B`, model.safetensors, the tokenizer at the
+  root, llm_backbone/config.json): the layout our loader and `SALM.from_pretrained` read. The tokenizer is the
+  tiny model's (606 ids with the placeholder SALM adds; Qwen3-1.7B's is not available offline); the front end's
+  mel filters and window are kept as NeMo computes them (not redrawn). 2,559 M parameters (the LoRA unmerged),
+  5.12 GB as the published file.
 
 Weights: built in bfloat16 under a fixed seed, then redrawn with the recipe of tests/models/cohere-tiny
 (tools/cohere_hf_reference.py `reinit_`: matrices N(0, 1/fan_in), vectors 0.1 N(0, 1), norm gains 1 + that,
-random BatchNorm statistics); that keeps every activation of order one through the 40 (28) LM layers, so
+random BatchNorm statistics); that keeps every activation of order one through the 28-40 LM layers, so
 nothing overflows in bfloat16 (the check below runs one bf16 forward pass and refuses non-finite logits).
 Saved in bfloat16, as the published files are (both publish bf16 weights only). No EOS boost: a random model
 never stops, so both engines generate up to the same `max_new_tokens`.
 
-Tokenizer and processor: the tiny model's files copied unchanged (granite: g40, 570 tokens, the USER:/ASSISTANT:
+Tokenizer and processor (granite, qwen3_asr): the tiny model's files copied unchanged (granite: g40, 570 tokens, the USER:/ASSISTANT:
 chat template of granite-4.0-1b-speech; qwen3_asr: tiny, 648 tokens, the -hf ASR chat template); the config's
 special ids (audio token, eos, bos, pad, timestamp) are the tiny tokenizer's. The embedding and the head keep the
 published number of rows, so a random model mostly emits ids the tiny tokenizer has no piece for; both engines'
