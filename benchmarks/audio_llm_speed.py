@@ -1,23 +1,29 @@
 #!/usr/bin/env python
-"""Audio-LLM recognizers (Granite Speech, Qwen3-ASR; full-size architectures) on the CPU: speed (RTFx), peak
-memory and batched throughput, ours against transformers.
+"""Audio-LLM recognizers (Granite Speech, Qwen3-ASR, Voxtral, Canary-Qwen; full-size architectures) on the CPU:
+speed (RTFx), peak memory and batched throughput, ours against transformers (Canary-Qwen: NeMo).
 
 Run from the repository root with the project's Python (torch, this package importable):
 
     python3 benchmarks/audio_llm_speed.py --family granite   --json bench-out/audio_llm_speed_granite.json
     python3 benchmarks/audio_llm_speed.py --family qwen3_asr --json bench-out/audio_llm_speed_qwen3_asr.json
     python3 benchmarks/audio_llm_speed.py --family granite --batch 8 --json bench-out/audio_llm_batch_granite.json
+    python3 benchmarks/audio_llm_speed.py --family voxtral --one-at-a-time --json bench-out/audio_llm_speed_voxtral.json
+    python3 benchmarks/audio_llm_speed.py --family canary_qwen --one-at-a-time --json bench-out/audio_llm_speed_canary_qwen.json
 
-    options: --family F        granite (granite-4.0-1b-speech) or qwen3_asr (Qwen3-ASR-0.6B)
-             --model DIR       the transformers-format folder (default local-models/granite-4.0-1b-speech-random
-                               or local-models/qwen3-asr-0.6b-random, made by benchmarks/make_audio_llm_model.py)
-             --hf-python P     Python of a virtual environment with transformers 5.24 (default
-                               .venv-nemo/bin/python, made by tools/setup_nemo_venv.sh)
+    options: --family F        granite (granite-4.0-1b-speech), qwen3_asr (Qwen3-ASR-0.6B), voxtral
+                               (Voxtral-Mini-3B-2507) or canary_qwen (canary-qwen-2.5b)
+             --model DIR       the model folder (default local-models/granite-4.0-1b-speech-random,
+                               qwen3-asr-0.6b-random, voxtral-mini-3b-random or canary-qwen-2.5b-random, made by
+                               benchmarks/make_audio_llm_model.py)
+             --hf-python P     Python of a virtual environment with transformers 5.25 (+ mistral-common for
+                               voxtral, NeMo for canary_qwen; default .venv-nemo/bin/python, made by
+                               tools/setup_nemo_venv.sh)
              --threads N       torch threads and OMP_NUM_THREADS in every child (default 2)
              --rounds N        timed calls of each engine after one warm-up (default 3)
              --seconds S       clip length (default 60; with --batch: each clip's, default 7.5)
              --max-new-tokens N  tokens generated per input, both engines (default 100)
-             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; int8: ours alone)
+             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; voxtral and canary_qwen
+                               bf16,int8; int8: ours alone)
              --impls L         comma list of hf, ours (default hf,ours)
              --batch N         batched throughput instead: N different clips of --seconds as one call, against
                                the same N clips one call at a time (default off; the issue asks for 8)
@@ -33,9 +39,11 @@ N x S seconds of the same speech cut into N consecutive clips of S seconds (diff
 neither engine pads).
 
 The same work in both: transformers does not cut long audio for these models (Granite's feature extractor has no
-length limit; Qwen3-ASR's pads to the longest input, `truncation=False`), so the whole clip is one input to
-both; ours is called with max_piece_s=120 (the largest both families accept: Granite Speech allows 10-120 s,
-Qwen3-ASR 10-1200 s), so it does not cut a clip of up to 120 s either (the pieces are recorded). A random
+length limit; Qwen3-ASR's pads to the longest input, `truncation=False`; Voxtral's takes any number of 30 s
+chunks in one input; NeMo's SALM encodes the whole clip, its config setting no encoder chunking), so the whole
+clip is one input to both; ours is called with max_piece_s=120 (a piece every family accepts: Granite Speech
+allows 10-120 s, Qwen3-ASR 10-1200 s, Voxtral 30-1800 s, Canary-Qwen 5-600 s), so it does not cut a clip of up
+to 120 s either (the pieces are recorded). A random
 model never emits EOS: both generate `max_new_tokens` tokens per input (counted and compared).
 
 For each precision, one child process per engine, both with the same thread count, both loaded at the same
@@ -56,9 +64,11 @@ time (unless --one-at-a-time); their calls alternate (the order flips every roun
         to n_fft, power 2, HTK mel filters from transformers.audio_utils.mel_filter_bank without normalisation);
         the extractor's own code (log10, floor at max - 8, / 4 + 1, frame stacking) runs unchanged. Where
         torchaudio is installed, its own MelSpectrogram runs (the JSON's "mel" says which).
+        voxtral (transformers + mistral-common) and canary_qwen (NeMo's SALM): benchmarks/audio_llm_hf.py's
+        docstring (the inputs as tools/voxtral_reference.py and tools/canary_qwen_reference.py make them).
   ours  this package: transcribe.runtime.tune_malloc(), transcribe.load_model(model, threads=N, dtype=None |
         "bfloat16" | "int8"), then model.transcribe(pcm or [pcm, ...], max_new_tokens=N, max_piece_s=120,
-        batch_size=n) (greedy; qwen3_asr also language="en"). A dtype the family refuses (int8 for Granite
+        batch_size=n) (greedy; qwen3_asr and voxtral also language="en", as their references' prompts). A dtype the family refuses (int8 for Granite
         Speech today) is recorded as not implemented, not an error.
 Each child: one warm-up, then one timed call (time.perf_counter) per round. Reported per engine: load time,
 best and median call, RTFx = audio seconds / best (and / median), peak RSS (getrusage ru_maxrss, which
