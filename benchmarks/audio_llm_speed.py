@@ -1,23 +1,29 @@
 #!/usr/bin/env python
-"""Audio-LLM recognizers (Granite Speech, Qwen3-ASR; full-size architectures) on the CPU: speed (RTFx), peak
-memory and batched throughput, ours against transformers.
+"""Audio-LLM recognizers (Granite Speech, Qwen3-ASR, Voxtral, Canary-Qwen; full-size architectures) on the CPU:
+speed (RTFx), peak memory and batched throughput, ours against transformers (Canary-Qwen: NeMo).
 
 Run from the repository root with the project's Python (torch, this package importable):
 
     python3 benchmarks/audio_llm_speed.py --family granite   --json bench-out/audio_llm_speed_granite.json
     python3 benchmarks/audio_llm_speed.py --family qwen3_asr --json bench-out/audio_llm_speed_qwen3_asr.json
     python3 benchmarks/audio_llm_speed.py --family granite --batch 8 --json bench-out/audio_llm_batch_granite.json
+    python3 benchmarks/audio_llm_speed.py --family voxtral --one-at-a-time --json bench-out/audio_llm_speed_voxtral.json
+    python3 benchmarks/audio_llm_speed.py --family canary_qwen --one-at-a-time --json bench-out/audio_llm_speed_canary_qwen.json
 
-    options: --family F        granite (granite-4.0-1b-speech) or qwen3_asr (Qwen3-ASR-0.6B)
-             --model DIR       the transformers-format folder (default local-models/granite-4.0-1b-speech-random
-                               or local-models/qwen3-asr-0.6b-random, made by benchmarks/make_audio_llm_model.py)
-             --hf-python P     Python of a virtual environment with transformers 5.24 (default
-                               .venv-nemo/bin/python, made by tools/setup_nemo_venv.sh)
+    options: --family F        granite (granite-4.0-1b-speech), qwen3_asr (Qwen3-ASR-0.6B), voxtral
+                               (Voxtral-Mini-3B-2507) or canary_qwen (canary-qwen-2.5b)
+             --model DIR       the model folder (default local-models/granite-4.0-1b-speech-random,
+                               qwen3-asr-0.6b-random, voxtral-mini-3b-random or canary-qwen-2.5b-random, made by
+                               benchmarks/make_audio_llm_model.py)
+             --hf-python P     Python of a virtual environment with transformers 5.25 (+ mistral-common for
+                               voxtral, NeMo for canary_qwen; default .venv-nemo/bin/python, made by
+                               tools/setup_nemo_venv.sh)
              --threads N       torch threads and OMP_NUM_THREADS in every child (default 2)
              --rounds N        timed calls of each engine after one warm-up (default 3)
              --seconds S       clip length (default 60; with --batch: each clip's, default 7.5)
              --max-new-tokens N  tokens generated per input, both engines (default 100)
-             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; int8: ours alone)
+             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; voxtral and canary_qwen
+                               bf16,int8; int8: ours alone)
              --impls L         comma list of hf, ours (default hf,ours)
              --batch N         batched throughput instead: N different clips of --seconds as one call, against
                                the same N clips one call at a time (default off; the issue asks for 8)
@@ -33,9 +39,11 @@ N x S seconds of the same speech cut into N consecutive clips of S seconds (diff
 neither engine pads).
 
 The same work in both: transformers does not cut long audio for these models (Granite's feature extractor has no
-length limit; Qwen3-ASR's pads to the longest input, `truncation=False`), so the whole clip is one input to
-both; ours is called with max_piece_s=120 (the largest both families accept: Granite Speech allows 10-120 s,
-Qwen3-ASR 10-1200 s), so it does not cut a clip of up to 120 s either (the pieces are recorded). A random
+length limit; Qwen3-ASR's pads to the longest input, `truncation=False`; Voxtral's takes any number of 30 s
+chunks in one input; NeMo's SALM encodes the whole clip, its config setting no encoder chunking), so the whole
+clip is one input to both; ours is called with max_piece_s=120 (a piece every family accepts: Granite Speech
+allows 10-120 s, Qwen3-ASR 10-1200 s, Voxtral 30-1800 s, Canary-Qwen 5-600 s), so it does not cut a clip of up
+to 120 s either (the pieces are recorded). A random
 model never emits EOS: both generate `max_new_tokens` tokens per input (counted and compared).
 
 For each precision, one child process per engine, both with the same thread count, both loaded at the same
@@ -56,9 +64,11 @@ time (unless --one-at-a-time); their calls alternate (the order flips every roun
         to n_fft, power 2, HTK mel filters from transformers.audio_utils.mel_filter_bank without normalisation);
         the extractor's own code (log10, floor at max - 8, / 4 + 1, frame stacking) runs unchanged. Where
         torchaudio is installed, its own MelSpectrogram runs (the JSON's "mel" says which).
+        voxtral (transformers + mistral-common) and canary_qwen (NeMo's SALM): benchmarks/audio_llm_hf.py's
+        docstring (the inputs as tools/voxtral_reference.py and tools/canary_qwen_reference.py make them).
   ours  this package: transcribe.runtime.tune_malloc(), transcribe.load_model(model, threads=N, dtype=None |
         "bfloat16" | "int8"), then model.transcribe(pcm or [pcm, ...], max_new_tokens=N, max_piece_s=120,
-        batch_size=n) (greedy; qwen3_asr also language="en"). A dtype the family refuses (int8 for Granite
+        batch_size=n) (greedy; qwen3_asr and voxtral also language="en", as their references' prompts). A dtype the family refuses (int8 for Granite
         Speech today) is recorded as not implemented, not an error.
 Each child: one warm-up, then one timed call (time.perf_counter) per round. Reported per engine: load time,
 best and median call, RTFx = audio seconds / best (and / median), peak RSS (getrusage ru_maxrss, which
@@ -95,137 +105,28 @@ SAMPLE_RATE = 16000
 DEFAULT_MODELS = {  # benchmarks/make_audio_llm_model.py
     "granite": "local-models/granite-4.0-1b-speech-random",
     "qwen3_asr": "local-models/qwen3-asr-0.6b-random",
+    "voxtral": "local-models/voxtral-mini-3b-random",
+    "canary_qwen": "local-models/canary-qwen-2.5b-random",
 }
-OUR_FAMILIES = {"granite": "granite_speech", "qwen3_asr": "qwen3_asr"}  # the package's family names
-NAMES = {"granite": "Granite Speech (granite-4.0-1b-speech)", "qwen3_asr": "Qwen3-ASR-0.6B"}
+OUR_FAMILIES = {"granite": "granite_speech", "qwen3_asr": "qwen3_asr", "voxtral": "voxtral",
+                "canary_qwen": "canary_qwen"}  # the package's family names
+NAMES = {"granite": "Granite Speech (granite-4.0-1b-speech)", "qwen3_asr": "Qwen3-ASR-0.6B",
+         "voxtral": "Voxtral-Mini-3B-2507", "canary_qwen": "Canary-Qwen-2.5B"}
+REFERENCE = {"canary_qwen": "NeMo"}  # the reference's name in tables (else transformers)
+# The precisions run by default: fp32 where both models fit in 24 GB at once (fp32 Voxtral is 18.7 GB of
+# weights alone, NeMo loads Canary-Qwen in float32 anyway), bf16 and int8 (ours alone) everywhere.
+DEFAULT_PRECISIONS = {"granite": "fp32,bf16,int8", "qwen3_asr": "fp32,bf16,int8", "voxtral": "bf16,int8",
+                      "canary_qwen": "bf16,int8"}
 DEFAULT_HF_PYTHON = ".venv-nemo/bin/python"  # tools/setup_nemo_venv.sh
-MAX_PIECE_S = 120.0  # ours: the largest piece both families accept, so a clip of up to 120 s is not cut
-GRANITE_REQUEST = "<|audio|>can you transcribe the speech into a written format?"  # the model card's
+MAX_PIECE_S = 120.0  # ours: a piece every family accepts (granite 10-120 s, qwen3_asr 10-1200, voxtral 30-1800,
+#                     canary_qwen 5-600), so a clip of up to 120 s is not cut
 PRECISIONS = ("fp32", "bf16", "int8")
 OURS_DTYPES = {"fp32": None, "bf16": "bfloat16", "int8": "int8"}
 
 
 # --------------------------------------------------------------------------------------
-# transformers' side (also imported by make_audio_llm_model.py; transformers only inside functions)
-# --------------------------------------------------------------------------------------
-
-
-def melspectrogram_class():
-    """A stand-in for torchaudio.transforms.MelSpectrogram with torchaudio's defaults as Granite's feature
-    extractor builds it (sample_rate, n_fft, win_length, hop_length, n_mels given): a centred STFT with reflect
-    padding, a periodic Hann window of win_length zero-padded to n_fft (torch.stft centres it), power 2, HTK mel
-    filters from 0 Hz to sample_rate / 2 without normalisation (transformers.audio_utils.mel_filter_bank, the
-    triangles torchaudio's melscale_fbanks draws). Input [..., samples] -> [..., n_mels, frames]."""
-    import numpy as np
-    import torch
-    from transformers.audio_utils import mel_filter_bank
-
-    class MelSpectrogram(torch.nn.Module):
-        def __init__(self, sample_rate=16000, n_fft=400, win_length=None, hop_length=None, n_mels=128):
-            super().__init__()
-            self.n_fft = n_fft
-            self.win_length = win_length or n_fft
-            self.hop_length = hop_length or self.win_length // 2
-            self.register_buffer("window", torch.hann_window(self.win_length, periodic=True))
-            fb = mel_filter_bank(num_frequency_bins=n_fft // 2 + 1, num_mel_filters=n_mels, min_frequency=0.0,
-                                 max_frequency=sample_rate / 2, sampling_rate=sample_rate, norm=None,
-                                 mel_scale="htk")
-            self.register_buffer("fb", torch.from_numpy(np.asarray(fb, dtype=np.float32)))  # [freqs, mels]
-
-        def forward(self, waveform):
-            lead = waveform.shape[:-1]
-            x = waveform.reshape(-1, waveform.shape[-1])
-            spec = torch.stft(x, self.n_fft, hop_length=self.hop_length, win_length=self.win_length,
-                              window=self.window, center=True, pad_mode="reflect", normalized=False,
-                              onesided=True, return_complex=True).abs().pow(2.0)  # [b, freqs, frames]
-            mel = torch.matmul(spec.transpose(-1, -2), self.fb).transpose(-1, -2)  # [b, mels, frames]
-            return mel.reshape(lead + mel.shape[-2:])
-
-    return MelSpectrogram
-
-
-def granite_mel() -> str:
-    """Which MelSpectrogram Granite's feature extractor uses: "torchaudio" where it is installed, else (after
-    `load_hf_processor`) "pure-torch stand-in"."""
-    import transformers.models.granite_speech.feature_extraction_granite_speech as fe
-
-    ta = getattr(fe, "torchaudio", None)
-    return "none" if ta is None else ("pure-torch stand-in" if ta.__name__ == "torchaudio_standin" else "torchaudio")
-
-
-def load_hf_processor(family: str, model_path: str):
-    """transformers' processor of the folder; without torchaudio, Granite's feature extractor gets the
-    MelSpectrogram stand-in."""
-    from transformers import AutoProcessor
-
-    if family == "granite":
-        import types
-
-        import transformers.models.granite_speech.feature_extraction_granite_speech as fe
-
-        if getattr(fe, "torchaudio", None) is None:  # the module imports torchaudio only where it is installed
-            standin = types.ModuleType("torchaudio_standin")
-            standin.transforms = types.SimpleNamespace(MelSpectrogram=melspectrogram_class())
-            fe.torchaudio = standin
-            fe.requires_backends = lambda *a, **k: None  # it checks for torchaudio; the stand-in is there
-    return AutoProcessor.from_pretrained(model_path)
-
-
-def hf_inputs(family: str, processor, pcms: list):
-    """The processor's inputs for a list of float32 arrays (one batch, padded)."""
-    if family == "granite":
-        prompt = processor.tokenizer.apply_chat_template([{"role": "user", "content": GRANITE_REQUEST}],
-                                                         tokenize=False, add_generation_prompt=True)
-        return processor(text=[prompt] * len(pcms), audio=list(pcms), return_tensors="pt", padding=True)
-    return processor.apply_transcription_request(audio=list(pcms) if len(pcms) > 1 else pcms[0], language="English")
-
-
-# --------------------------------------------------------------------------------------
 # children (fresh interpreters; only the standard library at module level)
 # --------------------------------------------------------------------------------------
-
-
-def _hf_child(family: str, model_path: str, precision: str, max_new_tokens: int):
-    import torch
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    if family == "granite":
-        from transformers import GraniteSpeechForConditionalGeneration as cls
-    else:
-        from transformers import Qwen3ASRForConditionalGeneration as cls
-    rss_import = _rss_mb()
-    t0 = time.perf_counter()
-    processor = load_hf_processor(family, model_path)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
-    model = cls.from_pretrained(model_path, dtype=dtype).eval()
-    load_s = time.perf_counter() - t0
-    gc = model.generation_config
-    stops = gc.eos_token_id if isinstance(gc.eos_token_id, list) else [gc.eos_token_id]
-    pad = gc.pad_token_id
-
-    def run(pcms):
-        inputs = hf_inputs(family, processor, pcms)
-        n_prompt = inputs["input_ids"].shape[1]
-        inputs = inputs.to(model.dtype)  # floating tensors only
-        with torch.inference_mode():
-            seq = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False, num_beams=1)
-        texts, ids = [], []
-        for row in seq[:, n_prompt:]:
-            if family == "granite":
-                texts.append(processor.tokenizer.decode(row, skip_special_tokens=True))
-            else:
-                texts.append(processor.decode(row, return_format="transcription_only"))
-            mine = []
-            for i in row.tolist():
-                if i in stops:
-                    break
-                if i != pad:
-                    mine.append(int(i))
-            ids.append(mine)
-        return texts, ids, [[len(p)] for p in pcms]
-
-    return rss_import, load_s, run
 
 
 def _ours_child(family: str, model_path: str, precision: str, threads: int, max_new_tokens: int):
@@ -241,8 +142,8 @@ def _ours_child(family: str, model_path: str, precision: str, threads: int, max_
     if model.family != OUR_FAMILIES[family]:
         raise SystemExit(f"{model_path} loaded as {model.family}, not {OUR_FAMILIES[family]}")
     opts = dict(max_new_tokens=max_new_tokens, max_piece_s=MAX_PIECE_S)
-    if family == "qwen3_asr":
-        opts["language"] = "en"
+    if family in ("qwen3_asr", "voxtral"):
+        opts["language"] = "en"  # the reference's prompt names English too (canary_qwen's names no language)
     grain = 320 if family == "granite" else 160  # the families' cut grids (a stacked frame, a mel hop)
 
     def run(pcms):
@@ -268,7 +169,9 @@ def child_main(args) -> int:
     clips = [np.ascontiguousarray(x) for x in np.split(pcm, n)]
     try:
         if args.child == "hf":
-            rss_import, load_s, run = _hf_child(args.family, args.model, args.precision, args.max_new_tokens)
+            from audio_llm_hf import hf_child
+
+            rss_import, load_s, run = hf_child(args.family, args.model, args.precision, args.max_new_tokens, _rss_mb)
         else:
             rss_import, load_s, run = _ours_child(args.family, args.model, args.precision, args.threads,
                                                   args.max_new_tokens)
@@ -317,11 +220,9 @@ def child_main(args) -> int:
         result[key + "token_ids"] = ids
         result[key + "text80"] = [t[:80] for t in texts]
     if args.child == "hf":
-        import transformers
+        from audio_llm_hf import versions
 
-        result["transformers"] = transformers.__version__
-        if args.family == "granite":
-            result["mel"] = granite_mel()
+        result.update(versions(args.family))
     print(RESULT_TAG + json.dumps(result), flush=True)
     return 0
 
@@ -400,10 +301,11 @@ def refused(message: str) -> str:
     return "not implemented" if "not implemented" in message else "unavailable"
 
 
-def table(rows: list[dict]) -> str:
-    head = ["precision", "transformers RTFx best / median", "ours RTFx best / median", "ours/transformers best",
+def table(rows: list[dict], ref: str = "transformers") -> str:
+    head = [h.replace("transformers", ref) for h in (
+            "precision", "transformers RTFx best / median", "ours RTFx best / median", "ours/transformers best",
             "median", "per round", "transformers peak RSS (x weights)", "ours peak RSS (x weights)",
-            "tokens transformers / ours", "same ids"]
+            "tokens transformers / ours", "same ids")]
     lines = []
     for r in rows:
         h, o = r.get("hf"), r.get("ours")
@@ -424,14 +326,15 @@ def table(rows: list[dict]) -> str:
     return _grid(head, lines)
 
 
-def batch_table(rows: list[dict]) -> str:
+def batch_table(rows: list[dict], ref: str = "transformers") -> str:
     head = ["precision", "engine", "batched best / median", "one at a time best / median",
             "throughput batched / one at a time (audio s/s, best)", "batching speed-up best", "median",
             "per round", "ours/transformers best, batched / one at a time", "peak RSS (x weights)",
             "tokens batched / one at a time", "same ids batched and alone", "same ids as transformers (batched)"]
+    head = [h.replace("transformers", ref) for h in head]
     lines = []
     for r in rows:
-        for impl, label in (("hf", "transformers"), ("ours", "ours")):
+        for impl, label in (("hf", ref), ("ours", "ours")):
             d = r.get(impl)
             if not d:
                 continue
@@ -461,7 +364,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, help="clip length (default 60; with --batch, each clip's: 7.5)")
     ap.add_argument("--max-new-tokens", type=int, default=100)
-    ap.add_argument("--precisions", default="fp32,bf16,int8")
+    ap.add_argument("--precisions", help="comma list (default: the family's, DEFAULT_PRECISIONS)")
     ap.add_argument("--impls", default="hf,ours")
     ap.add_argument("--batch", type=int, default=0, metavar="N")
     ap.add_argument("--one-at-a-time", action="store_true")
@@ -476,7 +379,7 @@ def main(argv=None) -> int:
     # os.path.abspath, not resolve(): a venv's python is a symlink that must stay one
     model = os.path.abspath(args.model) if args.model else str(REPO / DEFAULT_MODELS[args.family])
     args.hf_python = os.path.abspath(args.hf_python) if args.hf_python else str(REPO / DEFAULT_HF_PYTHON)
-    precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
+    precisions = [p.strip() for p in (args.precisions or DEFAULT_PRECISIONS[args.family]).split(",") if p.strip()]
     impls = [i.strip() for i in args.impls.split(",") if i.strip()]
     if not set(precisions) <= set(PRECISIONS) or not set(impls) <= {"hf", "ours"} or not impls:
         ap.error("precisions: fp32, bf16, int8; impls: hf, ours")
@@ -502,7 +405,10 @@ def main(argv=None) -> int:
     commit = package_commit()
     load_start = os.getloadavg()
     rows = []
-    show = batch_table if batch else table
+    ref = REFERENCE.get(args.family, "transformers")
+
+    def show(rows: list[dict]) -> str:
+        return (batch_table if batch else table)(rows, ref)
 
     def write(rows: list[dict], complete: bool) -> str:
         text = show(rows)
@@ -577,7 +483,7 @@ def main(argv=None) -> int:
             write(rows, complete=False)  # a long run keeps what it has measured
     text = write(rows, complete=True)
     what = (f"{n_clips} clips of {seconds:g} s, batched against one at a time" if batch else f"{seconds:g} s clip")
-    print(f"\n{NAMES[args.family]} (full-size architecture, random weights, {weights / 1024:.2f} GiB of weights), "
+    print(f"\n{NAMES[args.family]} ({shown(model)}: random weights, {weights / 1024:.2f} GiB of weights), "
           f"ours at {commit}, {what}, {args.threads} threads, {args.rounds} "
           f"{'rounds each' if args.one_at_a_time else 'alternating rounds'} after 1 warm-up, {args.max_new_tokens} "
           f"new tokens an input; {cpu_line()}; load average at start {load_start[0]:.2f}, at end "
