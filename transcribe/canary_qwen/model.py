@@ -42,8 +42,9 @@ class Perception(nn.Module):
         self.proj = nn.Linear(cfg.encoder.d_model, cfg.output_dim)
 
 
-def merge_lora(lm: dict, cfg: CanaryQwenConfig, where: str) -> dict:
-    """The LM's tensors (names below its prefix) with every LoRA pair merged into its base weight, float32."""
+def merge_lora(lm: dict, cfg: CanaryQwenConfig, where: str, dtype: torch.dtype = torch.float32) -> dict:
+    """The LM's tensors (names below its prefix) with every LoRA pair merged into its base weight: computed in
+    float32, kept in `dtype` (each merged weight cast as it is made, so no float32 copy of them all lives at once)."""
     lora = cfg.lora
     out = {}
     bases = {k[:-len(BASE)] for k in lm if k.endswith(BASE)}
@@ -60,7 +61,7 @@ def merge_lora(lm: dict, cfg: CanaryQwenConfig, where: str) -> dict:
         if a.shape != (lora.r, w.shape[1]) or b.shape != (w.shape[0], lora.r):
             raise ModelError(f"{where}: {layer}'s LoRA matrices {tuple(a.shape)} / {tuple(b.shape)} do not fit its "
                              f"weight {tuple(w.shape)} at rank {lora.r}")
-        out[layer + ".weight"] = w.float() + (b.float() @ a.float()) * lora.scale
+        out[layer + ".weight"] = (w.float() + (b.float() @ a.float()) * lora.scale).to(dtype)
     stray = [k for k in lm if ".lora_" in k]
     if stray:
         raise ModelError(f"{where}: LoRA tensor {stray[0]!r} without its base layer")
@@ -111,7 +112,9 @@ class CanaryQwenModel(nn.Module):
             if head is None:
                 raise ModelError(f"{where}: the language model's head (untied) is missing")
             lm["lm_head.weight"] = head
-        return cls.build(cfg, perception, merge_lora(lm, cfg, where), where, dtype, int8)
+        # int8 quantizes the merged weights from float32 (no rounding to the load dtype between)
+        merged = merge_lora(lm, cfg, where, torch.float32 if int8 is not None else dtype)
+        return cls.build(cfg, perception, merged, where, dtype, int8)
 
     @classmethod
     def build(cls, cfg: CanaryQwenConfig, perception: dict, lm: dict, where: str, dtype: torch.dtype = torch.float32,
@@ -124,9 +127,17 @@ class CanaryQwenModel(nn.Module):
             adopt(perc, own_names(perception), lambda: NemoMelFrontEnd(cfg.frontend))
         except KeyError as e:
             raise ModelError(f"{where}: the perception module's {e.args[0] if e.args else e}") from None
-        perc.float()
-        perc.encoder.fold_batch_norm()
         encoder_dtype = torch.float32 if int8 is not None else dtype
+        # the batch norms folded into the depthwise convolutions in float32, one layer's convolution module at a
+        # time, then cast to the encoder's dtype: weights already stored in it stay the checkpoint's (mapped)
+        # tensors, so the load holds no float32 copy of the whole encoder
+        perc.preprocessor.float()
+        for layer in perc.encoder.layers:
+            layer.conv.float()
+            layer.conv.fold_batch_norm()
+            layer.conv.to(encoder_dtype)
+        perc.encoder.to(encoder_dtype)
+        perc.proj.to(encoder_dtype)
         if int8 is not None:
             from ..quant import Int8Linear
 
@@ -134,9 +145,6 @@ class CanaryQwenModel(nn.Module):
             perc.proj = Int8Linear.from_linear(perc.proj)
             language_model = DecoderLM.from_tensors(cfg.lm, lm, where, int8=int8)
         else:
-            if dtype != torch.float32:
-                perc.encoder.to(dtype)
-                perc.proj.to(dtype)
             language_model = DecoderLM.from_tensors(cfg.lm, lm, where, dtype)
         return cls(cfg, perc, language_model, encoder_dtype)
 
