@@ -127,25 +127,30 @@ class CanaryQwenModel(nn.Module):
             adopt(perc, own_names(perception), lambda: NemoMelFrontEnd(cfg.frontend))
         except KeyError as e:
             raise ModelError(f"{where}: the perception module's {e.args[0] if e.args else e}") from None
+        perception.clear()  # the modules hold the tensors now: each is freed when its layer is converted
         encoder_dtype = torch.float32 if int8 is not None else dtype
-        # the batch norms folded into the depthwise convolutions in float32, one layer's convolution module at a
-        # time, then cast to the encoder's dtype: weights already stored in it stay the checkpoint's (mapped)
-        # tensors, so the load holds no float32 copy of the whole encoder
+        # one conformer layer at a time: its batch norm folded into the depthwise convolution in float32, its
+        # linear layers and pointwise convolutions made int8 products from the stored weights (int8), then the
+        # rest cast to the encoder's dtype (weights already stored in it stay the checkpoint's mapped tensors): the
+        # load never holds a float32 copy of the whole encoder
+        from ..quant import Int8Linear, quantize_linears
+
         perc.preprocessor.float()
         for layer in perc.encoder.layers:
             layer.conv.float()
             layer.conv.fold_batch_norm()
-            layer.conv.to(encoder_dtype)
-        perc.encoder.to(encoder_dtype)
-        perc.proj.to(encoder_dtype)
+            if int8 is not None:
+                quantize_linears(layer)
+                layer.conv.quantize_int8()
+            layer.to(encoder_dtype)
         if int8 is not None:
-            from ..quant import Int8Linear
-
-            perc.encoder.quantize_int8()
+            quantize_linears(perc.encoder)  # the subsampling's output projection (the layers' are done)
             perc.proj = Int8Linear.from_linear(perc.proj)
             language_model = DecoderLM.from_tensors(cfg.lm, lm, where, int8=int8)
         else:
             language_model = DecoderLM.from_tensors(cfg.lm, lm, where, dtype)
+        perc.encoder.to(encoder_dtype)
+        perc.proj.to(encoder_dtype)
         return cls(cfg, perc, language_model, encoder_dtype)
 
     @property
