@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "FASTEST_CPU_DTYPE", "detect", "load"]
 
 # The family contract (loading.Family): the name in messages and the options of transcribe().
 KIND = "Canary-Qwen"
@@ -39,3 +39,9 @@ def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import CanaryQwen
 
     return CanaryQwen.load(path, name, device, dtype)
+
+
+# dtype="auto" on a CPU (loading.Family.fastest_cpu_dtype, by transcribe.cpu.family): the fastest precision measured
+# on the full-size architecture (benchmarks/README.md, "Voxtral-Mini-3B and Canary-Qwen-2.5B"), for the kinds of
+# CPU measured (the others keep float32): on AVX-512 without bfloat16 arithmetic bf16 is emulated, int8 about 5x it.
+FASTEST_CPU_DTYPE = {"avx512": "int8"}

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "FASTEST_CPU_DTYPE", "detect", "load"]
 
 KIND = "Voxtral"
 from .options import DEFAULT_PIECE_S, VoxtralOptions as Options  # noqa: E402
@@ -49,3 +49,9 @@ def load(path: Path, name: str, device, dtype, kind: str):
         raise ModelError(f"{path}: {MISTRAL_LAYOUT}")
 
     return Voxtral.load(path, name, device, dtype)
+
+
+# dtype="auto" on a CPU (loading.Family.fastest_cpu_dtype, by transcribe.cpu.family): the fastest precision measured
+# on the full-size architecture (benchmarks/README.md, "Voxtral-Mini-3B and Canary-Qwen-2.5B"), for the kinds of
+# CPU measured (the others keep float32): on AVX-512 without bfloat16 arithmetic bf16 is emulated, int8 about 5x it.
+FASTEST_CPU_DTYPE = {"avx512": "int8"}
