@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import math
 import os
 import random
@@ -42,31 +43,20 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
-import soundfile as sf
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 AUDIO = SHARED / "audio"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speech_clips import clips  # noqa: E402
 
-JFK_TEXT = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 TAG = "<|audioplaceholder|>"
 PROMPT = f"Transcribe the following: {TAG}"
 SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 ADDED_NOT_SPECIAL = ["<think>", "</think>"]
 
 
-def clips():
-    out = []
-    wav, sr = sf.read(AUDIO / "jfk.wav", dtype="float32")
-    assert sr == 16000
-    out.append(("jfk.wav", wav, JFK_TEXT))
-    for line in (AUDIO / "dev" / "manifest.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        wav, sr = sf.read(AUDIO / "dev" / row["audio"], dtype="float32")
-        assert sr == 16000 and wav.ndim == 1, row["audio"]
-        out.append(("dev/" + row["audio"], wav, row["text"]))
-    return out
 
 
 def build_tokenizer(texts, vocab_size):

@@ -31,6 +31,7 @@ Steps:
 
 import argparse
 import json
+import sys
 import math
 import os
 import random
@@ -40,14 +41,14 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
-import soundfile as sf
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO.parent / "shared"
 AUDIO = SHARED / "audio"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from speech_clips import clips  # noqa: E402
 
-JFK_TEXT = "And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your country."
 
 # The ASR chat template of the transformers -hf conversion (convert_qwen3_asr_to_hf.py, ASR_CHAT_TEMPLATE): a system
 # turn (always rendered, empty unless a system message is given), one user turn holding only the audio placeholders,
@@ -106,18 +107,6 @@ SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|audio_start|>", "<|
 ADDED_NOT_SPECIAL = ["<asr_text>", "<timestamp>"]
 
 
-def clips():
-    """(name, waveform float32 16 kHz, transcript) for jfk + the dev set."""
-    out = []
-    wav, sr = sf.read(AUDIO / "jfk.wav", dtype="float32")
-    assert sr == 16000
-    out.append(("jfk.wav", wav, JFK_TEXT))
-    for line in (AUDIO / "dev" / "manifest.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        wav, sr = sf.read(AUDIO / "dev" / row["audio"], dtype="float32")
-        assert sr == 16000 and wav.ndim == 1, row["audio"]
-        out.append(("dev/" + row["audio"], wav, row["text"]))
-    return out
 
 
 def build_tokenizer(texts, vocab_size):

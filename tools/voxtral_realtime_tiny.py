@@ -40,30 +40,19 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
-import soundfile as sf
 import torch
 
 REPO = Path(__file__).resolve().parents[1]
 AUDIO = REPO.parent / "shared" / "audio"
 sys.path.insert(0, str(REPO / "tools"))
-from tekken_tiny import AUDIO_REALTIME, JFK_TEXT, corpus, make_tekken  # noqa: E402
+from speech_clips import clips  # noqa: E402
+from tekken_tiny import AUDIO_REALTIME, corpus, make_tekken  # noqa: E402
 
 BOS, EOS, PAD = 1, 2, 32
 LEFT_TOKENS = 32
 PER_TOKEN = 1280  # samples per 80 ms position
 
 
-def clips():
-    out = []
-    wav, sr = sf.read(AUDIO / "jfk.wav", dtype="float32")
-    assert sr == 16000
-    out.append(("jfk.wav", wav, JFK_TEXT))
-    for line in (AUDIO / "dev" / "manifest.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        wav, sr = sf.read(AUDIO / "dev" / row["audio"], dtype="float32")
-        assert sr == 16000 and wav.ndim == 1, row["audio"]
-        out.append(("dev/" + row["audio"], wav, row["text"]))
-    return out
 
 
 def speech_span(wav):

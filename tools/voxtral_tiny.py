@@ -42,23 +42,13 @@ import torch
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tools"))
-from tekken_tiny import AUDIO_OFFLINE, JFK_TEXT, make_tekken  # noqa: E402
+from speech_clips import clips  # noqa: E402
+from tekken_tiny import AUDIO_OFFLINE, make_tekken  # noqa: E402
 
 AUDIO = REPO.parent / "shared" / "audio"
 MODEL_ID = "mistralai/Voxtral-Mini-3B-2507"
 
 
-def clips():
-    out = []
-    wav, sr = sf.read(AUDIO / "jfk.wav", dtype="float32")
-    assert sr == 16000
-    out.append(("jfk.wav", wav, JFK_TEXT))
-    for line in (AUDIO / "dev" / "manifest.jsonl").read_text().splitlines():
-        row = json.loads(line)
-        wav, sr = sf.read(AUDIO / "dev" / row["audio"], dtype="float32")
-        assert sr == 16000 and wav.ndim == 1, row["audio"]
-        out.append(("dev/" + row["audio"], wav, row["text"]))
-    return out
 
 
 def build_config(n_vocab: int):

@@ -78,21 +78,8 @@ def tensor_names(enc_layers: int, dec_layers: int) -> list[tuple[str, str]]:
     return out
 
 
-def _byte_decoder() -> dict[str, int]:
-    """GPT-2's printable character of each byte, reversed (the form the converter writes a piece's bytes in)."""
-    bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
-    cs = bs[:]
-    n = 0
-    for b in range(256):
-        if b not in bs:
-            bs.append(b)
-            cs.append(256 + n)
-            n += 1
-    return {chr(c): b for b, c in zip(bs, cs)}
-
-
 def _tokenizer(keys, where: str):
-    from ..llm.tekken import TekkenTokenizer
+    from ..llm.tekken import TekkenTokenizer, byte_level_decoder
 
     keys.expect("tokenizer.ggml.model", ("gpt2",))
     keys.expect("tokenizer.ggml.pre", ("tekken",))
@@ -104,7 +91,7 @@ def _tokenizer(keys, where: str):
     n_special = next((i for i, k in enumerate(types) if k != TOKEN_CONTROL), len(types))
     if any(k != TOKEN_NORMAL for k in types[n_special:]):
         raise ModelError(f"{where}: the control tokens must come first, then the normal ones (token types 3, 1)")
-    back = _byte_decoder()
+    back = byte_level_decoder()
     pieces = []
     for i, t in enumerate(tokens[n_special:], n_special):
         try:
