@@ -2,7 +2,7 @@
 
 Run from the repository root with the NeMo venv (NeMo 3.0.0, transformers 5.25, peft):
 
-    OMP_NUM_THREADS=1 /work/main/.venv-nemo/bin/python tools/canary_qwen_reference.py
+    OMP_NUM_THREADS=1 .venv-nemo/bin/python tools/canary_qwen_reference.py
 
 Writes tests/references/canary_qwen/tiny.json and tests/references/canary_qwen/tiny_stages.safetensors.
 Audio: <repo>/../shared/audio/jfk.wav and three dev clips. Everything runs as NeMo runs it by default: float32 on

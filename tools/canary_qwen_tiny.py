@@ -2,7 +2,7 @@
 
 Run from the repository root with the NeMo venv (NeMo 3.0.0, transformers 5.25, peft):
 
-    OMP_NUM_THREADS=1 /work/main/.venv-nemo/bin/python tools/canary_qwen_tiny.py --steps 900 --max-seconds 420
+    OMP_NUM_THREADS=1 .venv-nemo/bin/python tools/canary_qwen_tiny.py --steps 900 --max-seconds 420
 
 (any interpreter with nemo_toolkit >= 2.5 [speechlm2], transformers, peft, tokenizers and soundfile works). Audio
 comes from <repo>/../shared/audio (jfk.wav and dev/manifest.jsonl).

@@ -125,8 +125,6 @@ class VoxtralModel(nn.Module):
         """Log-mel chunks [C, n_mels, 3000] of one input -> its LM rows [C * 375, hidden] (the LM's dtype)."""
         tower = self.audio_tower
         states = tower(mel.to(tower.conv1.weight.dtype))  # [C, 1500, d]
-        stacked = states.reshape(-1, self.config.encoder.ffn_dim)
-        rows = self.multi_modal_projector(stacked.to(self.multi_modal_projector.linear_1.weight.dtype
-                                                     if isinstance(self.multi_modal_projector.linear_1, nn.Linear)
-                                                     else torch.float32))
+        # the projector computes in the encoder's dtype (both float32 in an int8 model)
+        rows = self.multi_modal_projector(states.reshape(-1, self.config.encoder.ffn_dim))
         return rows.to(self.dtype)
