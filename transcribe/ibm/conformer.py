@@ -106,13 +106,17 @@ class BlockAttention(nn.Module):
 
 
 class ConvModule(nn.Module):
-    def __init__(self, cfg: EncoderConfig):
+    """stride 2: the depthwise convolution keeps every other frame (Granite Speech 5's subsampling blocks;
+    ceil(T / 2) frames out, the caller keeps what it needs)."""
+
+    def __init__(self, cfg: EncoderConfig, stride: int = 1):
         super().__init__()
         inner = cfg.hidden_dim * cfg.conv_expansion_factor
         self.inner = inner
+        self.stride = stride
         self.norm = nn.LayerNorm(cfg.hidden_dim)
         self.up_conv = nn.Conv1d(cfg.hidden_dim, 2 * inner, 1)
-        self.depth_conv = _DepthConv(inner, cfg.conv_kernel_size)
+        self.depth_conv = _DepthConv(inner, cfg.conv_kernel_size, stride)
         self.batch_norm = nn.BatchNorm1d(inner)
         self.down_conv = nn.Conv1d(inner, cfg.hidden_dim, 1)
         self.folded = False
@@ -127,7 +131,8 @@ class ConvModule(nn.Module):
             weight = conv.weight * scale[:, None, None]
             bias = bn.bias - bn.running_mean * scale
         self.depth_conv.conv = nn.Conv1d(self.inner, self.inner, conv.kernel_size[0], groups=self.inner,
-                                         padding=conv.padding[0], bias=True, device=weight.device, dtype=weight.dtype)
+                                         padding=conv.padding[0], stride=self.stride, bias=True, device=weight.device,
+                                         dtype=weight.dtype)
         self.depth_conv.conv.weight = nn.Parameter(weight, requires_grad=False)
         self.depth_conv.conv.bias = nn.Parameter(bias, requires_grad=False)
         self.batch_norm = nn.Identity()
@@ -145,7 +150,7 @@ class ConvModule(nn.Module):
             conv = self.depth_conv.conv
             k = conv.kernel_size[0]
             x = F.conv2d(x.transpose(1, 2).unsqueeze(2), conv.weight.unsqueeze(2), conv.bias,
-                         padding=(0, k // 2), groups=self.inner).squeeze(2).transpose(1, 2)
+                         padding=(0, k // 2), stride=(1, self.stride), groups=self.inner).squeeze(2).transpose(1, 2)
             x = F.silu(x)
         else:
             x = self.batch_norm(self.depth_conv(x.transpose(1, 2)))
@@ -154,9 +159,10 @@ class ConvModule(nn.Module):
 
 
 class _DepthConv(nn.Module):
-    def __init__(self, channels: int, kernel: int):
+    def __init__(self, channels: int, kernel: int, stride: int = 1):
         super().__init__()
-        self.conv = nn.Conv1d(channels, channels, kernel, groups=channels, padding=kernel // 2, bias=False)
+        self.conv = nn.Conv1d(channels, channels, kernel, groups=channels, padding=kernel // 2, stride=stride,
+                              bias=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.conv(x)
@@ -177,6 +183,26 @@ class ConformerBlock(nn.Module):
         x = x + self.conv(x, valid)
         x = x + 0.5 * self.ff2(x)
         return self.post_norm(x)
+
+
+def padding_masks(lengths: torch.Tensor, t: int, context: int, dtype: torch.dtype
+                  ) -> tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """The masks the blocks take for inputs of `lengths` frames padded to `t`: `valid` [B, T, 1] (1 on an
+    input's frames, 0 past its length; None when no input is padded) and `key_bias` [B, nb, 1, 1, c] (0 on a
+    real frame, a large negative on padding, the last block's included; None when nothing is padded)."""
+    b = lengths.shape[0]
+    neg = torch.finfo(dtype).min
+    if bool((lengths < t).any()):
+        frame = torch.arange(t, device=lengths.device)
+        valid_b = frame[None, :] < lengths[:, None]  # [B, T]
+        padded = valid_b if t % context == 0 else F.pad(valid_b, (0, (-t) % context))
+        key_bias = torch.where(padded, 0.0, neg).to(dtype).view(b, -1, 1, 1, context)
+        return valid_b[:, :, None].to(dtype), key_bias
+    if t % context:
+        # no input padded: only the zero padding of the last block is masked
+        padded = torch.arange(t + (-t) % context, device=lengths.device) < t
+        return None, torch.where(padded, 0.0, neg).to(dtype).view(1, -1, 1, 1, context)
+    return None, None
 
 
 @dataclass
@@ -212,21 +238,7 @@ class GraniteEncoder(nn.Module):
         dtype = compute_dtype(self.input_linear)
         x = self.input_linear(features.to(dtype))
         embedded = x if keep else None
-        valid = key_bias = None
-        if bool((lengths < t).any()):
-            frame = torch.arange(t, device=x.device)
-            valid_b = frame[None, :] < lengths[:, None]  # [B, T]
-            valid = valid_b[:, :, None].to(dtype)
-            c = cfg.context_size
-            padded = valid_b if t % c == 0 else F.pad(valid_b, (0, (-t) % c))
-            neg = torch.finfo(dtype).min
-            key_bias = torch.where(padded, 0.0, neg).to(dtype).view(b, -1, 1, 1, c)
-        elif t % cfg.context_size:
-            # one input alone: only the zero padding of its last block is masked
-            c = cfg.context_size
-            padded = torch.arange(t + (-t) % c, device=x.device) < t
-            neg = torch.finfo(dtype).min
-            key_bias = torch.where(padded, 0.0, neg).to(dtype).view(1, -1, 1, 1, c)
+        valid, key_bias = padding_masks(lengths, t, cfg.context_size, dtype)
         states = {0: x} if 0 in self.tap_indices else {}
         blocks = [] if keep else None
         mid_logits = blank_prob = None
