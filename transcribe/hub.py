@@ -51,6 +51,8 @@ ALIASES: dict[str, str] = {
     "turbo": "openai/whisper-large-v3-turbo",
     **{name: f"nvidia/{name}" for name in _PARAKEET},
     "granite-speech-4.1-2b-nar": "ibm-granite/granite-speech-4.1-2b-nar",
+    **{name: "ibm-granite/granite-speech-5.0-470m-turboctc" for name in ("granite-speech-5.0-470m-turboctc",
+                                                                          "granite-speech-5-ctc")},
     **{name: f"ibm-granite/{name}" for name in ("granite-speech-3.3-2b", "granite-speech-3.3-8b",
                                                 "granite-4.0-1b-speech", "granite-speech-4.1-2b",
                                                 "granite-speech-4.1-2b-plus")},

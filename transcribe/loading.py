@@ -80,6 +80,7 @@ class Family:
 FAMILIES = (
     Family("granite", "transcribe.granite"),
     Family("granite_speech", "transcribe.granite_speech"),  # before Whisper (model_type granite_speech only)
+    Family("granite_speech5", "transcribe.granite_speech5"),  # before Whisper (model_type granite_speech5_ctc)
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
     Family("voxtral", "transcribe.voxtral"),  # before Whisper, as Cohere
