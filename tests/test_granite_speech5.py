@@ -117,6 +117,21 @@ def test_long_audio_is_cut_at_pauses_and_joined(model):
         (w.word, round(w.start + off, 3)) for w in parts[1].words]
 
 
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_int8_and_bfloat16_keep_the_greedy_frames_but_near_ties(dtype):
+    """Not exact by design (int8 products, bfloat16 weights): measured, each differs from the reference on 1 of
+    the 266 frames (one in jfk.wav, whose text then differs by a letter), and gives the other texts exactly."""
+    m = transcribe.load_model(str(MODEL), dtype=dtype)
+    same = total = 0
+    for ref in SINGLE:
+        logp, _ = m.logprobs([_audio(ref["name"])])
+        same += sum(a == b for a, b in zip(logp[0].argmax(-1).tolist(), ref["frames"]))
+        total += len(ref["frames"])
+        if ref["name"] != "jfk.wav":
+            assert m.transcribe(_audio(ref["name"])).text == ref["text"].strip()
+    assert same >= total - 3
+
+
 def test_audio_shorter_than_one_frame_is_refused(model):
     with pytest.raises(TranscribeError, match="shorter than one"):
         model.transcribe(np.zeros(800, np.float32))

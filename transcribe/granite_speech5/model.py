@@ -74,9 +74,22 @@ class GraniteSpeech5CTC(nn.Module):
         head = self.out if self.ctc_head is None else self.ctc_head
         return head(x).float(), lengths
 
+    def quantize_int8(self) -> int:
+        """The layers INT8_WEIGHTS names as Int8Linear (int8 weights per output row, activations per row at run
+        time); the model must be float32. Returns how many were quantized."""
+        from ..quant import quantize_matching
+
+        return quantize_matching(self, INT8_WEIGHTS.match)
+
     def fold_batch_norm(self) -> None:
         for layer in self.layers:
             layer.conv.fold_batch_norm()
+
+
+# dtype int8: the conformer's matrix products (transcribe/quant.py's Int8Linear); the input projection's,
+# the self-conditioning heads' and the CTC head's stay float32 (the first reads the features, the heads' softmax
+# and argmax decide the output)
+INT8_WEIGHTS = re.compile(r"^layers\.\d+\.(ff[12]\.(up|down)_proj|attn\.to_(q|kv|out)|conv\.(up|down)_conv)\.weight$")
 
 
 _BLOCK = {

@@ -73,17 +73,20 @@ class GraniteSpeech5ASR(Recognizer):
              ) -> "GraniteSpeech5ASR":
         """A transformers directory (config.json, model.safetensors or shards, tokenizer.json, optionally
         preprocessor_config.json / processor_config.json) -> a recognizer on `device`; dtype None is float32
-        (bfloat16 on a GPU); float16 is refused."""
+        (bfloat16 on a GPU); int8 reads float32 and quantizes the conformer's matrix products
+        (`GraniteSpeech5CTC.quantize_int8`); float16 is refused."""
         path = Path(path)
         if dtype is None:
             dtype = torch.bfloat16 if device.type == "cuda" else torch.float32
-        if dtype not in (torch.float32, torch.bfloat16):
-            raise ModelError(f"{path}: Granite Speech 5 runs in float32 or bfloat16, not {dtype}")
+        if dtype not in (torch.float32, torch.bfloat16, torch.int8):
+            raise ModelError(f"{path}: Granite Speech 5 runs in float32, bfloat16 or int8, not {dtype}")
         try:
             cfg = parse_config(read_object(path / "config.json"))
-            model = build(cfg, read_tensors(weight_files(path)), dtype)
+            model = build(cfg, read_tensors(weight_files(path)), torch.float32 if dtype == torch.int8 else dtype)
         except ModelError as e:
             raise ModelError(f"{path}: {e}") from None
+        if dtype == torch.int8:
+            model.quantize_int8()
         floor = _feature_settings(path, cfg.num_mel_bins)
         tokenizer = LLMTokenizer.load(path)
         model.to(device)
