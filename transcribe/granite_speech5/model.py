@@ -150,12 +150,14 @@ def shared_names(tensors: dict, cfg: Config) -> dict:
 
 def build(cfg: Config, tensors: dict, dtype: Optional[torch.dtype] = None) -> GraniteSpeech5CTC:
     """The network with `tensors` (transformers' names) loaded, BatchNorm folded, in eval mode, in `dtype`
-    (None: the tensors' own)."""
+    (None: the tensors' own). The BatchNorm and the depthwise convolution it folds into are folded in float32
+    (transformers keeps the BatchNorm in float32), then cast."""
     with torch.device("meta"):
         model = GraniteSpeech5CTC(cfg)
     state = shared_names(tensors, cfg)
     if dtype is not None:
-        state = {k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()}
+        state = {k: v if not v.is_floating_point() else v.float() if ".conv.batch_norm." in k or
+                 ".conv.depth_conv." in k else v.to(dtype) for k, v in state.items()}
     expected = model.state_dict()
     for k in expected:
         if k.endswith("num_batches_tracked"):  # a counter of training steps: not every saver writes it
@@ -169,5 +171,7 @@ def build(cfg: Config, tensors: dict, dtype: Optional[torch.dtype] = None) -> Gr
             raise ModelError(f"tensor {k}: shape {tuple(v.shape)}, the config says {tuple(expected[k].shape)}")
     model.load_state_dict(state, assign=True)  # (the relative distances are made on the CPU, not the meta device)
     model.fold_batch_norm()
+    if dtype is not None:
+        model.to(dtype)
     model.eval()
     return model.requires_grad_(False)
