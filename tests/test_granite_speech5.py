@@ -2,7 +2,8 @@
 on the tiny model tests/models/granite_speech5/tiny (briefly trained: tools/granite_speech5_tiny.py; references:
 tools/granite_speech5_reference.py): every frame's greedy id exactly, the text exactly, the features and the
 first frames' log-probabilities within float32 tolerances; then what the reference does not have: the beam
-search, token / word / segment times from the CTC frames, long audio, batch = single, loading and refusals.
+search, token / word / segment times from the CTC frames, long audio, live sessions, batch = single, int8 and
+bfloat16, loading and refusals.
 
 Tolerances: the front end runs the reference's float32 operations with the filters built in float64 (then
 float32) and the deltas as a difference instead of a convolution; the encoder the same products through other
@@ -130,6 +131,23 @@ def test_int8_and_bfloat16_keep_the_greedy_frames_but_near_ties(dtype):
         if ref["name"] != "jfk.wav":
             assert m.transcribe(_audio(ref["name"])).text == ref["text"].strip()
     assert same >= total - 3
+
+
+def test_a_live_session_over_buffered_windows_commits_the_offline_text(model):
+    """The default windows (5.12 s chunks, 5.12 s left, 2.56 s right: on the 1.28 s attention-block grid) give
+    jfk.wav's offline text here; the committed text only grows."""
+    jfk = _audio("jfk.wav")
+    taken = []
+    with model.stream() as s:
+        for i in range(0, len(jfk), 8000):
+            s.feed(jfk[i:i + 8000])
+            taken.append(s.take_new_text())
+        final = s.finalize()
+        taken.append(s.take_new_text())
+    assert final == model.transcribe(jfk).text
+    assert "".join(taken).strip() == final
+    with pytest.raises(OptionValueError):
+        model.stream(chunk_s=0)
 
 
 def test_audio_shorter_than_one_frame_is_refused(model):

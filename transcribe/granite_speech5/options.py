@@ -1,5 +1,6 @@
 """The options of a Granite Speech 5 CTC recognizer's `transcribe()` (`GraniteSpeech5Options`), declared once with
-how the command and the server spell them (`transcribe.options`). The family has no live session."""
+how the command and the server spell them (`transcribe.options`), and of its live sessions over buffered windows
+(`GraniteSpeech5StreamOptions`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -43,3 +44,31 @@ class GraniteSpeech5Options:
         if self.detector not in DETECTORS:
             raise OptionValueError("detector", f"unknown pause detector {self.detector!r} (one of "
                                    f"{', '.join(DETECTORS)})")
+
+
+MAX_WINDOW_S = 120.0  # a stream's window (chunk, left and right context together)
+
+
+@dataclass(frozen=True)
+class GraniteSpeech5StreamOptions(GraniteSpeech5Options):
+    """A live session over windows of the stream (transcribe/granite_speech5/streaming.py): chunk_s (seconds
+    decided per window), left_s (context before), right_s (lookahead after), and transcribe()'s decoding options
+    for every window (the session times words itself: word_timestamps and timestamps are its own)."""
+
+    chunk_s: Optional[float] = option(None, help=f"seconds decided per window (above 0; with left_s and right_s at "
+                                      f"most {MAX_WINDOW_S:g})", parse=float, command=False)
+    left_s: Optional[float] = option(None, help="seconds of context before a window (0 or more)", parse=float,
+                                     command=False)
+    right_s: Optional[float] = option(None, help="seconds of lookahead after a window (0 or more)", parse=float,
+                                      command=False)
+    # transcribe()'s options that the command's --stream does not pass (it refuses their flags); the library's
+    # stream() takes the decoding ones
+    beam_size: Optional[int] = option(None, help=f"beam search with N beams (default: greedy; at most {MAX_BEAM})",
+                                      parse=parse_positive_int, command=False)
+    word_timestamps: bool = option(False, help="(a stream times every word itself)", command=False, form=None)
+
+    def __post_init__(self):
+        super().__post_init__()
+        number("chunk_s", self.chunk_s, 0.0, MAX_WINDOW_S, above=True)
+        number("left_s", self.left_s, 0.0, MAX_WINDOW_S)
+        number("right_s", self.right_s, 0.0, MAX_WINDOW_S)

@@ -5,7 +5,8 @@ id 0) dropped: what transformers' `generate` and ParakeetTokenizer's decode do) 
 shared CTC beam search (`search.ctc_beam`; the reference has none). The text is the ids decoded together
 (special tokens skipped). Every token carries the frame its run starts at and the run's length: encoder frames
 are 80 ms (stacked 20 ms features halved by each subsampling block), converted in `frame_seconds` only; words
-start at a piece with the word mark, segments end at `.`, `?`, `!` and at the cuts between pieces.
+start at a piece with the word mark, segments end at `.`, `?`, `!` and at the cuts between pieces. Live
+sessions: buffered windows (streaming.py).
 
 Long audio: an input longer than `max_piece_s` is cut at pauses into pieces on the 80 ms grid, the pieces (of
 every input of the call) run in batches by length, and each input's pieces are joined back in order, all through
@@ -35,7 +36,7 @@ from . import KIND
 from .config import parse_config
 from .frontend import SAMPLES_PER_FRAME, FrontEnd, frames
 from .model import GraniteSpeech5CTC, build
-from .options import GraniteSpeech5Options
+from .options import GraniteSpeech5Options, GraniteSpeech5StreamOptions
 
 log = logging.getLogger("transcribe")
 
@@ -51,7 +52,7 @@ class GraniteSpeech5ASR(Recognizer):
     family = "granite_speech5"
     kind = KIND
     Options = GraniteSpeech5Options
-    StreamOptions = None
+    StreamOptions = GraniteSpeech5StreamOptions
     sample_rate = 16000
 
     def __init__(self, model: GraniteSpeech5CTC, tokenizer: LLMTokenizer, name: str, device: str = "cpu",
@@ -100,8 +101,11 @@ class GraniteSpeech5ASR(Recognizer):
     def frame_s(self) -> float:
         return self.frame_seconds(1)
 
-    def cannot_stream(self) -> str:
-        return f"{self.name} is a Granite Speech 5 CTC model: it has no streaming session"
+    def _stream(self, opts: GraniteSpeech5StreamOptions):
+        """A live session over buffered windows (`streaming.buffered_session`)."""
+        from .streaming import buffered_session
+
+        return buffered_session(self, opts)
 
     # ------------------------------------------------------------------------------------------
     def _transcribe(self, items: list, opts: GraniteSpeech5Options) -> list[Transcript]:
