@@ -160,12 +160,13 @@ def test_options_are_checked(model):
         model.transcribe(_audio("jfk.wav"), beam_size=0)
 
 
-def test_the_short_names_stand_for_the_published_repo(monkeypatch, tmp_path):
-    for alias in ("granite-speech-5-ctc", "granite-speech-5.0-470m-turboctc"):
-        asked = []
-        monkeypatch.setattr(hub, "from_hub", lambda r: asked.append(r) or tmp_path)
-        assert hub.resolve(alias) == (tmp_path, alias)
-        assert asked == ["ibm-granite/granite-speech-5.0-470m-turboctc"]
+def test_a_hub_id_and_a_short_name_load_the_model(monkeypatch):
+    asked = []
+    monkeypatch.setattr(hub, "from_hub", lambda r: asked.append(r) or MODEL)
+    for name in ("ibm-granite/granite-speech-5.0-470m-turboctc", "granite-speech-5-ctc"):
+        m = transcribe.load_model(name)
+        assert m.kind == "Granite Speech 5" and m.name == name
+    assert asked == ["ibm-granite/granite-speech-5.0-470m-turboctc"] * 2
 
 
 def _edit(path, edit):
