@@ -12,7 +12,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --threads N       torch threads and OMP_NUM_THREADS in every child (default 2)
              --rounds N        timed calls of each engine after one warm-up (default 3)
              --seconds S       clip length (default 60)
-             --precisions L    comma list of fp32, bf16 (default fp32,bf16)
+             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; int8 is ours only:
+                               transformers runs float32 beside it)
              --impls L         comma list of hf, ours (default hf,ours)
              --one-at-a-time   load and time one engine, then the other
 
@@ -30,7 +31,8 @@ One child process per engine and precision, the same thread count, both loaded a
         model's dtype, model.generate(**inputs) under torch.inference_mode(), processor.batch_decode(ids,
         skip_special_tokens=True).
   ours  this package: transcribe.runtime.tune_malloc(), transcribe.load_model(model, threads=N,
-        dtype=None | "bfloat16"), then model.transcribe(pcm) (greedy, timestamps on).
+        dtype=None | "bfloat16" | "int8"), then model.transcribe(pcm) (greedy, timestamps on). int8: the
+        conformer's matrix products as int8 (the heads float32); the int8 row's transformers is float32.
 Each child: one warm-up call, then one timed call per round. Reported per engine: load time, best and median
 call, RTFx = audio seconds / best (and / median), peak RSS, the CTC tokens emitted and whether both engines
 emitted the same ids. Ratios transformers/ours of the best calls, the medians and the per-round ratios.
@@ -79,7 +81,7 @@ def _hf_child(model_path: str, precision: str):
     rss_import = _rss_mb()
     t0 = time.perf_counter()
     processor = C.load_processor(model_path)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}[precision]
     model = GraniteSpeech5ForCTC.from_pretrained(model_path, dtype=dtype).eval()
     load_s = time.perf_counter() - t0
     blank = model.config.pad_token_id
@@ -102,7 +104,7 @@ def _ours_child(model_path: str, precision: str, threads: int):
     transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
     rss_import = _rss_mb()
     t0 = time.perf_counter()
-    model = transcribe.load_model(model_path, threads=threads, dtype={"fp32": None, "bf16": "bfloat16"}[precision])
+    model = transcribe.load_model(model_path, threads=threads, dtype={"fp32": None, "bf16": "bfloat16", "int8": "int8"}[precision])
     load_s = time.perf_counter() - t0
 
     def run(pcm):
@@ -190,12 +192,12 @@ def main(argv=None) -> int:
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=60.0)
-    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--precisions", default="fp32,bf16,int8")
     ap.add_argument("--impls", default="hf,ours")
     ap.add_argument("--one-at-a-time", action="store_true")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     ap.add_argument("--child", choices=["hf", "ours"], help=argparse.SUPPRESS)
-    ap.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
+    ap.add_argument("--precision", choices=["fp32", "bf16", "int8"], help=argparse.SUPPRESS)
     ap.add_argument("--clip", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -205,8 +207,8 @@ def main(argv=None) -> int:
     args.hf_python = os.path.abspath(args.hf_python) if args.hf_python else str(REPO / DEFAULT_HF_PYTHON)
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    if not set(precisions) <= {"fp32", "bf16"} or not set(impls) <= {"hf", "ours"}:
-        ap.error("precisions: fp32, bf16; impls: hf, ours")
+    if not set(precisions) <= {"fp32", "bf16", "int8"} or not set(impls) <= {"hf", "ours"}:
+        ap.error("precisions: fp32, bf16, int8; impls: hf, ours")
     if not (Path(model) / "config.json").exists():
         ap.error(f"{model}: no model (make it with benchmarks/make_granite_speech5_model.py)")
     if "hf" in impls and not Path(args.hf_python).exists():
