@@ -9,8 +9,8 @@ The committed model came from exactly that call (900 steps, 177 s; train_log.jso
 Audio and transcripts come from <repo>/../shared/audio through tools/speech_clips.py.
 
 What it writes into --out (default tests/models/medasr/tiny): config.json, model.safetensors (float32),
-spiece.model, tokenizer.json, tokenizer_config.json, processor_config.json / preprocessor_config.json (whatever
-transformers' LasrProcessor.save_pretrained writes) and train_log.json (the recipe and the loss curve).
+spiece.model, tokenizer.json, tokenizer_config.json, processor_config.json (LasrProcessor.save_pretrained),
+preprocessor_config.json (the feature extractor's, as the published repo has it) and train_log.json (the recipe and the loss curve).
 
 Steps:
  1. a SentencePiece unigram model trained on the dev transcripts + the JFK transcript, with the published id layout:
@@ -145,6 +145,7 @@ def main() -> None:
     model.encoder.config = inference.encoder_config
     model.save_pretrained(str(out))
     LasrProcessor(feature_extractor=fe, tokenizer=tok).save_pretrained(str(out))
+    fe.save_pretrained(str(out))  # preprocessor_config.json, as the published repo has it (transcribe.cpp reads it)
     (out / "generation_config.json").unlink(missing_ok=True)  # the published model has none (CTC, no generation)
     (out / "train_log.json").write_text(json.dumps({
         "command": "OMP_NUM_THREADS=1 nice .venv-nemo/bin/python tools/medasr_tiny.py " + " ".join(sys.argv[1:]),

@@ -85,22 +85,28 @@ def read_features(path: Path) -> Features:
     fe = read_json(path / "preprocessor_config.json")
     if fe is None:
         fe = (read_json(path / "processor_config.json") or {}).get("feature_extractor") or {}
+    return read_features_dict(fe, str(path))
+
+
+def read_features_dict(fe: dict, where: str) -> Features:
+    """LasrFeatureExtractor's settings as its JSON spells them -> Features; ModelError for what is not its."""
     if not isinstance(fe, dict):
-        raise ModelError(f"{path}: the feature extractor's settings are not a JSON object")
+        raise ModelError(f"{where}: the feature extractor's settings are not a JSON object")
     kind = fe.get("feature_extractor_type", "LasrFeatureExtractor")
     if kind != "LasrFeatureExtractor":
-        raise ModelError(f"{path}: feature extractor {kind!r} is not LasrFeatureExtractor")
+        raise ModelError(f"{where}: feature extractor {kind!r} is not LasrFeatureExtractor")
     try:
         f = Features(sample_rate=int(fe.get("sampling_rate", 16000)), n_mels=int(fe.get("feature_size", 128)),
                      n_fft=int(fe.get("n_fft", 512)), hop=int(fe.get("hop_length", 160)),
                      win=int(fe.get("win_length", 400)))
+        pad = float(fe.get("padding_value", 0.0))
     except (TypeError, ValueError) as e:
-        raise ModelError(f"{path}: feature extractor settings not supported ({e})") from None
+        raise ModelError(f"{where}: feature extractor settings not supported ({e})") from None
     if not (0 < f.win <= f.n_fft <= 1 << 16 and 0 < f.hop <= 1 << 16 and 0 < f.n_mels <= 1024
             and 0 < f.sample_rate <= 192000):
-        raise ModelError(f"{path}: feature extractor settings out of range ({f})")
-    if float(fe.get("padding_value", 0.0)) != 0.0:
-        raise ModelError(f"{path}: padding_value {fe.get('padding_value')!r} is not implemented (0.0)")
+        raise ModelError(f"{where}: feature extractor settings out of range ({f})")
+    if pad != 0.0:
+        raise ModelError(f"{where}: padding_value {pad!r} is not implemented (0.0)")
     return f
 
 
