@@ -190,3 +190,11 @@ def test_command_json(capsys):
     assert d["text"] == REFS["clips"]["jfk.wav"]["text"]
     assert [t["id"] for t in d["tokens"]] == REFS["clips"]["jfk.wav"]["ids"]
     assert d["words"][0]["word"] == "And" and d["model"] == "tiny"
+
+
+@pytest.mark.parametrize("dtype", ["int8", "bfloat16"])
+def test_int8_and_bf16_keep_the_jfk_ids(audio, dtype):
+    """Not parity (int8 and bfloat16 round the encoder's products): on this confident model the ids survive."""
+    m = transcribe.load_model(str(MODEL), dtype=dtype)
+    t = m.transcribe(audio["jfk.wav"], sample_rate=16000)
+    assert [x.id for x in t.tokens] == REFS["clips"]["jfk.wav"]["ids"]

@@ -42,11 +42,11 @@ def test_ids_and_text_equal_transcribe_cpp_s(model, run):
     assert t.text == run["result"]["text"]
 
 
-def test_the_network_is_the_directory_s():
+def test_the_network_is_the_directory_s(model):
     """The file's float32 weights are the checkpoint's: the logits agree to float32 rounding (the same products,
     the same kernels; 1e-5 on logits of magnitude ~20)."""
     a = transcribe.load_model(str(MODELS / "medasr" / "tiny"))
-    b = transcribe.load_model(str(GGUF))
+    b = model
     x = _audio("audio/jfk.wav")
     la, na = a.logits([x])
     lb, nb = b.logits([x])
