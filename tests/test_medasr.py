@@ -148,9 +148,14 @@ def test_long_audio_through_pieces(model, audio):
     assert t.words[-1].end > 30.0
 
 
-def test_too_short_input_is_empty(model):
+def test_too_short_input_is_empty(model, audio):
     t = model.transcribe(np.zeros(1000, dtype=np.float32), sample_rate=16000)
     assert t.text == "" and t.words == [] and t.tokens == []
+    # in a batch (no encoder frame for the short ones: their rows attend to nothing) the others are untouched
+    for beam in (None, 2):
+        out = model.transcribe([np.zeros(300, np.float32), audio["jfk.wav"], np.zeros(2000, np.float32)],
+                               sample_rate=16000, batch_size=3, beam_size=beam)
+        assert [t.text for t in out] == ["", REFS["clips"]["jfk.wav"]["text"], ""]
 
 
 def test_hub_id_and_short_name(monkeypatch, tmp_path):
