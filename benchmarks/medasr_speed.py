@@ -14,7 +14,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --seconds S       clip length (default 60)
              --max-piece-s S   ours: cut inputs longer than this at pauses (default 120: the 60 s clip whole,
                                as transformers' direct call runs it; 20 is ours's default, the pipeline's chunk)
-             --precisions L    comma list of fp32, bf16 (default fp32,bf16)
+             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; int8 is ours only:
+                               transformers has no int8 CPU path, so its row runs transformers in fp32)
              --impls L         comma list of hf, ours (default hf,ours)
              --one-at-a-time   load and time one engine, then the other
 
@@ -32,9 +33,9 @@ For each precision, one child process per engine, both with the same thread coun
         whole clip at once), the features cast to the model's dtype, model.generate(**inputs) (greedy CTC)
         under torch.inference_mode(), then processor.batch_decode(ids, skip_special_tokens=True).
   ours  this package: transcribe.runtime.tune_malloc(), transcribe.load_model(model, threads=N,
-        dtype=None | "bfloat16"), then model.transcribe(pcm, max_piece_s=S) (greedy, timestamps on: word and
+        dtype=None | "bfloat16" | "int8"), then model.transcribe(pcm, max_piece_s=S) (greedy, timestamps on: word and
         token times are part of its output). bf16: the encoder's weights in bfloat16 (front end float64/32, head
-        float32).
+        float32); int8: the encoder's linear layers as int8 matrix products (transcribe/quant.py).
 Each child: one warm-up transcription, then one timed call (time.perf_counter) per round. Reported per engine:
 load time, best and median call, RTFx = audio seconds / best (and / median), peak RSS (getrusage ru_maxrss, which
 includes the model load), the CTC ids after the collapse (special tokens left out, as ours leaves them out) and whether both engines emitted the same ids (random
@@ -88,7 +89,7 @@ def _hf_child(model_path: str, precision: str):
     rss_import = _rss_mb()
     t0 = time.perf_counter()
     processor = AutoProcessor.from_pretrained(model_path)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}[precision]
     model = LasrForCTC.from_pretrained(model_path, dtype=dtype).eval()
     load_s = time.perf_counter() - t0
     blank = model.config.pad_token_id
@@ -113,7 +114,8 @@ def _ours_child(model_path: str, precision: str, threads: int, max_piece_s: floa
     transcribe.runtime.tune_malloc()  # the CLI does the same before it loads a model
     rss_import = _rss_mb()
     t0 = time.perf_counter()
-    model = transcribe.load_model(model_path, threads=threads, dtype={"fp32": None, "bf16": "bfloat16"}[precision])
+    dtype = {"fp32": None, "bf16": "bfloat16", "int8": "int8"}[precision]
+    model = transcribe.load_model(model_path, threads=threads, dtype=dtype)
     load_s = time.perf_counter() - t0
     grain = model.config.features.hop * model.config.subsampling
 
@@ -209,12 +211,12 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--max-piece-s", type=float, default=MAX_PIECE_S)
-    ap.add_argument("--precisions", default="fp32,bf16")
+    ap.add_argument("--precisions", default="fp32,bf16,int8")
     ap.add_argument("--impls", default="hf,ours")
     ap.add_argument("--one-at-a-time", action="store_true")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON here")
     ap.add_argument("--child", choices=["hf", "ours"], help=argparse.SUPPRESS)
-    ap.add_argument("--precision", choices=["fp32", "bf16"], help=argparse.SUPPRESS)
+    ap.add_argument("--precision", choices=["fp32", "bf16", "int8"], help=argparse.SUPPRESS)
     ap.add_argument("--clip", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.child:
@@ -224,8 +226,8 @@ def main(argv=None) -> int:
     args.hf_python = os.path.abspath(args.hf_python) if args.hf_python else str(REPO / DEFAULT_HF_PYTHON)
     precisions = [p.strip() for p in args.precisions.split(",") if p.strip()]
     impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    if not set(precisions) <= {"fp32", "bf16"} or not set(impls) <= {"hf", "ours"}:
-        ap.error("precisions: fp32, bf16; impls: hf, ours")
+    if not set(precisions) <= {"fp32", "bf16", "int8"} or not set(impls) <= {"hf", "ours"}:
+        ap.error("precisions: fp32, bf16, int8; impls: hf, ours")
     if not (Path(model) / "config.json").exists():
         ap.error(f"{model}: no model (make it with benchmarks/make_medasr_model.py)")
     if "hf" in impls and not Path(args.hf_python).exists():
