@@ -203,3 +203,26 @@ def test_int8_and_bf16_keep_the_jfk_ids(audio, dtype):
     m = transcribe.load_model(str(MODEL), dtype=dtype)
     t = m.transcribe(audio["jfk.wav"], sample_rate=16000)
     assert [x.id for x in t.tokens] == REFS["clips"]["jfk.wav"]["ids"]
+
+
+def test_the_published_architecture_has_the_published_tensors():
+    """google/medasr's config (its key fields as transcribe.cpp's intake of the gated repo records them, which are
+    transformers' LasrCTCConfig defaults) builds 351 float tensors of 105.28 M values: what the published
+    safetensors header holds (F32 = 351 tensors, 105.28 M parameters; plus 17 int64 num_batches_tracked)."""
+    from transcribe.medasr.config import Features, parse_config
+    from transcribe.medasr.model import MedASRModel
+
+    enc = dict(model_type="lasr_encoder", hidden_size=512, num_hidden_layers=17, num_attention_heads=8,
+               num_key_value_heads=8, intermediate_size=2048, hidden_act="silu", conv_kernel_size=32,
+               subsampling_conv_channels=256, subsampling_conv_kernel_size=5, subsampling_conv_stride=2,
+               num_mel_bins=128, layer_norm_eps=1e-6, feed_forward_residual_weights=[1.5, 0.5],
+               conv_residual_weights=[2.0, 1.0], max_position_embeddings=10000, batch_norm_momentum=0.01,
+               rope_parameters={"rope_theta": 10000.0, "rope_type": "default"})
+    c = parse_config({"model_type": "lasr_ctc", "vocab_size": 512, "pad_token_id": 0, "encoder_config": enc},
+                     Features())
+    with torch.device("meta"):
+        m = MedASRModel(c)
+    state = {k: v for k, v in m.state_dict().items() if not k.endswith("num_batches_tracked")}
+    assert len(state) == 351
+    assert round(sum(v.numel() for v in state.values()) / 1e6, 2) == 105.28
+    assert c.encoded_length(1000) == 247 and c.subsampling == 4  # 10 s -> 40 ms frames
