@@ -22,7 +22,7 @@ Steps:
     1.0), an even depthwise kernel of 32 ("same" padding 15 left / 16 right), batch norm, bias-free layer norms and
     projections, SiLU, a k=1 conv CTC head with a bias;
  3. CTC training (AdamW, dropouts off while training, the published values written into config.json) on jfk.wav
-    and the dev clips, then batch norm's running statistics re-estimated on the training batch (cumulative average)
+    (weighted 4x) and the --dev-clips shortest dev clips (4), then batch norm's running statistics re-estimated on the training batch (cumulative average)
     so eval-mode outputs follow the audio;
  4. save_pretrained (float32) + a greedy check on jfk.wav printed at the end.
 """
