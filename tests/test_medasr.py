@@ -168,6 +168,8 @@ def test_hub_id_and_short_name(monkeypatch, tmp_path):
             (snap / f.name).write_bytes(f.read_bytes())
     m = transcribe.load_model("medasr")
     assert m.family == "medasr" and m.name == "medasr"
+    m = transcribe.load_model("google/medasr")
+    assert m.family == "medasr" and m.name == "google/medasr"
 
 
 def test_refuses_what_it_does_not_implement(tmp_path):
