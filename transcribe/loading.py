@@ -81,6 +81,9 @@ FAMILIES = (
     Family("granite", "transcribe.granite"),
     Family("granite_speech", "transcribe.granite_speech"),  # before Whisper (model_type granite_speech only)
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
+    # GigaAM before Whisper (its config.json, model_type gigaam) and Parakeet (which claims any other file: GigaAM
+    # takes only .ckpt files and GGUF files of architecture gigaam)
+    Family("gigaam", "transcribe.gigaam"),
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
     Family("voxtral", "transcribe.voxtral"),  # before Whisper, as Cohere
     Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
