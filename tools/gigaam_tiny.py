@@ -167,6 +167,8 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, default=Path("tests/models/gigaam"))
     ap.add_argument("--seconds", type=float, default=150.0, help="training time cap of each model")
+    ap.add_argument("--only", nargs="*", choices=["ctc", "e2e-ctc", "rnnt", "e2e-rnnt"],
+                    help="remake only these (an RNN-T model's encoder then starts from the saved CTC model's)")
     args = ap.parse_args()
     torch.manual_seed(0)
     random.seed(0)
@@ -181,7 +183,8 @@ def main() -> None:
 
     sp_path = args.out / "e2e-ctc" / "tokenizer.model"
     sp_path.parent.mkdir(parents=True, exist_ok=True)
-    train_sp([t for _, _, t in speech], sp_path)
+    if not args.only or "e2e-ctc" in args.only:
+        train_sp([t for _, _, t in speech], sp_path)
     (args.out / "e2e-rnnt").mkdir(parents=True, exist_ok=True)
     (args.out / "e2e-rnnt" / "tokenizer.model").write_bytes(sp_path.read_bytes())
     sp = spm.SentencePieceProcessor(model_file=str(sp_path))
@@ -192,6 +195,12 @@ def main() -> None:
 
     encoders = {}
     for variant in ("ctc", "e2e-ctc", "rnnt", "e2e-rnnt"):
+        if args.only and variant not in args.only:
+            if variant.endswith("ctc"):
+                saved = torch.load(args.out / variant / "pytorch_model.bin", weights_only=True)
+                encoders["sp" if variant.startswith("e2e") else "char"] = {
+                    k[len("model.encoder."):]: v for k, v in saved.items() if k.startswith("model.encoder.")}
+            continue
         sp_variant = variant.startswith("e2e")
         n_tokens = sp.get_piece_size() if sp_variant else len(CHARS)
         cfg = make_cfg(variant, n_tokens, [] if sp_variant else CHARS, sp_variant)
