@@ -11,9 +11,6 @@ Word times are compared within 1 ms: gigaam divides each input's duration by its
 length, here a frame is 40 ms (hop 160 x subsampling 4 at 16 kHz); over these clips the two agree to well
 under a millisecond. Audio is read as the references read it (soundfile, int16 / 32768)."""
 import json
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import soundfile as sf
@@ -167,12 +164,33 @@ def test_short_names_are_the_published_branches():
     assert ALIASES["gigaam-v3-e2e-rnnt"] == "ai-sage/GigaAM-v3@main"
 
 
-def test_command_line_json(tmp_path):
-    out = subprocess.run([sys.executable, "-m", "transcribe", str(AUDIO / "jfk.wav"), "--model",
-                          str(ROOT / "e2e-rnnt"), "--format", "json"], capture_output=True, text=True, cwd=REPO,
-                         timeout=120)
-    assert out.returncode == 0, out.stderr
-    doc = json.loads(out.stdout)
+def test_command_line_json(capsys):
+    """`transcribe jfk.wav --model <tiny> --format json` (the command's main, in this process)."""
+    from transcribe import cli
+
+    code = cli.main([str(AUDIO / "jfk.wav"), "--model", str(ROOT / "e2e-rnnt"), "--format", "json"])
+    out, err = capsys.readouterr()
+    assert code == 0, err
+    doc = json.loads(out)
     ref = REFS["e2e-rnnt"]["clips"][0]
     assert doc["text"] == ref["text"].strip()
     assert [t["id"] for t in doc["tokens"]] == ref["ids"]
+    assert doc["words"] and doc["segments"]
+
+
+def test_a_short_name_fetches_its_branch(monkeypatch, tmp_path):
+    """hub.from_hub("owner/name@rev"): the snapshot of that revision (the cache first)."""
+    import huggingface_hub
+
+    from transcribe import hub
+
+    asked = []
+
+    def snapshot(repo, **kw):
+        asked.append((repo, kw.get("revision"), kw.get("local_files_only")))
+        (tmp_path / "pytorch_model.bin").write_bytes(b"")
+        return str(tmp_path)
+
+    monkeypatch.setattr(huggingface_hub, "snapshot_download", snapshot)
+    assert hub.resolve("gigaam-v3-e2e-ctc") == (tmp_path, "gigaam-v3-e2e-ctc")
+    assert asked == [("ai-sage/GigaAM-v3", "e2e_ctc", True)]
