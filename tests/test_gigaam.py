@@ -144,6 +144,11 @@ def test_refusals(models, tmp_path):
     torch.save({"cfg": argparse.Namespace(encoder=1), "state_dict": {}}, bad)
     with pytest.raises(ModelError, match="Hugging Face layout"):
         transcribe.load_model(str(bad))
+    from transcribe.gigaam import detect
+
+    plain = tmp_path / "model_weights.ckpt"  # a bare state dict (NeMo's) is not taken for one
+    torch.save({"w": torch.zeros(2)}, plain)
+    assert detect(bad) == "ckpt" and detect(plain) is None
     # a setting this implementation does not run
     folder = tmp_path / "m"
     folder.mkdir()

@@ -18,14 +18,17 @@ PIECE_S = 25.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"hf" for a directory whose config.json has model_type "gigaam"; "ckpt" for a .ckpt file (read only
+    """"hf" for a directory whose config.json has model_type "gigaam"; "ckpt" for a .ckpt file of the gigaam
+    package (a PyTorch archive whose pickle names "cfg" and "state_dict", read without unpickling it; loaded only
     where it loads with weights_only=True); "gguf" for a GGUF file of architecture gigaam; else None."""
     if path.is_dir():
         from .checkpoint import is_gigaam_dir
 
         return "hf" if is_gigaam_dir(path) else None
     if path.is_file() and path.suffix == ".ckpt":
-        return "ckpt"
+        from .checkpoint import is_gigaam_ckpt
+
+        return "ckpt" if is_gigaam_ckpt(path) else None
     if path.is_file() and path.suffix == ".gguf":
         from .gguf import is_gigaam_gguf
 

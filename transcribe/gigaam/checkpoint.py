@@ -37,6 +37,22 @@ def is_gigaam_dir(path: Path) -> bool:
         return False
 
 
+def is_gigaam_ckpt(path: Path) -> bool:
+    """A PyTorch archive whose pickle (its bytes, not unpickled) names the keys "cfg" and "state_dict", as the
+    gigaam package's checkpoints do (NeMo's model_weights.ckpt is a bare state dict)."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(path) as z:
+            name = next((n for n in z.namelist() if n.endswith("/data.pkl") or n == "data.pkl"), None)
+            if name is None or z.getinfo(name).file_size > 64 << 20:
+                return False
+            data = z.read(name)
+    except (OSError, zipfile.BadZipFile):
+        return False
+    return b"state_dict" in data and b"cfg" in data
+
+
 def _torch_load(path: Path) -> dict:
     import torch
 
