@@ -152,12 +152,14 @@ def test_refusals(models, tmp_path):
     # a setting this implementation does not run
     folder = tmp_path / "m"
     folder.mkdir()
-    cfg = json.loads((ROOT / "ctc" / "config.json").read_text())
-    cfg["cfg"]["model"]["cfg"]["encoder"]["self_attention_model"] = "rel_pos"
-    (folder / "config.json").write_text(json.dumps(cfg))
     (folder / "pytorch_model.bin").write_bytes((ROOT / "ctc" / "pytorch_model.bin").read_bytes())
-    with pytest.raises(ModelError, match="self_attention_model"):
-        transcribe.load_model(str(folder))
+    for key, value, said in (("self_attention_model", "rel_pos", "self_attention_model"),
+                             ("xscaling", True, "does not know: xscaling")):
+        cfg = json.loads((ROOT / "ctc" / "config.json").read_text())
+        cfg["cfg"]["model"]["cfg"]["encoder"][key] = value
+        (folder / "config.json").write_text(json.dumps(cfg))
+        with pytest.raises(ModelError, match=said):
+            transcribe.load_model(str(folder))
 
 
 def test_short_names_are_the_published_branches():

@@ -10,6 +10,18 @@ from ..errors import ModelError
 _FRONTEND = "gigaam.preprocess.FeatureExtractor"
 _ENCODER = "gigaam.encoder.ConformerEncoder"
 _HEADS = {"gigaam.decoder.CTCHead": "ctc", "gigaam.decoder.RNNTHead": "rnnt"}
+# The keyword arguments the package's classes take (Hydra passes every key of a section: any other fails there);
+# flash_attn and activation_checkpointing change kernels and training memory, not what is computed.
+_KEYS = {
+    "encoder": {"_target_", "feat_in", "n_layers", "d_model", "subsampling", "subs_kernel_size", "subsampling_factor",
+                "ff_expansion_factor", "self_attention_model", "n_heads", "pos_emb_max_len", "conv_norm_type",
+                "conv_kernel_size", "flash_attn", "activation_checkpointing"},
+    "ctc": {"_target_", "feat_in", "num_classes"},
+    "rnnt": {"_target_", "decoder", "joint"},
+    "head.decoder": {"pred_hidden", "pred_rnn_layers", "num_classes"},
+    "head.joint": {"enc_hidden", "pred_hidden", "joint_hidden", "num_classes"},
+    "decoding": {"_target_", "vocabulary", "model_path", "max_symbols_per_step"},
+}
 _DECODINGS = {"gigaam.decoding.CTCGreedyDecoding": "ctc", "gigaam.decoding.RNNTGreedyDecoding": "rnnt"}
 
 
@@ -57,6 +69,12 @@ def find_cfg(config: dict) -> dict:
     raise ModelError("config.json holds no GigaAM model config (no encoder and head under cfg.model.cfg)")
 
 
+def _only(section: dict, allowed: str, where: str) -> None:
+    extra = sorted(set(section) - _KEYS[allowed])
+    if extra:
+        raise ModelError(f"{where} has settings this implementation does not know: {', '.join(extra)}")
+
+
 def _need(section: dict, key: str, where: str, kind=int):
     if key not in section:
         raise ModelError(f"the {where} config has no {key}")
@@ -95,6 +113,12 @@ def parse(cfg: dict) -> GigaAMConfig:
                          f"{', '.join(_HEADS)})")
     if _DECODINGS.get(dec.get("_target_")) != kind:
         raise ModelError(f"decoding {dec.get('_target_')!r} does not decode a {kind} head")
+    _only(enc, "encoder", "encoder")
+    _only(head, kind, "head")
+    _only(dec, "decoding", "decoding")
+    if kind == "rnnt":
+        _only(head.get("decoder") or {}, "head.decoder", "head.decoder")
+        _only(head.get("joint") or {}, "head.joint", "head.joint")
     d_model, heads = _need(enc, "d_model", "encoder"), _need(enc, "n_heads", "encoder")
     factor = _need(enc, "subsampling_factor", "encoder")
     if d_model % heads or (d_model // heads) % 2:
