@@ -15,7 +15,7 @@ The schema:
 
 Every metadata key is read and implemented, accepted by name as not changing the computation (`general.*`,
 `stt.variant`), or a ModelError names it; so is a missing or unknown tensor. Weights of any type the package
-reads are dequantized to float32.
+reads are dequantized to float32, then run as a checkpoint's in the dtype asked for (`recognizer.finish`).
 """
 from __future__ import annotations
 
@@ -151,10 +151,8 @@ def _state_dict(f, cfg) -> dict:
 def load(path: Path, name: str, device, dtype=None):
     from ..gguf.file import GGUFFile
     from .config import parse
-    from .recognizer import GigaAMASR, Vocabulary, build
+    from .recognizer import GigaAMASR, Vocabulary, build, finish
 
-    if dtype not in (None, torch.float32):
-        raise ModelError(f"{name}: GigaAM models run in float32 here (dtype {dtype} is not implemented)")
     with GGUFFile(path) as f:
         if f.arch != ARCH:
             raise ModelError(f"{path}: a GGUF file of architecture {f.arch!r}, not {ARCH!r}")
@@ -176,4 +174,4 @@ def load(path: Path, name: str, device, dtype=None):
             vocabulary = Vocabulary(vocab)
         keys.finish()
         model = build(cfg, _state_dict(f, cfg), str(path))
-    return GigaAMASR(model.to(device), vocabulary, name, str(device))
+    return GigaAMASR(finish(model, device, dtype), vocabulary, name, str(device))

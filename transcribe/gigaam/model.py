@@ -247,4 +247,6 @@ class GigaAM(nn.Module):
     def encode(self, wav: Tensor, lengths: Tensor) -> tuple[Tensor, Tensor]:
         """Waveforms [B, N] (zero-padded) and their lengths -> encoded [B, D, T'] and lengths."""
         feats, flen = self.frontend(wav, lengths)
-        return self.encoder(feats, flen)
+        dtype = next(p.dtype for p in self.encoder.parameters() if p.is_floating_point())
+        enc, lengths = self.encoder(feats.to(dtype), flen)
+        return enc.float(), lengths

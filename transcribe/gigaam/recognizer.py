@@ -84,12 +84,13 @@ class GigaAMASR(Recognizer):
 
     @classmethod
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "GigaAMASR":
-        if dtype not in (None, torch.float32):
-            raise ModelError(f"{name}: GigaAM models run in float32 here (dtype {dtype} is not implemented)")
+        """A model folder (or a loadable .ckpt) -> a recognizer on `device`: float32 (None); bfloat16 or
+        float16 (the encoder's weights and compute; front end and heads float32); int8 (the encoder's linear
+        layers as int8 products, `quant.quantize_linears`; the rest float32)."""
         ckpt = read(Path(path))
         vocab = Vocabulary(ckpt.config.vocabulary, ckpt.tokenizer)
         model = build(ckpt.config, ckpt.state_dict, str(path))
-        return cls(model.to(device), vocab, name, str(device))
+        return cls(finish(model, device, dtype), vocab, name, str(device))
 
     def cannot_stream(self) -> str:
         return f"{self.name} is a GigaAM model: it transcribes whole inputs and has no streaming session"
@@ -238,6 +239,19 @@ class GigaAMASR(Recognizer):
                 break
         ctc = self.model.cfg.head == "ctc"
         return NBest(opts.beam_size, not ctc, hyps, "ctc" if ctc else "default")
+
+
+def finish(model: GigaAM, device, dtype: Optional[torch.dtype]) -> GigaAM:
+    """The built model on `device` in `dtype` (as GigaAMASR.load says); every loader ends here."""
+    if dtype == torch.int8:
+        from ..quant import quantize_linears
+
+        quantize_linears(model.encoder)
+    elif dtype not in (None, torch.float32):
+        if dtype not in (torch.bfloat16, torch.float16):
+            raise ModelError(f"GigaAM models run in float32, bfloat16, float16 or int8, not {dtype}")
+        model.encoder.to(dtype)
+    return model.to(device)
 
 
 def build(cfg: GigaAMConfig, state_dict: dict, where: str) -> GigaAM:
