@@ -181,6 +181,17 @@ def test_refusals(models, tmp_path):
             transcribe.load_model(str(folder))
 
 
+def test_a_ckpt_with_a_plain_config_loads(models, tmp_path):
+    """A .ckpt in the package's shape (cfg, state_dict) whose config is a plain dict loads with weights_only."""
+    cfg = json.loads((ROOT / "ctc" / "config.json").read_text())["cfg"]["model"]["cfg"]
+    sd = torch.load(ROOT / "ctc" / "pytorch_model.bin", weights_only=True)
+    path = tmp_path / "v3_ctc.ckpt"
+    torch.save({"cfg": cfg, "state_dict": {k[len("model."):]: v for k, v in sd.items()}}, path)
+    m = transcribe.load_model(str(path))
+    pcm = _audio("jfk.wav")
+    assert [x.id for x in m.transcribe(pcm).tokens] == REFS["ctc"]["clips"][0]["ids"]
+
+
 def test_short_names_are_the_published_branches():
     from transcribe.hub import ALIASES
 
