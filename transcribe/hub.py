@@ -59,6 +59,9 @@ ALIASES: dict[str, str] = {
     **{name: f"nvidia/{name}" for name in ("canary-1b", "canary-1b-flash", "canary-180m-flash", "canary-1b-v2")},
     "cohere-transcribe": "CohereLabs/cohere-transcribe-03-2026",
     "medasr": "google/medasr",
+    # GigaAM v3: one repo, a branch per variant (main is e2e_rnnt)
+    **{f"gigaam-v3-{v.replace('_', '-')}": f"ai-sage/GigaAM-v3@{b}" for v, b in
+       (("ctc", "ctc"), ("rnnt", "rnnt"), ("e2e_ctc", "e2e_ctc"), ("e2e_rnnt", "main"))},
     # the transformers conversions (tokenizer.json, -hf tensor names): Qwen's own repos are not loaded here
     **{f"qwen3-asr-{size}": f"Qwen/Qwen3-ASR-{size.upper()}-hf" for size in ("0.6b", "1.7b")},
     "voxtral-mini-4b-realtime": "mistralai/Voxtral-Mini-4B-Realtime-2602",
@@ -119,7 +122,7 @@ _GENERAL_PATTERNS = ["*.nemo", "*.json", "*.yaml", "*.model", "*.txt", "*.bin", 
 # settings and the prompt layout audio-LLMs check)
 _HF_EXTRAS = ["config.json", "generation_config.json", "tokenizer.json", "preprocessor_config.json",
               "tokenizer_config.json", "processor_config.json", "chat_template.jinja", "chat_template.json",
-              "tekken.json"]
+              "tekken.json", "tokenizer.model"]
 
 
 def hub_patterns(files: list[str]) -> list[str]:
@@ -167,15 +170,18 @@ def offline() -> bool:
 
 
 def from_hub(repo_id: str) -> Path:
-    """A hub repo's snapshot directory: the cache first, then a download of one weight format."""
+    """A hub repo's snapshot directory: the cache first, then a download of one weight format. `owner/name@rev`
+    (the short names of models published as branches of one repo, as GigaAM's) is that revision's snapshot."""
     try:
         from huggingface_hub import snapshot_download
     except ImportError:  # pragma: no cover - a declared dependency
         raise ModelError(f"{repo_id}: huggingface_hub is not installed, so hub ids cannot be resolved") from None
+    repo, _, revision = repo_id.partition("@")
+    at = {"revision": revision} if revision else {}
     errors = []
     # 1. the cache (no network)
     try:
-        p = Path(snapshot_download(repo_id, local_files_only=True))
+        p = Path(snapshot_download(repo, local_files_only=True, **at))
         if _has_model(p):
             return p
         errors.append("the cached snapshot holds no model weights")
@@ -188,14 +194,14 @@ def from_hub(repo_id: str) -> Path:
         try:
             from huggingface_hub import HfApi
 
-            info = HfApi().model_info(repo_id)  # one request (listing the tree retries for half a minute offline)
+            info = HfApi().model_info(repo, revision=revision or None)  # one request (listing the tree retries for half a minute offline)
             patterns = hub_patterns([s.rfilename for s in (info.siblings or [])])
             ggufs = sorted(s.rfilename for s in (info.siblings or []) if s.rfilename.endswith(".gguf"))
             if ggufs and patterns == _GENERAL_PATTERNS:
                 raise ModelError(
                     f"{repo_id} is a repository of GGUF files: name the one to use, {repo_id}:FILE "
                     f"({', '.join(ggufs[:8])}{' ...' if len(ggufs) > 8 else ''})")
-            p = Path(snapshot_download(repo_id, allow_patterns=patterns))
+            p = Path(snapshot_download(repo, allow_patterns=patterns, **at))
             if _has_model(p):
                 return p
             errors.append("the repo holds no model weights this package reads")

@@ -83,6 +83,9 @@ FAMILIES = (
     Family("granite_speech5", "transcribe.granite_speech5"),  # before Whisper (model_type granite_speech5_ctc)
     Family("cohere", "transcribe.cohere"),  # before Whisper, which claims every transformers directory
     Family("medasr", "transcribe.medasr"),  # before Whisper, as Cohere (model_type lasr_ctc only)
+    # GigaAM before Whisper (its config.json, model_type gigaam) and Parakeet (which claims any other file: GigaAM
+    # takes only .ckpt files and GGUF files of architecture gigaam)
+    Family("gigaam", "transcribe.gigaam"),
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
     Family("voxtral", "transcribe.voxtral"),  # before Whisper, as Cohere
     Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
