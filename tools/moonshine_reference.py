@@ -43,9 +43,8 @@ def main():
     fe = Wav2Vec2FeatureExtractor.from_pretrained(str(model_dir))
     tok = PreTrainedTokenizerFast(tokenizer_file=str(model_dir / "tokenizer.json"))
     data = clips()
-    jfk = data[0][1]
-    cases = [("jfk.wav", "jfk.wav", None), ("jfk_2s", "jfk.wav", 32000), ("jfk_0.5s", "jfk.wav", 8000), ("jfk_0.25s", "jfk.wav", 4000),
-             (data[1][0], data[1][0], None), (data[5][0], data[5][0], None)]
+    cases = [("jfk.wav", "jfk.wav", None), ("jfk_2s", "jfk.wav", 32000), ("jfk_0.5s", "jfk.wav", 8000),
+             ("jfk_0.25s", "jfk.wav", 4000), (data[1][0], data[1][0], None), (data[5][0], data[5][0], None)]
     by_name = {n: w for n, w, _ in data}
     results = []
     for case, source, cut in cases:
