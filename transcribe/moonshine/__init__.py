@@ -18,7 +18,12 @@ PIECE_S = 30.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"transformers" for a directory whose config.json has model_type "moonshine"; else None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `moonshine` architecture; "transformers" for a directory whose
+    config.json has model_type "moonshine"; else None."""
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "moonshine" else None
     from ..json_files import config_of
 
     cfg = config_of(path)
@@ -28,4 +33,8 @@ def detect(path: Path) -> Optional[str]:
 def load(path: Path, name: str, device, dtype, kind: str):
     from .recognizer import MoonshineASR
 
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     return MoonshineASR.load(path, name, device, dtype)
