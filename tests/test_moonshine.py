@@ -124,6 +124,31 @@ def test_a_long_input_is_cut_at_pauses_and_joined(model):
     assert t.text == " ".join(x for x in texts if x)
 
 
+def test_a_stream_commits_each_utterance_as_transcribe_decodes_it(model):
+    """transcribe/utterances.py: cut at the 2 s pause between two clips, each utterance decoded whole."""
+    a, b = _audio(CASES["jfk.wav"]), _audio(CASES[GREEDY[-2]])
+    pcm = np.concatenate([a, np.zeros(32000, np.float32), b])
+    s = model.stream(pause_s=1.2)
+    commits = []
+    for i in range(0, len(pcm), 8000):
+        s.feed(pcm[i:i + 8000])
+        new = s.take_new_text()
+        if new:
+            commits.append((new, list(s.drain_words())))
+    s.finalize()
+    commits.append((s.take_new_text(), list(s.drain_words())))
+    assert len(commits) == 2
+    cut = commits[0][1][0].start
+    assert len(a) / 16000 < cut < len(a) / 16000 + 2.0
+    first = model.transcribe(pcm[:int(round(cut * 16000))], sample_rate=16000)
+    rest = model.transcribe(pcm[int(round(cut * 16000)):], sample_rate=16000)
+    assert commits[0][0].strip() == first.text and commits[1][0].strip() == rest.text
+    assert s.text().strip() == first.text + " " + rest.text  # one space between utterances, from the piece's mark
+    assert all(w.start == w.end == cut for w in commits[0][1])  # the model gives no times: words sit at the cut
+    with pytest.raises(OptionValueError, match="nbest does not apply to a stream"):
+        model.stream(beam_size=2, nbest=2)
+
+
 def test_load_model_finds_the_family_and_the_short_names(model):
     claims = [f.name for f in loading.FAMILIES if f.detect(MODEL)]
     assert claims[0] == "moonshine"  # before Whisper, which claims every folder with a config.json

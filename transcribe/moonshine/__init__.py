@@ -8,11 +8,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Optional
 
-__all__ = ["KIND", "Options", "PIECE_S", "detect", "load"]
+__all__ = ["KIND", "Options", "StreamOptions", "PIECE_S", "detect", "load"]
 
 KIND = "Moonshine"
 from .options import MoonshineOptions as Options  # noqa: E402
-StreamOptions = None
+from .options import MoonshineStreamOptions as StreamOptions  # noqa: E402  (a session cut at pauses)
 # Batch jobs cut inputs longer than this into pieces at pauses (the models are trained on clips under ~30 s).
 PIECE_S = 30.0
 

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from ..errors import OptionValueError
-from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, boolean, number, option, parse_bool, parse_positive_int,
-                       positive_int, sample_rate)
+from ..options import (MAX_BATCH_SIZE, MAX_BEAM, WHY_BEAM, UtteranceStreamFields, boolean, number, option, parse_bool,
+                       parse_positive_int, positive_int, sample_rate)
 
 # Pieces of a long input: the published models are trained on clips shorter than about 30 s, and the model card's
 # output bound (6.5 tokens a second) reaches the decoder's 194 positions at 30 s.
@@ -70,3 +70,9 @@ class MoonshineOptions:
             raise OptionValueError("nbest", f"nbest ({self.nbest}) cannot exceed beam_size ({size}): a beam of "
                                    f"{size} keeps {size} hypotheses")
         sample_rate(self.sample_rate)
+
+
+@dataclass(frozen=True)
+class MoonshineStreamOptions(UtteranceStreamFields, MoonshineOptions):
+    """A live session cut at pauses (transcribe/utterances.py, `options.UtteranceStreamFields`): pause_s, partial_s,
+    and transcribe's decoding options for every utterance (each decoded whole, as transcribe() decodes a clip)."""

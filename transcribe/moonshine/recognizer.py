@@ -26,7 +26,7 @@ from ..search import aed
 from . import KIND
 from .config import MoonshineConfig
 from .model import STRIDE, MoonshineModel, encoder_frames
-from .options import MoonshineOptions
+from .options import MoonshineOptions, MoonshineStreamOptions
 from .tokenizer import MoonshineTokenizer
 
 log = logging.getLogger("transcribe")
@@ -48,6 +48,7 @@ class MoonshineASR(Recognizer):
     family = "moonshine"
     kind = KIND
     Options = MoonshineOptions
+    StreamOptions = MoonshineStreamOptions
 
     def __init__(self, model: MoonshineModel, tokenizer: MoonshineTokenizer, name: str, device: str = "cpu"):
         self.model = model
@@ -111,6 +112,27 @@ class MoonshineASR(Recognizer):
         if opts.max_new_tokens is not None:
             return opts.max_new_tokens
         return max(max_length(samples, self.sample_rate) - 1, 0)
+
+    def _stream(self, opts: MoonshineStreamOptions):
+        """A live session cut at pauses (`transcribe.utterances`): each utterance decoded once, whole, with the
+        session's options; words placed at the cut that ended their utterance (the model gives no times). An
+        utterance's first piece carries its own word-start mark, so the session adds no space between them."""
+        import dataclasses
+
+        from ..runtime import model_call
+        from ..utterances import UtteranceSession
+
+        piece_opts = MoonshineOptions(**{f.name: getattr(opts, f.name) for f in dataclasses.fields(MoonshineOptions)})
+        tok = self.tokenizer
+
+        def decode_piece(pcm: np.ndarray) -> list[int]:
+            with model_call(self.threads):
+                return self.decode([pcm], piece_opts)[0][0].ids
+
+        return UtteranceSession(decode_piece, decode=tok.text, piece=tok.piece,
+                                punctuation={".", ",", "?", "!", ";", ":"},
+                                pause_s=0.5 if opts.pause_s is None else opts.pause_s, max_piece_s=opts.max_piece_s,
+                                partial_s=opts.partial_s)
 
     # -- transcription
     def _transcribe(self, items: list, opts: MoonshineOptions) -> list[Transcript]:
