@@ -149,6 +149,21 @@ def test_a_stream_commits_each_utterance_as_transcribe_decodes_it(model):
         model.stream(beam_size=2, nbest=2)
 
 
+@pytest.mark.parametrize("name,params,dims", [("moonshine-tiny", 27_092_736, (36, 40, 32)),
+                                              ("moonshine-base", 61_513_920, (52, 56, 32))])
+def test_the_published_configs_build_transformers_model(name, params, dims):
+    from transcribe.moonshine.config import parse_config
+    from transcribe.moonshine.model import MoonshineModel
+
+    cfg = json.loads((REPO / "tests" / "configs" / "published" / "moonshine" / f"{name}.json").read_text())
+    c = parse_config(cfg, {}, {})
+    assert (c.head_dim, c.padded_head_dim, c.rotary_dim) == dims and (c.pad, c.eos, c.decoder_start) == (2, 2, 1)
+    with torch.device("meta"):
+        m = MoonshineModel(c)
+    # transformers' count (the head tied: counted once)
+    assert sum(p.numel() for p in m.parameters()) - m.proj_out.weight.numel() == params
+
+
 def test_load_model_finds_the_family_and_the_short_names(model):
     claims = [f.name for f in loading.FAMILIES if f.detect(MODEL)]
     assert claims[0] == "moonshine"  # before Whisper, which claims every folder with a config.json
