@@ -11,6 +11,7 @@ against what transformers 5.25 computes with them (tests/references/parakeet_hf/
 - everything else is the `.nemo` path's, checked by equality with the source .nemo loaded as a .nemo: token
   ids and times with timestamps, CTC and TDT beam search N-best, local attention (the long-input path),
   buffered streaming's committed tokens, int8;
+- `transcribe convert <folder>` writes the GGUF files (both schemas) the source .nemo gives;
 - `load_model` and `transcribe jfk.wav --model <folder> --format json`; a folder holding both a .nemo and
   transformers' files (NVIDIA's repos) stays a .nemo; settings this code does not implement are ModelErrors.
 """
@@ -205,3 +206,32 @@ def test_missing_tensor_is_a_model_error(tmp_path):
     save_file(sd, d / "model.safetensors")
     with pytest.raises(ModelError, match="decoder_layers.0.bias"):
         load_model(d)
+
+
+@pytest.mark.parametrize("schema", ["transcribe.cpp", "parakeet.cpp"])
+def test_gguf_export_is_the_source_nemos(tmp_path, models, schema):
+    """`transcribe convert <folder>` writes the GGUF file the source .nemo gives: the same metadata but the
+    names, the same tensors (parakeet.cpp's stored filterbank is ours, not NeMo's librosa one: within 1e-8),
+    and the file transcribes as the folder does."""
+    from transcribe.gguf.file import GGUFFile
+    from transcribe.parakeet import export_gguf
+
+    a, b = tmp_path / "tdt.gguf", tmp_path / "nemo" / "tdt.gguf"
+    b.parent.mkdir()
+    export_gguf(HF / "tdt", a, schema, None, None, "tdt")
+    export_gguf(TINY / "tiny-tdt-fit.nemo", b, schema, None, None, "tdt")
+    fa, fb = GGUFFile(a), GGUFFile(b)
+    try:
+        assert fa.meta == fb.meta
+        assert sorted(fa.tensors) == sorted(fb.tensors)
+        for n in fa.tensors:
+            if n == "preprocessor.featurizer.fb":
+                torch.testing.assert_close(fa.tensor(n), fb.tensor(n), rtol=0, atol=1e-8)
+            else:
+                assert torch.equal(fa.tensor(n), fb.tensor(n)), n
+    finally:
+        fa.close()
+        fb.close()
+    if schema == "transcribe.cpp":  # (test_gguf_parakeet.py loads both schemas' files as their .nemo)
+        jfk = AUDIO / "jfk.wav"
+        assert _times(load_model(a).transcribe(jfk)) == _times(models["tdt"].transcribe(jfk))

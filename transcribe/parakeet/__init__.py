@@ -74,6 +74,11 @@ def export_gguf(path: Path, out: Path, schema: Optional[str], qtype: Optional[st
     schema, qtype = schema or "parakeet.cpp", qtype or "f32"
     if qtype == "bf16":
         raise ModelError("--type bf16 is not one of the Parakeet converters' types (f32, f16, q8_0, q4_0)")
+    if detect(path) == "hf":  # a transformers folder: the NeMo checkpoint it stands for (hf.checkpoint)
+        from .hf import checkpoint
+
+        export(checkpoint(path), out, schema=schema, qtype=qtype, meta=meta, name=name, variant=variant_of(out))
+        return schema, qtype
     if path.is_dir() and not (path / "model_config.yaml").exists():
         found = sorted(path.glob("*.nemo"))  # a directory with exactly one .nemo stands for that file
         if len(found) != 1:

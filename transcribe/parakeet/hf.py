@@ -390,6 +390,29 @@ def read(folder: Path):
     return model, tokenizer, kind
 
 
+def checkpoint(folder: Path):
+    """The folder as the NeMo checkpoint it stands for (`transcribe convert` writes GGUF files from it): the NeMo
+    config, the weights under NeMo's names with our front end's filterbank and window (transformers stores none;
+    parakeet.cpp's schema stores them), the vocabulary as a SentencePiece model (BPE scores in piece order)."""
+    from ..nemo.checkpoint import NemoCheckpoint
+    from ..nemo.config import frontend_config
+    from ..nemo.frontend import NemoMelFrontEnd
+    from ..text.sentencepiece import sentencepiece_proto
+
+    cfg, _, blank = build_config(folder)
+    tokenizer_of(folder, blank)  # checked as load checks it
+    data = _json(folder, "tokenizer.json")
+    table = {int(i): str(p) for p, i in data["model"]["vocab"].items() if isinstance(i, int)}
+    for tok in data.get("added_tokens") or []:
+        table.setdefault(tok["id"], str(tok["content"]))
+    sd = read_state_dict(folder)
+    front = NemoMelFrontEnd(frontend_config(cfg))
+    sd["preprocessor.featurizer.fb"] = front.fb.clone()
+    sd["preprocessor.featurizer.window"] = front.window.clone()
+    return NemoCheckpoint(config=cfg, state_dict=sd, tokenizer=sentencepiece_proto([table[i] for i in range(blank)]),
+                          source=str(folder))
+
+
 def load(path: Path, name: str, device, dtype):
     """`load_model` for a transformers Parakeet folder: a ParakeetASR, as from the .nemo it was converted from."""
     from .recognizer import ParakeetASR
