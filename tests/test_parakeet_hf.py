@@ -235,3 +235,35 @@ def test_gguf_export_is_the_source_nemos(tmp_path, models, schema):
     if schema == "transcribe.cpp":  # (test_gguf_parakeet.py loads both schemas' files as their .nemo)
         jfk = AUDIO / "jfk.wav"
         assert _times(load_model(a).transcribe(jfk)) == _times(models["tdt"].transcribe(jfk))
+
+
+def test_a_published_tdt_config_parses(tmp_path):
+    """nvidia/parakeet-tdt-0.6b-v3's config.json and processor_config.json (their keys and values): no linear or
+    convolution biases, no input scaling, pad 2 apart from the blank 8192."""
+    from transcribe.parakeet.hf import build_config
+
+    enc = {"activation_dropout": 0.1, "attention_bias": False, "attention_dropout": 0.1, "conv_kernel_size": 9,
+           "convolution_bias": False, "dropout": 0.1, "dropout_positions": 0.0, "hidden_act": "silu",
+           "hidden_size": 1024, "initializer_range": 0.02, "intermediate_size": 4096, "layerdrop": 0.1,
+           "max_position_embeddings": 5000, "model_type": "parakeet_encoder", "num_attention_heads": 8,
+           "num_hidden_layers": 24, "num_key_value_heads": 8, "num_mel_bins": 128, "scale_input": False,
+           "subsampling_conv_channels": 256, "subsampling_conv_kernel_size": 3, "subsampling_conv_stride": 2,
+           "subsampling_factor": 8}
+    cfg = {"architectures": ["ParakeetForTDT"], "blank_token_id": 8192, "decoder_hidden_size": 640, "dtype": "float32",
+           "durations": [0, 1, 2, 3, 4], "encoder_config": enc, "hidden_act": "relu", "initializer_range": 0.02,
+           "is_encoder_decoder": True, "max_symbols_per_step": 10, "model_type": "parakeet_tdt",
+           "num_decoder_layers": 2, "pad_token_id": 2, "transformers_version": "5.6.0.dev0", "vocab_size": 8193}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    shutil.copy(HF / "tdt" / "processor_config.json", tmp_path / "processor_config.json")
+    _edit(tmp_path, "processor_config.json", lambda c: c["feature_extractor"].update(feature_size=128))
+    nemo, kind, blank = build_config(tmp_path)
+    assert (kind, blank) == ("tdt", 8192)
+    e = nemo["encoder"]
+    assert (e["use_bias"], e["xscaling"], e["d_model"], e["n_layers"], e["ff_expansion_factor"]) == \
+        (False, False, 1024, 24, 4)
+    assert nemo["decoding"]["durations"] == [0, 1, 2, 3, 4] and nemo["joint"]["jointnet"]["joint_hidden"] == 640
+    from transcribe.parakeet.model import ParakeetModel
+
+    with torch.device("meta"):
+        model = ParakeetModel(nemo)
+    assert sum(p.numel() for p in model.parameters()) == pytest.approx(0.6e9, rel=0.05)
