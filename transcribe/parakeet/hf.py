@@ -35,10 +35,10 @@ import re
 from pathlib import Path
 from typing import Any, Optional
 
-import torch
-
 from ..errors import ModelError
-from ..text.sentencepiece import PiecesTokenizer
+
+# (torch and the tokenizer are imported where used: `detect` reads config.json through this module while the
+# command checks its options, before torch is imported)
 
 MODEL_TYPES = {"parakeet_ctc": "ctc", "parakeet_tdt": "tdt"}
 CONFIG = "config.json"
@@ -332,7 +332,7 @@ def read_state_dict(folder: Path) -> dict:
 
 # -- tokenizer
 
-def tokenizer_of(folder: Path, vocab: int) -> PiecesTokenizer:
+def tokenizer_of(folder: Path, vocab: int):
     """tokenizer.json (`ParakeetConverter`'s: a BPE model over SentencePiece's pieces, a Metaspace decoder) ->
     the first `vocab` pieces as a SentencePiece tokenizer (decoding exact; BPE scores assumed in piece order)."""
     where = str(folder / "tokenizer.json")
@@ -356,6 +356,8 @@ def tokenizer_of(folder: Path, vocab: int) -> PiecesTokenizer:
     if not isinstance(dec, dict) or dec.get("type") != "Metaspace" or dec.get("replacement", "▁") != "▁":
         raise ModelError(f"{where}: decoder = {_short(dec)} is not implemented (Metaspace with '▁')")
     pieces = [table[i] for i in range(vocab)]
+    from ..text.sentencepiece import PiecesTokenizer
+
     try:
         return PiecesTokenizer(pieces)
     except ValueError as e:
@@ -367,6 +369,8 @@ def tokenizer_of(folder: Path, vocab: int) -> PiecesTokenizer:
 def read(folder: Path):
     """A transformers Parakeet folder -> (ParakeetModel with its weights, float32 on the CPU, batch norm not yet
     folded; the tokenizer; "ctc" or "tdt")."""
+    import torch
+
     from .model import ParakeetModel
 
     cfg, kind, blank = build_config(folder)
