@@ -1,10 +1,12 @@
 """Parakeet in transformers' layout (transcribe/parakeet/hf.py): tests/models/parakeet-hf/{ctc,tdt}, written by
-transformers' own converter from the tiny NeMo models tiny-ctc-fit / tiny-tdt-fit (tools/parakeet_hf_tiny.py),
-against what transformers 5.25 computes with them (tests/references/parakeet_hf/):
+transformers' own converter from the tiny NeMo models tiny-ctc-fit / tiny-tdt-fit / tiny-rnnt-fit
+(tools/parakeet_hf_tiny.py), against what transformers 5.25 computes with them
+(tests/references/parakeet_hf/):
 
-- greedy: CTC token ids and text equal `ParakeetForCTC.generate` + `processor.decode` on three clips; TDT ids,
-  token frames (transformers' durations summed) and text equal `ParakeetForTDT.generate` (which works in
-  5.25 and, per the reference file, gives NeMo's own greedy ids on the source .nemo for all three clips);
+- greedy: CTC token ids and text equal `ParakeetForCTC.generate` + `processor.decode` on three clips; TDT and
+  RNN-T ids, token frames (transformers' frame steps summed) and text equal `ParakeetForTDT.generate` /
+  `ParakeetForRNNT.generate` (which work in 5.25 and, per the reference files, give NeMo's own greedy ids on
+  the source .nemo for all three clips);
 - the front end equals `ParakeetFeatureExtractor`'s features within 1e-5 (measured 1.5e-6: transformers'
   filterbank and float32 log against our float64 log rounded once; normalised values of order 1, so this is a
   few float32 ulps summed over 257 bins) and its filterbank's column sums within 1e-6 relative;
@@ -31,11 +33,11 @@ from transcribe.loading import local_family
 
 from .conftest import AUDIO, MODELS, REPO, TINY
 
-HF = MODELS / "parakeet-hf"
+HF = MODELS / "parakeet-hf"  # ctc/, tdt/, rnnt/
 REFS = REPO / "tests" / "references" / "parakeet_hf"
 CLIPS = {"jfk.wav": AUDIO / "jfk.wav", "ls_2086-149220-0033.wav": AUDIO / "ls_2086-149220-0033.wav",
          "cv_17767698.wav": AUDIO / "dev" / "cv_17767698.wav"}
-SOURCE = {"ctc": "tiny-ctc-fit", "tdt": "tiny-tdt-fit"}
+SOURCE = {"ctc": "tiny-ctc-fit", "tdt": "tiny-tdt-fit", "rnnt": "tiny-rnnt-fit"}
 FEATURE_ATOL = 1e-5
 
 
@@ -45,12 +47,12 @@ def _ref(kind):
 
 @pytest.fixture(scope="module")
 def models():
-    return {kind: load_model(HF / kind) for kind in ("ctc", "tdt")}
+    return {kind: load_model(HF / kind) for kind in SOURCE}
 
 
 @pytest.fixture(scope="module")
 def nemos():
-    return {kind: load_model(TINY / f"{SOURCE[kind]}.nemo") for kind in ("ctc", "tdt")}
+    return {kind: load_model(TINY / f"{SOURCE[kind]}.nemo") for kind in SOURCE}
 
 
 def _ids(t):
@@ -61,7 +63,7 @@ def _times(t):
     return [(x.id, x.start, x.end) for x in t.tokens]
 
 
-@pytest.mark.parametrize("kind", ["ctc", "tdt"])
+@pytest.mark.parametrize("kind", ["ctc", "tdt", "rnnt"])
 def test_greedy_ids_and_text_are_transformers(models, kind):
     ref = _ref(kind)
     assert ref["generator"]["transformers_version"] == "5.25.0"
@@ -72,21 +74,24 @@ def test_greedy_ids_and_text_are_transformers(models, kind):
         assert t.text == want["text"], name
 
 
-def test_tdt_token_frames_are_transformers_durations(models):
-    """A token's start frame is the sum of the durations transformers' generate() stepped before it."""
-    ref = _ref("tdt")
-    frame_s = models["tdt"].frame_s
+@pytest.mark.parametrize("kind", ["tdt", "rnnt"])
+def test_transducer_token_frames_are_transformers_durations(models, kind):
+    """A token's start frame is the sum of the frame steps transformers' generate() took before it (TDT: its
+    predicted durations; RNN-T: one per blank)."""
+    ref = _ref(kind)
+    frame_s = models[kind].frame_s
     for name, path in CLIPS.items():
-        t = models["tdt"].transcribe(path)
-        assert [round(x.start / frame_s) for x in t.tokens] == ref["clips"][name]["tdt"]["frames"], name
+        t = models[kind].transcribe(path)
+        assert [round(x.start / frame_s) for x in t.tokens] == ref["clips"][name][kind]["frames"], name
 
 
-def test_transformers_tdt_equals_nemo_on_the_source():
-    """The reference run's own check: transformers 5.25's TDT generate() gives NeMo's greedy ids."""
-    ref = _ref("tdt")
+@pytest.mark.parametrize("kind", ["tdt", "rnnt"])
+def test_transformers_transducers_equal_nemo_on_the_source(kind):
+    """The reference run's own check: transformers 5.25's TDT and RNN-T generate() give NeMo's greedy ids."""
+    ref = _ref(kind)
     assert set(ref["nemo"]) == set(CLIPS)
     for name, row in ref["nemo"].items():
-        assert row["transformers_equal"] and row["ids"] == ref["clips"][name]["tdt"]["ids"], name
+        assert row["transformers_equal"] and row["ids"] == ref["clips"][name][kind]["ids"], name
 
 
 def test_features_are_the_feature_extractors(models):
@@ -106,7 +111,7 @@ def test_features_are_the_feature_extractors(models):
     np.testing.assert_allclose(fb.sum(0).numpy(), ref["filterbank"]["row_sums"], rtol=1e-6, atol=1e-9)
 
 
-@pytest.mark.parametrize("kind", ["ctc", "tdt"])
+@pytest.mark.parametrize("kind", ["ctc", "tdt", "rnnt"])
 def test_same_as_the_source_nemo(models, nemos, kind):
     """Timestamps, beam search, local attention and int8: the .nemo model's results, bit for bit."""
     m, n = models[kind], nemos[kind]
@@ -180,7 +185,9 @@ def test_detection(tmp_path):
 
 
 @pytest.mark.parametrize("name,edit,words", [
-    ("config.json", lambda c: c.update(model_type="parakeet_rnnt"), "parakeet_rnnt"),
+    ("config.json", lambda c: c.update(model_type="parakeet_lstm"), "parakeet_lstm"),
+    ("config.json", lambda c: c.update(architectures=["ParakeetForCTC"]), "architectures"),
+    ("config.json", lambda c: c.update(durations=[0, 2]), "durations"),
     ("config.json", lambda c: c.update(something_new=1), "something_new"),
     ("config.json", lambda c: c["encoder_config"].update(subsampling_conv_stride=3), "subsampling_conv_stride"),
     ("config.json", lambda c: c["encoder_config"].update(intermediate_size=100), "intermediate_size"),

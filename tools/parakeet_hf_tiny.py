@@ -7,30 +7,32 @@
 CONVERTER is transformers' own `src/transformers/models/parakeet/convert_nemo_to_hf.py` from a transformers
 source checkout (the 5.25 wheel does not ship it). Its functions are called on the tiny NeMo models of
 ../shared/models/parakeet-tiny/ (tiny-ctc-fit.nemo, tiny-tdt-fit.nemo): `extract_nemo_archive`,
-`write_processor` (tokenizer.json through `ParakeetConverter`, preprocessor_config.json) and `write_model`
-(config.json, model.safetensors). Four places where the converter assumes a published checkpoint, and what is
-done here so that it runs on a tiny one (none changes a computed value):
+`write_processor` (tokenizer.json through `ParakeetConverter`, processor_config.json) and `write_model`
+(config.json, model.safetensors); tiny-rnnt-fit.nemo too, into rnnt/ (`write_rnnt_model`). Four places where
+the converter assumes a published checkpoint, and what is done here so that it runs on a tiny one (none changes
+a computed value):
 
 - `convert_encoder_config` drops NeMo's `ff_expansion_factor` and leaves intermediate_size at its default 4096
   (1024 x 4, the published encoders'); the encoder config class it calls gets intermediate_size = d_model x
   ff_expansion_factor (256 here);
-
 - CTC: `write_ctc_model` builds `ParakeetCTCConfig(encoder_config=...)` with the default vocab_size 1025 and
   pad_token_id 1024 (parakeet-ctc-1.1b's); the tiny vocabulary is 128 + blank, so the config class it calls
   gets vocab_size = 129 and pad_token_id = 128 (the blank, as 1024 is the published one's);
 - TDT: `convert_tdt_config` takes pad_token_id from `labels.index("<pad>")` (published TDT vocabularies have a
   `<pad>`); the tiny vocabulary has none, so `<pad>` reads as the index it gets appended at (128, the blank
   id; `write_processor` appends `<pad>` there, then `<blank>` at 129);
-- TDT: the converter maps the joint's output layer from NeMo's `joint.joint_net.2.` (a Sequential of
+- TDT and RNN-T: the converter maps the joint's output layer from NeMo's `joint.joint_net.2.` (a Sequential of
   activation, dropout, linear); the tiny model was built with joint dropout 0, so NeMo saved it at
   `joint_net.1.`: the state dict given to the converter names it `joint_net.2.` (a dropout is the identity
   at inference).
 
 References (one thread, float32): for jfk.wav and two dev clips, the feature extractor's features (shape,
 length, stats, the first frames), then for CTC `generate()` (frame argmax ids, collapsed ids, and
-`processor.decode(..., skip_special_tokens=True)`'s text), for TDT `generate()` (sequences with their
-durations, and the text) and, as a check, NeMo's own greedy ids on the source .nemo
-(tests/references/nemo/tiny-tdt-fit.json holds them for jfk): a crash or a difference is written down.
+`processor.decode(..., skip_special_tokens=True)`'s text), for TDT and RNN-T `generate()` (sequences with their
+durations, and the text) and, as a check, NeMo's own greedy ids on the source .nemo: a crash or a difference
+is written down. (transformers 5.24 and 5.25 both decode these TDT folders; both crash in `generate()` with
+"`decoder_start_token_id` or `bos_token_id` has to be defined for encoder-decoder generation" on a TDT folder
+without the generation_config.json the converter writes, e.g. one saved from `ParakeetForTDT(config)`.)
 """
 from __future__ import annotations
 
@@ -52,7 +54,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 SHARED = REPO / ".." / "shared"
 SOURCES = {"ctc": SHARED / "models" / "parakeet-tiny" / "tiny-ctc-fit.nemo",
-           "tdt": SHARED / "models" / "parakeet-tiny" / "tiny-tdt-fit.nemo"}
+           "tdt": SHARED / "models" / "parakeet-tiny" / "tiny-tdt-fit.nemo",
+           "rnnt": SHARED / "models" / "parakeet-tiny" / "tiny-rnnt-fit.nemo"}
 OUT = REPO / "tests" / "models" / "parakeet-hf"
 REFS = REPO / "tests" / "references" / "parakeet_hf"
 CLIPS = ["audio/jfk.wav", "audio/ls_2086-149220-0033.wav", "audio/dev/cv_17767698.wav"]
@@ -86,7 +89,7 @@ def convert(conv, kind: str, out: Path) -> None:
         enc = cfg["encoder"]
         conv.ParakeetEncoderConfig = partial(conv.ParakeetEncoderConfig,
                                              intermediate_size=enc["d_model"] * enc["ff_expansion_factor"])
-        if kind == "tdt":
+        if kind in ("tdt", "rnnt"):
             cfg["labels"] = _Labels(cfg["labels"])
             sd = {k.replace("joint.joint_net.1.", "joint.joint_net.2."): v for k, v in sd.items()}
         else:
@@ -110,11 +113,11 @@ def references(kind: str, folder: Path) -> dict:
     import soundfile as sf
     import torch
     import transformers
-    from transformers import AutoProcessor, ParakeetForCTC, ParakeetForTDT
+    from transformers import AutoProcessor, ParakeetForCTC, ParakeetForRNNT, ParakeetForTDT
 
     torch.set_num_threads(1)
     proc = AutoProcessor.from_pretrained(folder)
-    cls = ParakeetForCTC if kind == "ctc" else ParakeetForTDT
+    cls = {"ctc": ParakeetForCTC, "tdt": ParakeetForTDT, "rnnt": ParakeetForRNNT}[kind]
     model = cls.from_pretrained(folder, dtype=torch.float32).eval()
     fe = proc.feature_extractor
     # transformers' filterbank (mel_filter_bank, slaney, float32), to compare with ours in the tests
@@ -160,11 +163,11 @@ def references(kind: str, folder: Path) -> dict:
                     steps = list(zip(seq, dur))[1:]  # the first is decoder_start_token_id
                     frame, ids, frames = 0, [], []
                     for tok, d in steps:
-                        if tok != blank and tok != model.config.pad_token_id:
+                        if tok != blank:  # (batch 1: no padding)
                             ids.append(tok)
                             frames.append(frame)
                         frame += d
-                    entry["tdt"] = {"sequences": seq, "durations": dur, "ids": ids, "frames": frames,
+                    entry[kind] = {"sequences": seq, "durations": dur, "ids": ids, "frames": frames,
                                     "blank_id": blank,
                                     "text": proc.decode([t for t in ids], skip_special_tokens=True)}
         except Exception as e:  # written down: the brief asks where transformers crashes
@@ -204,7 +207,7 @@ def nemo_check(kind: str, refs: dict) -> dict:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--converter", type=Path, help="transformers' convert_nemo_to_hf.py (skip: keep the models)")
-    ap.add_argument("--kinds", default="ctc,tdt")
+    ap.add_argument("--kinds", default="ctc,tdt,rnnt")
     args = ap.parse_args()
     conv = _converter(args.converter) if args.converter else None
     REFS.mkdir(parents=True, exist_ok=True)
@@ -215,13 +218,13 @@ def main() -> None:
         refs = references(kind, folder)
         refs["model"]["files"] = {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
                                   for p in sorted(folder.iterdir()) if p.is_file()}
-        if kind == "tdt":
+        if kind in ("tdt", "rnnt"):
             try:
                 refs["nemo"] = nemo_check(kind, refs)
             except Exception as e:
                 refs["nemo"] = {"error": repr(e)}
         (REFS / f"{kind}.json").write_text(json.dumps(refs, indent=1) + "\n")
-        print(kind, {k: (v.get("ctc") or v.get("tdt") or {}).get("text", v.get("error")) for k, v in refs["clips"].items()})
+        print(kind, {k: (v.get(kind) or {}).get("text", v.get("error")) for k, v in refs["clips"].items()})
         if "nemo" in refs:
             print("nemo", refs["nemo"])
 

@@ -1,7 +1,7 @@
 """NVIDIA Parakeet (NeMo FastConformer): the `.nemo` checkpoint, NeMo's front end, the conformer
 encoder, the heads (TDT, RNN-T, CTC) and the recognizer; Parakeet GGUF files (parakeet.cpp's and
-transcribe.cpp's, `gguf.py`) and transformers folders (`ParakeetForCTC` / `ParakeetForTDT`, `hf.py`) load as the
-same models. `detect` and `load` are this family's entry in
+transcribe.cpp's, `gguf.py`) and transformers folders (`ParakeetForCTC` / `ParakeetForTDT` /
+`ParakeetForRNNT`, `hf.py`) load as the same models. `detect` and `load` are this family's entry in
 `transcribe.loading.FAMILIES`."""
 from __future__ import annotations
 

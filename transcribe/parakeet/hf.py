@@ -18,11 +18,11 @@ timestamp, long-input, int8 and streaming path is the `.nemo` model's. What the 
   filterbank is not stored; ours is computed (transformers' differs from it in the last float32 bits);
 - the vocabulary is tokenizer.json's (`ParakeetConverter`: SentencePiece BPE pieces in SentencePiece's order;
   the tokens transformers appends, `<pad>` and `<blank>`, sit at and after the blank id and are not pieces); the
-  blank is the last class: `pad_token_id` for CTC (= vocab_size - 1), `blank_token_id` for TDT (= vocab_size -
-  1);
-- TDT: the joint's width is `decoder_hidden_size` (the predictor's), its activation `hidden_act`, durations
-  `durations`, at most `max_symbols_per_step` symbols a frame (NeMo's greedy `max_symbols`; transformers' own
-  greedy TDT loop does not bound them, which changes nothing where a frame's symbols stay under it).
+  blank is the last class: `pad_token_id` for CTC (= vocab_size - 1), `blank_token_id` for TDT and RNN-T (=
+  vocab_size - 1);
+- TDT and RNN-T: the joint's width is `decoder_hidden_size` (the predictor's), its activation `hidden_act`, durations
+  `durations` (TDT), at most `max_symbols_per_step` symbols a frame (NeMo's greedy `max_symbols`; transformers'
+  own greedy TDT loop does not bound them, which changes nothing where a frame's symbols stay under it).
 
 Every config key is read, or accepted by name as not changing inference (dropouts, initialisation, loss,
 bookkeeping), or refused with a `ModelError` naming it. Loading runs no code from the folder: JSON files and
@@ -40,7 +40,8 @@ from ..errors import ModelError
 # (torch and the tokenizer are imported where used: `detect` reads config.json through this module while the
 # command checks its options, before torch is imported)
 
-MODEL_TYPES = {"parakeet_ctc": "ctc", "parakeet_tdt": "tdt"}
+MODEL_TYPES = {"parakeet_ctc": "ctc", "parakeet_tdt": "tdt", "parakeet_rnnt": "rnnt"}
+ARCHITECTURES = {"ctc": "ParakeetForCTC", "tdt": "ParakeetForTDT", "rnnt": "ParakeetForRNNT"}
 CONFIG = "config.json"
 MAX_JSON_BYTES = {"config.json": 1 << 20, "processor_config.json": 1 << 20, "preprocessor_config.json": 1 << 20,
                   "tokenizer.json": 64 << 20, "tokenizer_config.json": 16 << 20}
@@ -86,7 +87,7 @@ def _read_json(path: Path, limit: int) -> Any:
 
 
 def model_type_of(path: Path) -> Optional[str]:
-    """"ctc" / "tdt" for a folder whose config.json names a Parakeet model_type this reads; the raw model_type
+    """"ctc" / "tdt" / "rnnt" for a folder whose config.json names a Parakeet model_type this reads; the raw model_type
     string for another parakeet_* one (refused by `load`); None otherwise (the config read alone)."""
     cfg = path / CONFIG
     if not path.is_dir() or not cfg.is_file():
@@ -240,15 +241,17 @@ def _preprocessor(folder: Path, features: int) -> dict:
 
 
 def build_config(folder: Path) -> tuple[dict, str, int]:
-    """config.json (+ the feature extractor's) -> (the NeMo config it stands for, "ctc"/"tdt", the blank id)."""
+    """config.json (+ the feature extractor's) -> (the NeMo config it stands for, "ctc"/"tdt"/"rnnt", the blank
+    id)."""
     where = str(folder / CONFIG)
     c = _Section(_json(folder, CONFIG), "config", where)
     mt = c.require("model_type")
     kind = MODEL_TYPES.get(mt)
     if kind is None:
-        raise ModelError(f"{where}: model_type = {_short(mt)} is not implemented (parakeet_ctc, parakeet_tdt)")
+        raise ModelError(f"{where}: model_type = {_short(mt)} is not implemented (parakeet_ctc, parakeet_tdt, "
+                         "parakeet_rnnt)")
     arch = c.get("architectures")
-    want = "ParakeetForCTC" if kind == "ctc" else "ParakeetForTDT"
+    want = ARCHITECTURES[kind]
     if arch is not None and arch != [want]:
         raise ModelError(f"{where}: architectures = {_short(arch)}, not [{want!r}] as model_type {mt} says")
     enc = _encoder(c.require("encoder_config"), where)
@@ -272,12 +275,14 @@ def build_config(folder: Path) -> tuple[dict, str, int]:
         hidden = c.int("decoder_hidden_size")
         layers = c.int("num_decoder_layers")
         act = c.expect("hidden_act", ("relu", "tanh", "sigmoid", "silu", "swish"), "relu")
-        durations = c.require("durations")
-        if (not isinstance(durations, list) or not durations or len(durations) > 64
-                or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 1000 for x in durations)):
-            raise ModelError(f"{where}: durations = {_short(durations)} is not a list of frame counts")
-        if 1 not in durations:
-            raise ModelError(f"{where}: durations {durations} have no 1 (a blank must advance)")
+        durations = []
+        if kind == "tdt":
+            durations = c.require("durations")
+            if (not isinstance(durations, list) or not durations or len(durations) > 64
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 1000 for x in durations)):
+                raise ModelError(f"{where}: durations = {_short(durations)} is not a list of frame counts")
+            if 1 not in durations:
+                raise ModelError(f"{where}: durations {durations} have no 1 (a blank must advance)")
         max_symbols = c.int("max_symbols_per_step", 10)
         cfg["decoder"] = {"_target_": "nemo.collections.asr.modules.RNNTDecoder", "vocab_size": vocab,
                           "blank_as_pad": True, "prednet": {"pred_hidden": hidden, "pred_rnn_layers": layers}}
@@ -285,7 +290,9 @@ def build_config(folder: Path) -> tuple[dict, str, int]:
                         "num_extra_outputs": len(durations),
                         "jointnet": {"joint_hidden": hidden, "activation": act, "encoder_hidden": enc["d_model"],
                                      "pred_hidden": hidden, "dropout": 0.0}}
-        cfg["decoding"] = {"model_type": "tdt", "durations": list(durations), "greedy": {"max_symbols": max_symbols}}
+        cfg["decoding"] = {"model_type": kind, "greedy": {"max_symbols": max_symbols}}
+        if kind == "tdt":
+            cfg["decoding"]["durations"] = list(durations)
         cfg["target"] = "nemo.collections.asr.models.EncDecRNNTBPEModel"
     c.finish(HARMLESS["config"])
     return cfg, kind, blank
@@ -368,7 +375,7 @@ def tokenizer_of(folder: Path, vocab: int):
 
 def read(folder: Path):
     """A transformers Parakeet folder -> (ParakeetModel with its weights, float32 on the CPU, batch norm not yet
-    folded; the tokenizer; "ctc" or "tdt")."""
+    folded; the tokenizer; "ctc", "tdt" or "rnnt")."""
     import torch
 
     from .model import ParakeetModel
