@@ -274,3 +274,14 @@ def test_a_published_tdt_config_parses(tmp_path):
     with torch.device("meta"):
         model = ParakeetModel(nemo)
     assert sum(p.numel() for p in model.parameters()) == pytest.approx(0.6e9, rel=0.05)
+
+
+def test_the_vocabulary_encodes_as_the_nemo_tokenizer(models, nemos):
+    """tokenizer.json's pieces as a SentencePiece BPE model (scores assumed in piece order): the source .nemo's
+    pieces, and the same ids for every dev transcript (what hotwords are spelled with)."""
+    a, b = models["tdt"].tokenizer, nemos["tdt"].tokenizer
+    assert a.pieces == b.pieces
+    texts = [json.loads(line)["text"].lower() for line in (AUDIO / "dev" / "manifest.jsonl").read_text().splitlines()]
+    assert len(texts) > 30
+    for text in texts + ["ask not", "fellow americans"]:
+        assert a.encode(text) == b.encode(text), text
