@@ -285,3 +285,16 @@ def test_the_vocabulary_encodes_as_the_nemo_tokenizer(models, nemos):
     assert len(texts) > 30
     for text in texts + ["ask not", "fellow americans"]:
         assert a.encode(text) == b.encode(text), text
+
+
+def test_a_hub_repo_in_this_layout_fetches_what_loads():
+    """A hub id of a transformers-only Parakeet repo: the download patterns cover every file the folder loads
+    from (a repo holding a .nemo too fetches the .nemo, which then loads: test_detection)."""
+    import fnmatch
+
+    from transcribe.hub import hub_patterns
+
+    files = sorted(p.name for p in (HF / "tdt").iterdir())
+    pats = hub_patterns(files + ["README.md", "onnx/model.onnx"])
+    assert all(any(fnmatch.fnmatch(f, p) for p in pats) for f in files), (files, pats)
+    assert any(fnmatch.fnmatch("parakeet-ctc-1.1b.nemo", p) for p in hub_patterns(files + ["parakeet-ctc-1.1b.nemo"]))
