@@ -5,7 +5,9 @@
     OMP_NUM_THREADS=1 .venv-nemo/bin/python tools/parakeet_hf_tiny.py --converter CONVERTER
 
 CONVERTER is transformers' own `src/transformers/models/parakeet/convert_nemo_to_hf.py` from a transformers
-source checkout (the 5.25 wheel does not ship it). Its functions are called on the tiny NeMo models of
+source checkout (the 5.25 wheel does not ship it; the committed models were made with the file of
+huggingface/transformers at commit 07f6a16d, its functions transcribed to a local file because the repository
+could not be fetched whole here). Its functions are called on the tiny NeMo models of
 ../shared/models/parakeet-tiny/ (tiny-ctc-fit.nemo, tiny-tdt-fit.nemo): `extract_nemo_archive`,
 `write_processor` (tokenizer.json through `ParakeetConverter`, processor_config.json) and `write_model`
 (config.json, model.safetensors); tiny-rnnt-fit.nemo too, into rnnt/ (`write_rnnt_model`). Four places where
