@@ -98,8 +98,10 @@ FAMILIES = (
     Family("canary", "transcribe.canary"),
     # Sortformer before Parakeet: both read .nemo files; a diarizer's config alone says what it is.
     Family("sortformer", "transcribe.sortformer"),
-    Family("whisper", "transcribe.whisper"),
+    # Parakeet before Whisper (which claims every folder with a config.json): transformers' parakeet_ctc /
+    # parakeet_tdt folders are Parakeet's; Parakeet leaves .pt files (OpenAI Whisper checkpoints) to Whisper.
     Family("parakeet", "transcribe.parakeet"),
+    Family("whisper", "transcribe.whisper"),
 )
 
 
