@@ -18,7 +18,8 @@ Writes tests/references/moonshine_streaming/reference.json:
   lookahead has arrived are final (`stable` = the front end's complete frames less the windows' lookahead, 12
   frames in the published windows); every `decode_every_ms` (240) of new final frames the decoder decodes them
   greedily from the start (transformers' encoder run on all the audio so far, its output cut to the final
-  frames, then `generate` over them: a partial text, bound ceil(6.5 x their seconds)); at the end, the audio is
+  frames, then `generate` over them: a partial text, bound ceil(6.5 x their seconds)); runs: chunks of 500 ms
+  decoded every 240 ms in segments of 20 s, chunks of 320 ms decoded every 960 ms in segments of 4 s; at the end, the audio is
   padded to whole 5 ms frames and decoded whole as offline: the final text. A segment ends once it holds
   `segment_s` of audio, at the quietest 20 ms block of its last 2 s (the lowest sum of squares on the 320-sample
   grid from the segment's start, the first of equals); each segment is then decoded as an offline input and a
@@ -146,14 +147,14 @@ def main() -> None:
                                "beam3": b, "beam3_text": tok.decode(b, skip_special_tokens=True)})
         print(name, "|", out["offline"][-1]["text"], "|", out["offline"][-1]["beam3_text"], flush=True)
     jfk = data[0][1]
-    for chunk_ms, seg_s in ((500.0, 20.0), (160.0, 20.0), (500.0, 4.0)):
-        s = stream(model, jfk, chunk_ms, segment_s=seg_s)
+    for chunk_ms, every_ms, seg_s in ((500.0, 240.0, 20.0), (320.0, 960.0, 4.0)):
+        s = stream(model, jfk, chunk_ms, decode_every_ms=every_ms, segment_s=seg_s)
         s["clip"] = "jfk.wav"
         s["final_text"] = " ".join(tok.decode(ids, skip_special_tokens=True).strip() for ids in s["segments"])
         for p in s["partials"]:
             p["text"] = tok.decode(p["ids"], skip_special_tokens=True)
         out["streaming"].append(s)
-        print(chunk_ms, seg_s, len(s["partials"]), "|", s["final_text"], flush=True)
+        print(chunk_ms, every_ms, seg_s, len(s["partials"]), "|", s["final_text"], flush=True)
     Path(args.out).parent.mkdir(parents=True, exist_ok=True)
     Path(args.out).write_text(json.dumps(out, indent=None, separators=(",", ":")) + "\n")
 
