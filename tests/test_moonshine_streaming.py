@@ -10,7 +10,7 @@ Tolerances: the ids are compared exactly. The encoder here runs the same float32
 the same samples offline (its output measured equal to the bit); the live session encodes a window of the audio
 at a time (other matrix shapes, whose results move in the last bits between CPUs: AVX2, AVX-512, AMX), which
 changes no greedy choice: the smallest top-2 logit margin of the tiny model's greedy steps on jfk.wav is far
-above float32 rounding of values of that size (measured in test_greedy_margins_are_not_ties)."""
+above float32 rounding of values of that size: 3.26 (test_greedy_margins_are_not_ties)."""
 from __future__ import annotations
 
 import json
@@ -69,8 +69,7 @@ def test_greedy_margins_are_not_ties(model):
             top = logits.topk(2).values
             margins.append(float(top[0] - top[1]))
             ids = logits.argmax().view(1, 1)
-    print(min(margins))
-    assert min(margins) > 0.05, min(margins)
+    assert min(margins) > 0.5, min(margins)  # measured 3.26
 
 
 # ---------------------------------------------------------------------------------------------- live
@@ -121,7 +120,7 @@ def test_the_command_gives_json_and_streams_jsonl(capsys):
     assert cli.main([str(JFK), "--model", str(MODEL), "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert out["text"] == REFS["offline"][0]["text"] and out["segments"][0]["end"] == pytest.approx(11.0, abs=0.01)
-    assert cli.main(["--stream", str(JFK), "--model", str(MODEL), "--format", "jsonl"]) == 0
+    assert cli.main(["--stream", str(JFK), "--model", str(MODEL), "--format", "jsonl", "--decode-every-ms", "960"]) == 0
     lines = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
     assert lines[-1]["type"] == "final" and lines[-1]["text"] == REFS["offline"][0]["text"]
     partials = [d["text"] for d in lines if d["type"] == "partial"]
