@@ -3,7 +3,7 @@
 the waveform (two causal stride-2 convolutions, sliding-window attention without positions, 80 ms of lookahead
 per lookahead layer), an adapter adding learned positions, and a decoder with partial RoPE and cross-attention.
 Offline transcription (greedy and beam, token ids equal to transformers') and a live `stream()` whose encoder
-runs on audio as it comes. `detect` and `load` are this family's entry in `transcribe.loading.FAMILIES`."""
+runs on audio as it comes; transcribe.cpp's GGUF files load too. `detect` and `load` are this family's entry in `transcribe.loading.FAMILIES`."""
 from __future__ import annotations
 
 import json
@@ -21,7 +21,12 @@ PIECE_S = 30.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"transformers" for a directory whose config.json has model_type "moonshine_streaming"; else None."""
+    """"gguf" for a transcribe.cpp GGUF file of the `moonshine_streaming` architecture; "transformers" for a
+    directory whose config.json has model_type "moonshine_streaming"; else None."""
+    if path.is_file():
+        from ..gguf import architecture, is_gguf
+
+        return "gguf" if is_gguf(path) and architecture(path) == "moonshine_streaming" else None
     cfg_path = path / "config.json"
     if not path.is_dir() or not cfg_path.is_file():
         return None
@@ -35,6 +40,10 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import MoonshineStreamingASR
 
     return MoonshineStreamingASR.load(path, name, device, dtype)
