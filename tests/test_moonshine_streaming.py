@@ -102,15 +102,19 @@ def test_a_live_session_equals_the_streaming_path(model, ref):
 def test_state_stays_bounded_over_a_long_stream(model):
     pcm = np.concatenate([_audio("jfk.wav")] * 2)  # 22 s
     s = model.stream(segment_s=3.0, decode_every_ms=2000.0)
-    most_frames = most_samples = 0
+    most_frames = most_samples = most_encoder = 0
     for a in range(0, len(pcm), 16000):
         s.feed(pcm[a:a + 16000])
         most_frames = max(most_frames, s.cache_frames)
         most_samples = max(most_samples, s.held_samples)
+        most_encoder = max(most_encoder, s.encoder_frames)
         s.take_new_text()
         s.drain()
     s.finalize()
     assert most_frames <= 3.0 / 0.02 and most_samples <= 3 * 16000
+    # each of the 6 layers keeps at most 15 frames back + its lookahead + a feed's new frames (1 s: 50), and the
+    # convolutions their inputs of a feed: bounded by the feed, not by the stream
+    assert most_encoder <= 6 * (15 + 3 + 50) + 2 * (4 + 200)
     assert len(s.text().split()) > 20  # text of every segment, committed
 
 

@@ -4,18 +4,19 @@ transcribe.cpp runs it; transformers has no streaming generate), the encoder run
 The encoder is streaming by construction: causal convolutions, no positions, and sliding windows, so an encoder
 frame (20 ms) depends only on the front-end frames from `left_context` before it (90 in the published windows)
 to `lookahead` after it (12: 240 ms). After each `feed`, the frames whose lookahead has arrived are final: the
-encoder runs over a window of the front end covering them and their context (three frames more on the left,
-the convolutions' own history), their adapted states (learned position by frame number) and every decoder
-layer's cross-attention keys and values are appended. Every `decode_every_ms` of new final frames, the decoder
+incremental encoder (`stream_encoder`: every front-end frame and every layer's output computed once) makes them,
+and their adapted states (learned position by frame number) and every decoder layer's cross-attention keys and
+values are appended. Every `decode_every_ms` of new final frames, the decoder
 decodes the segment's text greedily from the start over the frames so far: that text is tentative (it may
 change as audio comes). A segment ends after `segment_s` seconds, at the quietest 20 ms block of its last 2 s,
 or at `finalize()`: its last frames are encoded with the audio padded to whole 5 ms frames, its text decoded
 over the whole segment (what an offline call on that audio gives) and committed, and a new segment starts with
 the audio after the cut. So the text is committed segment by segment, and never changes once committed.
 
-Cost per feed is bounded however long the stream: the encoder's window is a few hundred milliseconds of context
-plus the new audio, the keys and values and the audio kept are those of one segment (at most `segment_s`), and
-a decode reads at most that. The partial and final texts equal the reference path's
+Cost per feed is bounded however long the stream: the encoder keeps a few frames of each layer's input (its
+window), the keys and values and the audio kept are those of one segment (at most `segment_s`), and a decode
+reads at most that (a decode re-runs from the segment's start: its cost grows with the segment's text, up to
+`segment_s`; `decode_every_ms` spaces them). The partial and final texts equal the reference path's
 (tools/moonshine_streaming_reference.py) on the same audio cut into the same chunks."""
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from ..runtime import model_call
 from ..streaming import CommitToken, StreamingSession
 from .model import DecoderState
 from .options import TOKENS_PER_S
+from .stream_encoder import StreamEncoder
 
 # Convolution history: an encoder frame's front end reads 5 ms frames 12 back (two stride-2 kernels of 5), so
 # the first three front-end frames of a window that does not start the segment are not the segment's.
@@ -61,6 +63,9 @@ class MoonshineStreamingSession(StreamingSession):
         self._new_segment()
 
     def _new_segment(self) -> None:
+        asr = self._asr
+        self._encoder = StreamEncoder(asr.model.encoder, asr.device, asr._dtype())
+        self._fed = 0                              # samples of the segment given to the encoder
         self._pcm = np.zeros(0, np.float32)        # the segment's audio
         self._emitted = 0                          # final encoder frames of the segment
         self._decoded = 0                          # frames the last partial decode read
@@ -70,6 +75,11 @@ class MoonshineStreamingSession(StreamingSession):
     def cache_frames(self) -> int:
         """Encoder frames whose keys and values the session holds (the current segment's)."""
         return 0 if not self._cross else int(self._cross[0][0].shape[2])
+
+    @property
+    def encoder_frames(self) -> int:
+        """Frames the incremental encoder holds (convolution inputs and each layer's window)."""
+        return self._encoder.held_frames
 
     @property
     def held_samples(self) -> int:
@@ -123,7 +133,15 @@ class MoonshineStreamingSession(StreamingSession):
 
     def _advance(self, final: bool) -> None:
         """Encodes the segment's frames that became final (all of them when `final`: the audio zero-padded to
-        whole 5 ms frames) and appends their cross-attention keys and values."""
+        whole 5 ms frames) and appends their cross-attention keys and values. As the audio comes, the incremental
+        encoder (`stream_encoder`) makes them; at the segment's end, a window of its audio from the first frame
+        not yet made (less the frames' context) is encoded whole."""
+        if not final:
+            new = self._encoder.feed(self._pcm[self._fed:])
+            self._fed = self._pcm.size
+            if new.shape[1]:
+                self._append(new)
+            return
         asr = self._asr
         fl = self._frame_len
         pcm = self._pcm
@@ -137,13 +155,16 @@ class MoonshineStreamingSession(StreamingSession):
         first = max(0, self._emitted - self._left - CONV_HISTORY)
         x = torch.from_numpy(np.ascontiguousarray(pcm[first * self._enc_samples:frames * fl]))[None]
         enc = asr.model.encoder(x.to(asr.device, asr._dtype()))
-        new = enc[:, self._emitted - first:stable - first]
-        d = asr.model.decoder
+        self._append(enc[:, self._emitted - first:stable - first])
+
+    def _append(self, new: torch.Tensor) -> None:
+        """Final encoder frames (the next of the segment) -> their cross-attention keys and values, appended."""
+        d = self._asr.model.decoder
         kv = d.cross_kv(d.adapt(new, self._emitted))
         if self._cross:
             kv = [(torch.cat((k0, k), dim=2), torch.cat((v0, v), dim=2)) for (k0, v0), (k, v) in zip(self._cross, kv)]
         self._cross = kv
-        self._emitted = stable
+        self._emitted += int(new.shape[1])
 
     def _end_segment(self) -> None:
         """Decodes the whole segment (its audio is `self._pcm`), commits its text, starts the next segment."""
