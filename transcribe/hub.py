@@ -66,6 +66,7 @@ ALIASES: dict[str, str] = {
     **{f"qwen3-asr-{size}": f"Qwen/Qwen3-ASR-{size.upper()}-hf" for size in ("0.6b", "1.7b")},
     "voxtral-mini-4b-realtime": "mistralai/Voxtral-Mini-4B-Realtime-2602",
     **{f"moonshine-{size}": f"UsefulSensors/moonshine-{size}" for size in ("tiny", "base")},
+    **{f"moonshine-streaming-{size}": f"UsefulSensors/moonshine-streaming-{size}" for size in ("tiny", "small", "medium")},
     # NeMo's SALM layout (config.json + model.safetensors; the LM's config and tokenizer from Qwen/Qwen3-1.7B)
     "canary-qwen-2.5b": "nvidia/canary-qwen-2.5b",
     **{f"sortformer-{version}": f"nvidia/{repo}" for version, repo in _SORTFORMER.items()},
