@@ -56,6 +56,7 @@ ALIASES: dict[str, str] = {
                                                 "granite-speech-4.1-2b-plus")},
     **{name: f"nvidia/{name}" for name in ("canary-1b", "canary-1b-flash", "canary-180m-flash", "canary-1b-v2")},
     "cohere-transcribe": "CohereLabs/cohere-transcribe-03-2026",
+    "sensevoice-small": "FunAudioLLM/SenseVoiceSmall",
     # the transformers conversions (tokenizer.json, -hf tensor names): Qwen's own repos are not loaded here
     **{f"qwen3-asr-{size}": f"Qwen/Qwen3-ASR-{size.upper()}-hf" for size in ("0.6b", "1.7b")},
     "voxtral-mini-4b-realtime": "mistralai/Voxtral-Mini-4B-Realtime-2602",

@@ -92,6 +92,7 @@ FAMILIES = (
     Family("canary", "transcribe.canary"),
     # Sortformer before Parakeet: both read .nemo files; a diarizer's config alone says what it is.
     Family("sortformer", "transcribe.sortformer"),
+    Family("sensevoice", "transcribe.sensevoice"),  # funasr's config.yaml + model.pt, no config.json
     Family("whisper", "transcribe.whisper"),
     Family("parakeet", "transcribe.parakeet"),
 )
