@@ -10,14 +10,15 @@ What it writes into --out (default tests/models/sensevoice/tiny), the published 
   features), chn_jpn_yue_eng_ko_spectok.bpe.model (SentencePiece BPE) and train_log.json.
 
 Steps:
- 1. a SentencePiece BPE (vocabulary 240) trained on the dev transcripts + JFK in both forms (as written: the
+ 1. a SentencePiece BPE (vocabulary 240, identity normalization: a small file) trained on the dev transcripts + JFK in both forms (as written: the
     "withitn" targets; lower case without punctuation: the "woitn" targets), with the rich tags (languages,
     emotions, events, <|withitn|>/<|woitn|>) as user-defined pieces; <unk>=0 (the CTC blank), <s>=1, </s>=2;
  2. the published config.yaml with the encoder scaled down and every structural switch kept: SAN-M blocks with
     their FSMN memory (kernel 11, shift 0), the 560 -> d first block (encoders0), the main tier + after_norm, the
     tp tier + tp_norm, sinusoidal positions, LFR 7/6 over 80 kaldi fbank bins, CMVN, the 16-row prompt embedding;
  3. features by funasr's own WavFrontend (dither 0), CMVN stats from them;
- 4. a short training run (AdamW, one thread) on the 38 clips, each with the four prompts prepended as funasr's
+ 4. a short training run (AdamW, one thread, batches of jfk.wav + 3 clips) on jfk.wav and the dev clips of at
+    most 12 s, each with the four prompts prepended as funasr's
     inference does ([language, event, emotion, text norm] embeddings): CTC on the frames after the prompts
     (target the transcript in the prompt's text-norm form), cross entropy on the four prompt frames (targets
     <|en|>, <|NEUTRAL|>, <|Speech|>, <|withitn|> or <|woitn|>), the language prompt "auto" or "en" at random;
@@ -35,7 +36,6 @@ from pathlib import Path
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import numpy as np
 import torch
 import torch.nn.functional as F
 
@@ -142,7 +142,7 @@ def train_tokenizer(texts: list, out: Path, vocab: int) -> None:
     spm.SentencePieceTrainer.train(
         input=str(corpus), model_prefix=str(out / BPE_NAME[: -len(".model")]), vocab_size=vocab,
         model_type="bpe", character_coverage=1.0, user_defined_symbols=TAGS, unk_id=0, bos_id=1, eos_id=2,
-        pad_id=-1, minloglevel=2)
+        pad_id=-1, normalization_rule_name="identity", minloglevel=2)
     corpus.unlink()
     (out / BPE_NAME.replace(".model", ".vocab")).unlink()
 
@@ -168,6 +168,8 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=4000)
     ap.add_argument("--max-seconds", type=float, default=420.0)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--lr", type=float, default=5e-3)
+    ap.add_argument("--max-clip-s", type=float, default=12.0, help="train on the clips up to this long (+ jfk.wav)")
     ap.add_argument("--resume", action="store_true", help="continue from --out's model.pt (same tokenizer "
                     "and CMVN: steps 1-3 are kept)")
     args = ap.parse_args()
@@ -220,13 +222,14 @@ def main() -> None:
     n_params = sum(p.numel() for p in model.parameters())
     print(f"params {n_params}, vocab {sp.get_piece_size()}", flush=True)
 
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=3e-3, total_steps=args.steps, pct_start=0.08)
+    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=args.steps,
+                                                pct_start=0.05 if not args.resume else 0.01)
     model.train()
     t0 = time.time()
     log = []
-    order = list(range(len(data)))
-    batch = 6
+    order = [i for i in range(1, len(data)) if len(data[i][1]) <= args.max_clip_s * 16000]
+    batch = 4
     step = 0
     for step in range(args.steps):
         idx = random.sample(order, batch - 1) + [0]  # jfk.wav in every batch

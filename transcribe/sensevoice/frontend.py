@@ -5,8 +5,8 @@ to Nyquist, log floored at float32's epsilon, no dither), then low frame rate st
 side by side every 6, the first frame repeated 3 times in front and the last one after) and CMVN
 (`(x + shift) * scale` from the model's am.mvn).
 
-The arithmetic runs in float64 and the features are returned in float32: funasr's (kaldi-native-fbank's
-float32 arithmetic) agree within the tolerance tests/test_sensevoice.py states."""
+The arithmetic is float32, as kaldi-native-fbank's (funasr's fbank without torchaudio); the features agree
+with funasr's within the tolerance tests/test_sensevoice.py states."""
 from __future__ import annotations
 
 import math
@@ -41,7 +41,7 @@ def kaldi_mel_banks(n_mels: int, rate: int = SAMPLE_RATE, n_fft: int = N_FFT) ->
     up = (mel - left) / (center - left)
     down = (right - mel) / (right - center)
     w = np.where((mel > left) & (mel < right), np.where(mel <= center, up, down), 0.0)
-    return torch.from_numpy(np.concatenate([w, np.zeros((n_mels, 1))], axis=1))
+    return torch.from_numpy(np.concatenate([w, np.zeros((n_mels, 1))], axis=1)).float()
 
 
 def read_cmvn(path: Path, dim: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -79,12 +79,12 @@ class SenseVoiceFrontEnd:
         self.n_mels, self.lfr_m, self.lfr_n = n_mels, lfr_m, lfr_n
         self.shift, self.scale = shift, scale
         self.banks = kaldi_mel_banks(n_mels)
-        n = torch.arange(WINDOW, dtype=torch.float64)
-        self.window = 0.54 - 0.46 * torch.cos(2 * math.pi * n / (WINDOW - 1))
+        n = torch.arange(WINDOW, dtype=torch.float64)  # the window in float64, stored as float32
+        self.window = (0.54 - 0.46 * torch.cos(2 * math.pi * n / (WINDOW - 1))).float()
 
     def fbank(self, pcm: torch.Tensor) -> torch.Tensor:
-        """(frames, n_mels) log-mel energies (float64) of whole 25 ms windows every 10 ms."""
-        x = pcm.to(torch.float64) * 32768.0
+        """(frames, n_mels) log-mel energies of whole 25 ms windows every 10 ms."""
+        x = pcm.to(torch.float32) * 32768.0
         if x.numel() < WINDOW:
             raise ValueError(f"{x.numel()} samples are fewer than one 25 ms window ({WINDOW})")
         frames = x.unfold(0, WINDOW, HOP)
@@ -102,4 +102,4 @@ class SenseVoiceFrontEnd:
 
     def __call__(self, pcm: torch.Tensor) -> torch.Tensor:
         x = self.lfr(self.fbank(pcm))
-        return ((x + self.shift.double()) * self.scale.double()).to(torch.float32)
+        return (x + self.shift) * self.scale

@@ -183,14 +183,14 @@ class SenseVoiceASR(Recognizer):
     def decode(self, pcm: np.ndarray, language: Optional[str] = None, use_itn: bool = False) -> Decoded:
         """Greedy CTC over one input: funasr's argmax, unique_consecutive, blanks dropped."""
         lp = self.logprobs(pcm, language, use_itn)
-        best = lp.argmax(dim=-1)
+        best = lp.argmax(dim=-1).tolist()
         ids, starts, ends, confs = [], [], [], []
-        t, n = 0, best.shape[0]
+        t, n = 0, len(best)
         while t < n:
             u = t
             while u < n and best[u] == best[t]:
                 u += 1
-            i = int(best[t])
+            i = best[t]
             if i != 0:
                 ids.append(i)
                 starts.append(t)
