@@ -17,7 +17,12 @@ PIECE_S = 30.0
 
 
 def detect(path: Path) -> Optional[str]:
-    """"sensevoice" for a directory with funasr's config.yaml naming SenseVoiceSmall and a model.pt; else None."""
+    """"sensevoice" for a directory with funasr's config.yaml naming SenseVoiceSmall and a model.pt; "gguf" for a
+    GGUF file of transcribe.cpp's `sensevoice` architecture; else None."""
+    if path.is_file():
+        from ..gguf import architecture
+
+        return "gguf" if architecture(path) == "sensevoice" else None
     cfg = path / "config.yaml"
     if not path.is_dir() or not cfg.is_file() or not (path / "model.pt").is_file():
         return None
@@ -35,7 +40,12 @@ def detect(path: Path) -> Optional[str]:
 
 
 def load(path: Path, name: str, device, dtype, kind: str):
-    """The recognizer of a SenseVoice model directory (`recognizer.SenseVoiceASR.load`)."""
+    """The recognizer of a SenseVoice model directory (`recognizer.SenseVoiceASR.load`) or of a transcribe.cpp
+    GGUF file (kind "gguf", `gguf.load_gguf`)."""
+    if kind == "gguf":
+        from .gguf import load_gguf
+
+        return load_gguf(path, name, device, dtype)
     from .recognizer import SenseVoiceASR
 
     return SenseVoiceASR.load(path, name, device, dtype)
