@@ -154,8 +154,19 @@ def test_bad_model_files_are_refused(tmp_path):
     (bad / "model.pt").write_bytes(pickle.dumps({"x": 1}))
     with pytest.raises(ModelError, match="model.pt"):
         transcribe.load_model(str(bad))
-    with pytest.raises(ModelError, match="float32"):
-        transcribe.load_model(str(MODEL), dtype="bfloat16")
+    with pytest.raises(ModelError, match="float32, bfloat16 or int8"):
+        transcribe.load_model(str(MODEL), dtype="float16")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "int8"])
+def test_bf16_and_int8_run_and_keep_the_words(dtype):
+    """Lower precisions change the log-probs slightly; on jfk.wav the tiny model's words stay (measured: the
+    same text in both), the tags and language too."""
+    m = transcribe.load_model(str(MODEL), dtype=dtype)
+    t = m.transcribe(_audio("jfk.wav"))
+    want = REFS["clips"]["jfk.wav"][0]["postprocessed"]
+    assert t.language == "en" and t.tags == {"emotion": "NEUTRAL", "event": "Speech"}
+    assert t.text.split()[:6] == want.split()[:6]
 
 
 def test_command_writes_json_with_tags(capsys):
@@ -168,3 +179,16 @@ def test_command_writes_json_with_tags(capsys):
     assert d["text"] == ref["postprocessed"].strip()
     assert d["language"] == "en" and d["tags"] == {"emotion": "NEUTRAL", "event": "Speech"}
     assert d["model"] and d["segments"] and d["words"]
+
+
+def test_short_name_loads_the_published_repo(monkeypatch, tmp_path):
+    import shutil
+
+    from .conftest import hub_snapshot
+
+    snap = hub_snapshot(monkeypatch, tmp_path, "FunAudioLLM/SenseVoiceSmall")
+    for f in MODEL.iterdir():
+        shutil.copy(f, snap / f.name)
+    m = transcribe.load_model("sensevoice-small")
+    assert m.name == "sensevoice-small" and m.kind == "SenseVoice"
+    assert m.decode(_audio("jfk.wav")).ids == REFS["clips"]["jfk.wav"][0]["ids"]

@@ -135,18 +135,19 @@ def read_gguf(path: Path):
 
 
 def load_gguf(path: Path, name: str, device, dtype: Optional[torch.dtype] = None):
-    """A `sensevoice` GGUF file -> a SenseVoice recognizer on `device` (float32)."""
+    """A `sensevoice` GGUF file -> a SenseVoice recognizer on `device` (the weights read as float32, then placed
+    in the dtype asked: `recognizer.place`)."""
     from .config import check_frontend
     from .frontend import SenseVoiceFrontEnd
-    from .recognizer import SenseVoiceASR, build_model
+    from .recognizer import SenseVoiceASR, build_model, place
 
-    if dtype not in (None, torch.float32):
-        raise ModelError(f"{name}: SenseVoice models run in float32 here (asked for {dtype})")
+    if dtype not in (None, torch.float32, torch.bfloat16, torch.int8):
+        raise ModelError(f"{name}: SenseVoice models run in float32, bfloat16 or int8 here (asked for {dtype})")
     path = Path(path)
     cfg, fe, state, (shift, scale), tokenizer = read_gguf(path)
     n_mels, lfr_m, lfr_n = check_frontend(fe)
     d_input = n_mels * lfr_m
     if shift.numel() != d_input or scale.numel() != d_input:
         raise ModelError(f"{path}: CMVN of {shift.numel()}/{scale.numel()} values, the model takes {d_input} features")
-    model = build_model(cfg, state, d_input, str(path)).to(device)
+    model = place(build_model(cfg, state, d_input, str(path)), device, dtype, name)
     return SenseVoiceASR(model, tokenizer, SenseVoiceFrontEnd(shift, scale, n_mels, lfr_m, lfr_n), name, str(device))

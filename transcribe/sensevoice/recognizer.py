@@ -104,6 +104,22 @@ def build_model(cfg_dict: dict, sd: dict, d_input: int, name: str) -> SenseVoice
     return model.eval()
 
 
+def place(model: SenseVoiceModel, device, dtype: Optional[torch.dtype], name: str) -> SenseVoiceModel:
+    """The float32 model on `device` in the dtype asked: None / float32; bfloat16 (every weight; the front end,
+    the log-softmax stay float32); int8 (the encoder's linear layers as int8 products, `quant.quantize_linears`;
+    the prompt rows, FSMN convolutions, norms and the CTC head float32). float16 is refused."""
+    if dtype in (None, torch.float32):
+        return model.to(device)
+    if dtype == torch.bfloat16:
+        return model.to(device=device, dtype=torch.bfloat16)
+    if dtype == torch.int8:
+        from ..quant import quantize_linears
+
+        quantize_linears(model.encoder)
+        return model.to(device)
+    raise ModelError(f"{name}: SenseVoice models run in float32, bfloat16 or int8 here (asked for {dtype})")
+
+
 class SenseVoiceASR(Recognizer):
     """A loaded SenseVoice model: `transcribe()` takes paths, bytes or arrays (options: `SenseVoiceOptions`)."""
 
@@ -135,9 +151,9 @@ class SenseVoiceASR(Recognizer):
 
     @classmethod
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None):
-        """A model directory in the published layout -> a recognizer on `device` (float32 only)."""
-        if dtype not in (None, torch.float32):
-            raise ModelError(f"{name}: SenseVoice models run in float32 here (asked for {dtype})")
+        """A model directory in the published layout -> a recognizer on `device` (dtype: `place`)."""
+        if dtype not in (None, torch.float32, torch.bfloat16, torch.int8):
+            raise ModelError(f"{name}: SenseVoice models run in float32, bfloat16 or int8 here (asked for {dtype})")
         files = model_files(Path(path))
         n_mels, lfr_m, lfr_n = check_frontend(files.frontend)
         d_input = n_mels * lfr_m
@@ -146,8 +162,7 @@ class SenseVoiceASR(Recognizer):
             tokenizer = SentencePieceTokenizer(str(files.bpe))
         except ValueError as e:
             raise ModelError(f"{files.bpe}: {e}") from None
-        model = build_model(files.config, load_state_dict(files.weights), d_input, name)
-        model.to(device)
+        model = place(build_model(files.config, load_state_dict(files.weights), d_input, name), device, dtype, name)
         return cls(model, tokenizer, SenseVoiceFrontEnd(shift, scale, n_mels, lfr_m, lfr_n), name, str(device))
 
     # -- frames
@@ -178,7 +193,8 @@ class SenseVoiceASR(Recognizer):
     def logprobs(self, pcm: np.ndarray, language: Optional[str] = None, use_itn: bool = False) -> torch.Tensor:
         """(4 + frames, vocab) CTC log-probs of one input (float32 mono at 16 kHz)."""
         feats = self.frontend(torch.from_numpy(np.ascontiguousarray(pcm, dtype=np.float32)))
-        return self.model(feats[None].to(self.device), self.prompt(language, use_itn))[0].cpu()
+        dtype = self.model.embed.weight.dtype
+        return self.model(feats[None].to(self.device, dtype), self.prompt(language, use_itn))[0].cpu()
 
     def decode(self, pcm: np.ndarray, language: Optional[str] = None, use_itn: bool = False) -> Decoded:
         """Greedy CTC over one input: funasr's argmax, unique_consecutive, blanks dropped."""
