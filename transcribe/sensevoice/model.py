@@ -100,7 +100,7 @@ class SenseVoiceEncoder(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x * self.d_model ** 0.5
-        x = x + sinusoids(x.shape[1], x.shape[2]).to(x.dtype)
+        x = x + sinusoids(x.shape[1], x.shape[2]).to(device=x.device, dtype=x.dtype)
         for block in (*self.encoders0, *self.encoders):
             x = block(x)
         x = self.after_norm(x)
