@@ -192,3 +192,10 @@ def test_short_name_loads_the_published_repo(monkeypatch, tmp_path):
     m = transcribe.load_model("sensevoice-small")
     assert m.name == "sensevoice-small" and m.kind == "SenseVoice"
     assert m.decode(_audio("jfk.wav")).ids == REFS["clips"]["jfk.wav"][0]["ids"]
+
+
+def test_without_timestamps_no_segments_but_the_same_text(model):
+    t = model.transcribe(_audio("jfk.wav"), timestamps=False)
+    one = model.transcribe(_audio("jfk.wav"))
+    assert t.text == one.text and t.segments == [] and t.words == [] and t.tags == one.tags
+    assert [k.id for k in t.tokens] == [k.id for k in one.tokens]

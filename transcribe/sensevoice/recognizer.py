@@ -259,8 +259,8 @@ class SenseVoiceASR(Recognizer):
         tokens = [Token(s.id, s.text, end_s(s.start), end_s(s.end), s.confidence, frame=s.start, piece=s.piece)
                   for s in spans]
         if not opts.timestamps or not spans:
-            return Transcript(text=text, duration=duration, tokens=tokens if opts.timestamps else [], model=self.name,
-                              language=language, tags=tags)
+            return Transcript(text=text, duration=duration, tokens=tokens, model=self.name, language=language,
+                              tags=tags)
         wspans = group_words(spans, tok.decode, self.punctuation)
         words = [Word(w.word.strip(), end_s(w.start), end_s(w.end), w.confidence) for w in wspans]
         word_of = {id(w): words[n] for n, w in enumerate(wspans)}
