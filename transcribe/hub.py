@@ -62,6 +62,7 @@ ALIASES: dict[str, str] = {
     # GigaAM v3: one repo, a branch per variant (main is e2e_rnnt)
     **{f"gigaam-v3-{v.replace('_', '-')}": f"ai-sage/GigaAM-v3@{b}" for v, b in
        (("ctc", "ctc"), ("rnnt", "rnnt"), ("e2e_ctc", "e2e_ctc"), ("e2e_rnnt", "main"))},
+    "sensevoice-small": "FunAudioLLM/SenseVoiceSmall",
     # the transformers conversions (tokenizer.json, -hf tensor names): Qwen's own repos are not loaded here
     **{f"qwen3-asr-{size}": f"Qwen/Qwen3-ASR-{size.upper()}-hf" for size in ("0.6b", "1.7b")},
     "voxtral-mini-4b-realtime": "mistralai/Voxtral-Mini-4B-Realtime-2602",

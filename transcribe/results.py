@@ -62,6 +62,8 @@ class Segment:
     # A diarized transcript's segments are split at every change of speaker: this is their one speaker
     # (None when not diarized).
     speaker: Optional[str] = None
+    # The model's tags of the audio this segment came from (see Transcript.tags); None elsewhere.
+    tags: Optional[dict[str, str]] = None
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -162,7 +164,9 @@ class Transcript:
     (seconds of audio), model (the name it was loaded by), segments, words, tokens, nbest (the
     ranked alternatives of a Parakeet beam search; None otherwise), speakers (a diarized transcript's
     speaker turns, sorted by start then speaker; None when not diarized: then every word's and
-    segment's `speaker` is None too)."""
+    segment's `speaker` is None too), tags (what a model that tags its audio says of it besides the words,
+    by kind: SenseVoice's {"emotion": "NEUTRAL", "event": "Speech"}, its own labels; never in the text; a
+    long input's segments carry the tags of the piece they came from; None for every other family)."""
 
     text: str
     duration: float
@@ -175,6 +179,7 @@ class Transcript:
     language: Optional[str] = None
     nbest: Optional[NBest] = None
     speakers: Optional[list[SpeakerTurn]] = None
+    tags: Optional[dict[str, str]] = None
 
     def __post_init__(self) -> None:
         self.text = self.text.strip()
@@ -190,6 +195,7 @@ class Transcript:
             "tokens": [t.to_dict() for t in self.tokens],
             "nbest": self.nbest.to_dict() if self.nbest is not None else None,
             "speakers": [t.to_dict() for t in self.speakers] if self.speakers is not None else None,
+            "tags": dict(self.tags) if self.tags is not None else None,
         }
 
     @classmethod
@@ -204,6 +210,7 @@ class Transcript:
             language=d.get("language"),
             nbest=NBest.from_dict(d["nbest"]) if d.get("nbest") else None,
             speakers=[SpeakerTurn.from_dict(t) for t in d["speakers"]] if d.get("speakers") is not None else None,
+            tags=dict(d["tags"]) if d.get("tags") is not None else None,
         )
 
 
