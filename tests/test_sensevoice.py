@@ -49,7 +49,7 @@ def test_greedy_ids_and_texts_equal_funasr(model, clip, k):
     assert d.ids == ref["ids"]
     assert d.n_frames == ref["frames"]
     assert model.tokenizer.decode(d.ids) == ref["text"]
-    t = model.transcribe(_audio(clip), language=ref["language"], use_itn=ref["use_itn"])
+    t = model.transcribe(_audio(clip), language=ref["language"], itn=ref["use_itn"])
     # funasr's post-processed text turns NEUTRAL / Speech into nothing: the same words as ours
     assert t.text == ref["postprocessed"].strip()
     assert TAG_IDS_DROPPED_FROM_TEXT not in t.text and all("<|" not in w.word for w in t.words)
@@ -128,8 +128,8 @@ def test_other_families_have_no_tags():
 def test_options_are_checked(model):
     with pytest.raises(OptionValueError, match="language"):
         model.transcribe(_audio("jfk.wav"), language="de")
-    with pytest.raises(OptionValueError, match="use_itn"):
-        model.transcribe(_audio("jfk.wav"), use_itn="yes")
+    with pytest.raises(OptionValueError, match="itn"):
+        model.transcribe(_audio("jfk.wav"), itn="yes")
     with pytest.raises(OptionsNotTaken):
         model.transcribe(_audio("jfk.wav"), beam_size=4)
     with pytest.raises(TranscribeError, match="shorter"):
@@ -177,7 +177,7 @@ def test_command_writes_json_with_tags(capsys):
     from transcribe.cli import main
 
     assert main([str(AUDIO / "jfk.wav"), "--model", str(MODEL), "--format", "json", "--language", "en",
-                 "--use-itn"]) == 0
+                 "--itn"]) == 0
     d = json.loads(capsys.readouterr().out)
     ref = next(r for r in REFS["clips"]["jfk.wav"] if r["language"] == "en" and r["use_itn"])
     assert d["text"] == ref["postprocessed"].strip()

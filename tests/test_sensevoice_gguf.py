@@ -38,7 +38,7 @@ def test_ids_and_text_equal_transcribe_cpp(model, k):
     d = model.decode(pcm, asked["language"], use_itn)
     assert d.ids == want["token_ids"]
     assert model.tokenizer.decode(d.ids) == want["raw_text"]
-    t = model.transcribe(pcm, language=asked["language"], use_itn=use_itn)
+    t = model.transcribe(pcm, language=asked["language"], itn=use_itn)
     assert t.text == want["text"] and t.language == (want["language"] or "en")
     assert t.tags == {"emotion": "NEUTRAL", "event": "Speech"}
 

@@ -22,8 +22,8 @@ MAX_PIECE_S = (5.0, 60.0)
 @dataclass(frozen=True)
 class SenseVoiceOptions:
     """language: the language prompt ("auto" (default): the model says which; zh, en, yue, ja, ko, nospeech), as
-    funasr's `language=`; use_itn: inverse text normalization, punctuation and numbers as digits (funasr's
-    `use_itn`, default off); timestamps: segment, word and token times from the CTC frames (60 ms each);
+    funasr's `language=`; itn: inverse text normalization, punctuation and numbers as digits (funasr's
+    `use_itn`, default off; the name Canary's option has); timestamps: segment, word and token times from the CTC frames (60 ms each);
     word_timestamps is accepted (words come with the timestamps). Search: CTC greedy (funasr's). The model's
     language, emotion and event tags go to `Transcript.language` and `Transcript.tags`, not into the text.
     Long inputs: cut at pauses (detector) into pieces of at most max_piece_s (default 30 s, the published
@@ -31,8 +31,8 @@ class SenseVoiceOptions:
 
     language: Optional[str] = option(None, help="language code of multilingual models (e.g. en, de)",
                                      metavar="LANG")
-    use_itn: bool = option(False, help="inverse text normalization: punctuation, capitals, digits",
-                           action=argparse.BooleanOptionalAction, parse=parse_bool)
+    itn: bool = option(False, help="inverse text normalization: punctuation, capitals, digits (default off)",
+                       action=argparse.BooleanOptionalAction, parse=parse_bool)
     timestamps: bool = option(True, help="segment, word and token times", command=False, form=None)
     word_timestamps: bool = option(False, help="(words always come with the timestamps)", command=False,
                                    form=None)
@@ -47,7 +47,7 @@ class SenseVoiceOptions:
         if self.language is not None and self.language not in LANGUAGE_ROWS:
             raise OptionValueError("language", f"SenseVoice's language prompts are {', '.join(LANGUAGE_ROWS)}; "
                                    f"got {str(self.language)[:40]!r}")
-        boolean("use_itn", self.use_itn)
+        boolean("itn", self.itn)
         boolean("timestamps", self.timestamps)
         boolean("word_timestamps", self.word_timestamps)
         sample_rate(self.sample_rate)

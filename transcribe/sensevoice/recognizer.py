@@ -220,7 +220,7 @@ class SenseVoiceASR(Recognizer):
         out: list = [None] * len(items)
 
         def run(pcms: list[np.ndarray]) -> list[Transcript]:
-            return [self._to_transcript(self.decode(p, opts.language, opts.use_itn), len(p) / self.sample_rate,
+            return [self._to_transcript(self.decode(p, opts.language, opts.itn), len(p) / self.sample_rate,
                                         opts) for p in pcms]
 
         for group in self.groups(items, opts.sample_rate):
