@@ -15,7 +15,8 @@ The published configurations (kyutai/stt-1b-en_fr-trfs, stt-2.6b-en-trfs) scaled
    padded stride-2 downsampling, the split RVQ (1 semantic + 3 acoustic codebooks of 32 entries; published 1 + 31
    of 2048) with input projections (16 dims, hidden 32). The codec is random but fixed: its codebooks are drawn from
    the latents of the training speech (the semantic one from its projection, each acoustic one from the residual
-   left by the ones before), so that the codes carry the audio.
+   left by the ones before, each entry a frame plus noise), so that the codes carry the audio; drawn again until
+   the tests' clips are 2e-4 (relative) from a tie between two entries.
  - the LM: 2 layers, hidden 64, 4 heads (head_dim 16), gated SiLU MLP (ffn_dim 256), RMSNorm eps 1e-8, RoPE theta
    1e5, the codebook embeddings summed with the text embedding (audio pad id = the last row), untied head, a
    sliding window of 40 positions (3.2 s; published 375 = 30 s) so that jfk.wav crosses it.
@@ -147,22 +148,43 @@ def targets(wav, text, sp, n_steps):
     return tgt, w
 
 
-def fit_codebooks(model, waves):
-    """The quantizer's codebooks from the latents of `waves` (see the module docstring)."""
+def margin(x, entries):
+    """The smallest relative gap over the frames `x` between the nearest entry's distance and the next one's."""
+    d = torch.cdist(x[None], entries[None])[0].sort(dim=-1).values
+    return float(((d[:, 1] - d[:, 0]) / d[:, 0]).min())
+
+
+def fit_codebooks(model, waves, checked):
+    """The quantizer's codebooks from the latents of `waves` (see the module docstring); each codebook is drawn
+    again until every frame of the `checked` inputs (the tests' clips) is 2e-4 (relative) nearer its entry than
+    the next, so that float32 differences between CPUs and implementations do not flip a code."""
     codec = model.codec_model
     with torch.no_grad():
-        lat = torch.cat([codec.encoder(torch.from_numpy(padded(w))[None, None]).latents for w in waves], dim=-1)
+        def latents(ws):
+            return torch.cat([codec.encoder(torch.from_numpy(padded(w))[None, None]).latents for w in ws], dim=-1)
+
+        lat, lat_checked = latents(waves), latents(checked)
         g = torch.Generator().manual_seed(1)
         for rvq in (codec.quantizer.semantic_residual_vector_quantizer, codec.quantizer.acoustic_residual_vector_quantizer):
             x = rvq.input_proj(lat)[0].T  # frames x dim
+            xc = rvq.input_proj(lat_checked)[0].T
             for layer in rvq.layers:
-                pick = x[torch.randperm(x.shape[0], generator=g)[:CODEBOOK]]
+                # training frames plus noise (half their spread): no entry equals a frame, whose distance 0 would
+                # come out of cdist's matrix-product formula as noise (or NaN) and make the argmin arbitrary
+                for _ in range(2000):
+                    pick = x[torch.randperm(x.shape[0], generator=g)[:CODEBOOK]]
+                    pick = pick + 0.5 * x.std(dim=0) * torch.randn(pick.shape, generator=g)
+                    if margin(xc, pick) > 2e-4:
+                        break
+                else:
+                    raise SystemExit("no codebook draw kept the checked frames 2e-4 from a tie")
+                print("codebook margin", margin(xc, pick))
                 cb = layer.codebook
                 cb.embed_sum.copy_(pick)
                 cb.cluster_usage.fill_(1.0)
                 cb._embed = None
-                idx = torch.cdist(x[None], pick[None])[0].argmin(-1)
-                x = x - pick[idx]
+                x = x - pick[torch.cdist(x[None], pick[None])[0].argmin(-1)]
+                xc = xc - pick[torch.cdist(xc[None], pick[None])[0].argmin(-1)]
 
 
 def window_mask(n, window):
@@ -196,7 +218,9 @@ def main():
     model = KyutaiSpeechToTextForConditionalGeneration(config)
     model.eval()
     waves = [load24(AUDIO / name) for name, _, _ in data]
-    fit_codebooks(model, waves)
+    # the tests' inputs: jfk.wav, the first two dev clips, jfk.wav three times over (tools/kyutai_reference.py)
+    checked = waves[:3] + [np.concatenate([waves[0]] * 3)]
+    fit_codebooks(model, waves, checked)
     fe = KyutaiSpeechToTextFeatureExtractor(feature_size=1, sampling_rate=SR, padding_value=0.0,
                                             audio_delay_seconds=DELAY_S, audio_silence_prefix_seconds=PREFIX_S)
     tok = hf_tokenizer(sp)

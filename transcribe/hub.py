@@ -59,6 +59,9 @@ ALIASES: dict[str, str] = {
     # the transformers conversions (tokenizer.json, -hf tensor names): Qwen's own repos are not loaded here
     **{f"qwen3-asr-{size}": f"Qwen/Qwen3-ASR-{size.upper()}-hf" for size in ("0.6b", "1.7b")},
     "voxtral-mini-4b-realtime": "mistralai/Voxtral-Mini-4B-Realtime-2602",
+    # the transformers layout of Kyutai STT (the -trfs repos; kyutai/stt-* themselves hold Moshi's own layout)
+    "kyutai-stt-1b": "kyutai/stt-1b-en_fr-trfs",
+    "kyutai-stt-2.6b": "kyutai/stt-2.6b-en-trfs",
     # NeMo's SALM layout (config.json + model.safetensors; the LM's config and tokenizer from Qwen/Qwen3-1.7B)
     "canary-qwen-2.5b": "nvidia/canary-qwen-2.5b",
     **{f"sortformer-{version}": f"nvidia/{repo}" for version, repo in _SORTFORMER.items()},

@@ -84,6 +84,7 @@ FAMILIES = (
     Family("qwen3_asr", "transcribe.qwen3_asr"),  # before Whisper, as Cohere
     Family("voxtral", "transcribe.voxtral"),  # before Whisper, as Cohere
     Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
+    Family("kyutai", "transcribe.kyutai"),  # before Whisper, as Cohere (model_type kyutai_speech_to_text only)
     # Canary-Qwen before Whisper (which claims every folder with a config.json) and Parakeet (NeMo configs): only a
     # SALM's config.json (perception, audio_locator_tag, pretrained_llm)
     Family("canary_qwen", "transcribe.canary_qwen"),
