@@ -7,8 +7,13 @@ however the audio is cut), the command's json and jsonl, the WebSocket, bounded 
 times, loading and refusals.
 
 Codes and ids are compared exactly. The codec's float32 operations are transformers' on the same samples (measured
-bit-equal latents); the tiny codec's codebooks are training frames plus noise, so no frame sits near a tie between
-two entries (the nearest entry's distance is well apart from the next; tools/kyutai_tiny.py)."""
+bit-equal latents here); the tiny codec's codebooks were drawn so that every frame of these clips is nearer its entry
+than the next by at least 2.4e-4 of the distance (`code_margin` in the references), some 100x the float32 error a
+different summation order (AVX2, AVX-512, AMX; chunked vs whole convolutions) leaves in the latents. The greedy runs'
+smallest top-2 logit gap is 5.9 for the clips and 0.068 for the 33 s input (`logit_margin`; values up to ~20; the
+float32 differences are ~1e-5). transformers' windowed generate (audio_window_size) is not compared: in 5.25.0 it
+cuts each new window's audio from the previous window's start (tools/kyutai_reference.py); the live session is
+compared with the offline ids and with transformers' streaming encode of the codec instead."""
 from __future__ import annotations
 
 import json
@@ -19,7 +24,7 @@ import pytest
 import torch
 
 import transcribe
-from transcribe.errors import ModelError, OptionsNotTaken
+from transcribe.errors import ModelError, OptionsNotTaken, OptionValueError
 
 from .conftest import AUDIO, MODELS, REPO
 
@@ -113,20 +118,29 @@ def test_offline_blocks_of_any_size_give_the_same_ids(model):
 
     padded = model.pad(_pcm24("jfk.wav"))
     n = len(padded) // 1920
-    for block in (1, 7, 40):
+    for block in (5, 40):
         d = Decoder(model.model, block_frames=block)
         d.push(padded[: (n - 1) * 1920])
         d.run(n - 1)
         assert [s.id for s in d.steps] == CLIPS["jfk.wav"]["ids"]
 
 
+def test_beam_equals_transformers_beam(model):
+    # transformers' generate(num_beams=2) on jfk.wav (it runs on this model: the audio tokens are per beam row)
+    from transcribe.kyutai.decode import beam_padded
+
+    ref = CLIPS["jfk.wav"]["beam"]["ids"]
+    hyps = beam_padded(model.model, model.pad(_pcm24("jfk.wav")), 2)
+    assert hyps[0].ids == ref
+    t = model.transcribe(str(JFK), beam_size=2)
+    assert t.text == model.decode_ids(ref).strip() and t.text
+
+
 # ---------------------------------------------------------------------------------------------- live
-@pytest.mark.parametrize("cuts", [[], "frames", "odd"])
+@pytest.mark.parametrize("cuts", [[], "odd"])
 def test_a_live_session_equals_offline(model, cuts):
     pcm = _pcm16("jfk.wav")
-    if cuts == "frames":
-        cuts = list(range(1280, len(pcm), 1280))
-    elif cuts == "odd":
+    if cuts == "odd":
         cuts = sorted({int(x) for x in np.cumsum(np.random.default_rng(0).integers(1, 4000, 300)) if x < len(pcm)})
     s, text = _stream(model, pcm, cuts)
     assert s.token_ids == CLIPS["jfk.wav"]["ids"]
@@ -256,7 +270,9 @@ def test_the_websocket_streams_it(model):
 # ---------------------------------------------------------------------------------------------- loading
 def test_options_it_does_not_take(model):
     with pytest.raises(OptionsNotTaken):
-        model.transcribe(str(JFK), beam_size=2)
+        model.transcribe(str(JFK), delay_ms=480)
+    with pytest.raises(OptionValueError):
+        model.transcribe(str(JFK), beam_size=0)
     with pytest.raises(ModelError, match="float32"):
         transcribe.load_model(str(MODEL), dtype="bfloat16")
 

@@ -73,8 +73,8 @@ class Decoder:
                 audio = self.codes.pop(0)
             else:
                 break
-            ids = torch.cat([torch.tensor([self.prev], device=self.device), audio])[None]
-            logits = lm(ids, self.cache)[0]
+            ids = torch.cat([torch.tensor([self.prev], device=self.device), audio])[None, None]
+            logits = lm(ids, self.cache)[0, 0]
             i = int(torch.argmax(logits))
             logprob = float(torch.log_softmax(logits, dim=-1)[i])
             step = Step(i, p, logprob)
@@ -97,3 +97,31 @@ def decode_padded(model, padded: np.ndarray) -> Decoder:
     d.push(padded[: (n - 1) * d.frame])
     d.run(n - 1)
     return d
+
+
+@torch.inference_mode()
+def beam_padded(model, padded: np.ndarray, num_beams: int) -> list:
+    """transformers' beam search (`generate(num_beams=N)`, `search.hf_beam`) over a whole padded input: the same
+    positions as the greedy run, every beam reading the same frames; its hypotheses, best first (a hypothesis'
+    token k was chosen at position k)."""
+    from ..search.hf_beam import beam
+
+    d = Decoder(model)
+    n = padded.size // d.frame
+    if n == 0:
+        return []
+    d.push(padded[: (n - 1) * d.frame])
+    codes, lm, cache = d.codes, model.lm, model.lm.new_cache()
+    pos = [0]
+
+    def step(ids: torch.Tensor) -> torch.Tensor:
+        p = pos[0]
+        audio = d._audio_bos if p == 0 else codes[p - 1]
+        rows = ids.shape[0]
+        inp = torch.cat([ids[:, -1:].to(d.device), audio[None].expand(rows, -1)], dim=1)[:, None]
+        pos[0] += 1
+        return lm(inp, cache)[:, 0]
+
+    prompt = torch.tensor([[model.config.bos_token_id]])
+    return beam(step, lambda rows: lm.select(cache, rows.to(d.device)), prompt, num_beams, n,
+                model.config.eos_token_ids)[0]

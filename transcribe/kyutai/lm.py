@@ -58,25 +58,30 @@ class KyutaiLM(nn.Module):
     def new_cache(self) -> dict:
         return {"pos": 0, "kv": [None] * self.cfg.layers}
 
+    @staticmethod
+    def select(cache: dict, rows: torch.Tensor) -> None:
+        """Keeps the cache's `rows` (a beam's reordering)."""
+        cache["kv"] = [None if kv is None else (kv[0][rows], kv[1][rows]) for kv in cache["kv"]]
+
     def embed_inputs(self, ids: torch.Tensor) -> torch.Tensor:
-        """ids (T, 1 + num_codebooks): the text id then the codebook ids -> summed embeddings (T, hidden)."""
+        """ids (..., 1 + num_codebooks): the text id then the codebook ids -> summed embeddings (..., hidden)."""
         pad = self.cfg.audio_pad_token_id
         ids = torch.where(ids == pad, ids, ids + self.offsets)
-        return self.embed(ids).sum(dim=1)
+        return self.embed(ids).sum(dim=-2)
 
     def forward(self, ids: torch.Tensor, cache: dict) -> torch.Tensor:
-        """ids (T, 1 + num_codebooks) at the cache's next positions -> logits (T, vocab), float32."""
+        """ids (rows, T, 1 + num_codebooks) at the cache's next positions -> logits (rows, T, vocab), float32."""
         cfg = self.cfg
-        x = self.embed_inputs(ids)[None]
-        t = x.shape[1]
+        x = self.embed_inputs(ids)
+        b, t = x.shape[0], x.shape[1]
         pos = cache["pos"]
         cos, sin = rope_tables(self.inv_freq, pos, t, x.dtype)
         keep = cfg.sliding_window - 1
         for i, layer in enumerate(self.layers):
             h = layer.input_layernorm(x)
-            q = layer.q_proj(h).view(1, t, layer.heads, layer.head_dim).transpose(1, 2)
-            k = layer.k_proj(h).view(1, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
-            v = layer.v_proj(h).view(1, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
+            q = layer.q_proj(h).view(b, t, layer.heads, layer.head_dim).transpose(1, 2)
+            k = layer.k_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
+            v = layer.v_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
             q, k = rope(q, cos, sin), rope(k, cos, sin)
             past = cache["kv"][i]
             n_past = 0
@@ -86,9 +91,9 @@ class KyutaiLM(nn.Module):
                 v = torch.cat([past[1], v], dim=2)
             cache["kv"][i] = (k[:, :, max(0, k.shape[2] - keep):], v[:, :, max(0, v.shape[2] - keep):])
             a = window_attention(q, k, v, n_past, cfg.sliding_window, layer.head_dim ** -0.5)
-            x = x + layer.o_proj(a.transpose(1, 2).reshape(1, t, -1))
+            x = x + layer.o_proj(a.transpose(1, 2).reshape(b, t, -1))
             h = layer.fc1(layer.post_attention_layernorm(x))
-            gate, up = h.view(1, t, 2, -1).unbind(dim=2)
+            gate, up = h.view(b, t, 2, -1).unbind(dim=2)
             x = x + layer.fc2(F.silu(gate) * up)
         cache["pos"] = pos + t
-        return self.lm_head(self.norm(x))[0].float()
+        return self.lm_head(self.norm(x)).float()

@@ -8,8 +8,8 @@ initial tokens (never text).
 
 Times: the model writes a word's tokens `delay` frames after the audio they belong to, so a token chosen at position
 p (which read frame p - 1) is placed at frame p - 1 - round(delay / 80 ms) of the padded input (`token_frame`), and
-frame f at f x 80 ms less the silence prefix of the input (`frame_seconds`, the one conversion). Beam search is not
-offered: see README (transformers' beam over this stream re-ranks where pads and words fall)."""
+frame f at f x 80 ms less the silence prefix of the input (`frame_seconds`, the one conversion). beam_size > 1:
+transformers' beam search over the same positions (`decode.beam_padded`; a beam's tokens carry no confidence)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -25,7 +25,7 @@ from ..results import Segment, Token, Transcript, Word
 from ..text.words import TokenSpan, group_words
 from . import KIND
 from .config import SAMPLE_RATE, KyutaiConfig, read_config
-from .decode import Decoder, decode_padded
+from .decode import Decoder, Step, beam_padded, decode_padded
 from .model import KyutaiModel
 from .options import KyutaiOptions, KyutaiStreamOptions
 
@@ -107,8 +107,12 @@ class KyutaiASR(Recognizer):
         from ..runtime import model_call
 
         with model_call(self.threads):
-            run = self.decode_pcm(pcm)
-        return self.to_transcript(run.steps, len(pcm) / SAMPLE_RATE, opts)
+            if (opts.beam_size or 1) > 1:
+                best = beam_padded(self.model, self.pad(pcm), opts.beam_size)[0]
+                steps = [Step(i, k, float("nan")) for k, i in enumerate(best.ids)]
+            else:
+                steps = self.decode_pcm(pcm).steps
+        return self.to_transcript(steps, len(pcm) / SAMPLE_RATE, opts)
 
     def to_transcript(self, steps, duration: float, opts: KyutaiOptions) -> Transcript:
         tok = self.tokenizer
@@ -119,9 +123,10 @@ class KyutaiASR(Recognizer):
             frame = self.token_frame(s.position)
             start = min(self.frame_seconds(frame), duration)
             end = min(self.frame_seconds(frame + 1), duration)
-            conf = float(np.exp(s.logprob))
+            logprob = None if s.logprob != s.logprob else s.logprob  # NaN: a beam's token
+            conf = None if logprob is None else float(np.exp(logprob))
             tokens.append(Token(id=s.id, text=tok.decode([s.id]), start=start, end=end, confidence=conf,
-                                frame=frame, logprob=s.logprob, piece=self.piece(s.id)))
+                                frame=frame, logprob=logprob, piece=self.piece(s.id)))
             spans.append(TokenSpan(s.id, self.piece(s.id), tok.decode([s.id]), frame, frame + 1, conf))
         text = self.decode_ids([t.id for t in tokens]).strip()
         words = []
