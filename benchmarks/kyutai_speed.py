@@ -12,6 +12,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --threads N       torch threads and OMP_NUM_THREADS in every child (default 2)
              --rounds N        timed calls of each engine after one warm-up (default 3)
              --seconds S       clip length (default 60)
+             --dtype D         ours: float32 (default), bfloat16 or int8 (the LM's; the codec stays float32);
+                               transformers runs float32 (its codec is kept float32 whatever the dtype)
 
 The clip: `S` seconds of real speech, the dev utterances of ../shared/audio/dev joined end to end
 (benchmarks/speech_clip.py), resampled to 24 kHz once (`transcribe.audio.load_audio`) and handed to both engines as
@@ -65,14 +67,14 @@ def _hf_child(model_path: str):
     return rss_import, load_s, run
 
 
-def _ours_child(model_path: str, threads: int):
+def _ours_child(model_path: str, threads: int, dtype: str):
     import transcribe
     import transcribe.runtime
 
     transcribe.runtime.tune_malloc()
     rss_import = _rss_mb()
     t0 = time.perf_counter()
-    model = transcribe.load_model(model_path, threads=threads)
+    model = transcribe.load_model(model_path, threads=threads, dtype=None if dtype == "float32" else dtype)
     load_s = time.perf_counter() - t0
 
     def run(pcm):
@@ -96,7 +98,7 @@ def child_main(args) -> int:
     pcm, sr = sf.read(args.clip, dtype="float32")
     assert sr == RATE and pcm.ndim == 1
     pcm = np.ascontiguousarray(pcm)
-    rss_import, load_s, run = _hf_child(args.model) if args.child == "hf" else _ours_child(args.model, args.threads)
+    rss_import, load_s, run = _hf_child(args.model) if args.child == "hf" else _ours_child(args.model, args.threads, args.dtype)
     rss_loaded = _rss_mb()
     warmup_s, times, (text, ids) = serve_calls(run, pcm, load_s)
     print(RESULT_TAG + json.dumps(dict(
@@ -116,7 +118,7 @@ class Child(ChildProcess):
         if impl == "ours":
             env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         cmd = [python, str(Path(__file__).resolve()), "--child", impl, "--clip", str(clip), "--model", model,
-               "--threads", str(args.threads)]
+               "--threads", str(args.threads), "--dtype", args.dtype]
         super().__init__(f"{impl} {Path(model).name}", cmd, env)
 
 
@@ -142,6 +144,7 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--impls", default="hf,ours")
+    ap.add_argument("--dtype", choices=["float32", "bfloat16", "int8"], default="float32")
     ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--child", choices=["hf", "ours"], help=argparse.SUPPRESS)
     ap.add_argument("--clip", help=argparse.SUPPRESS)
@@ -186,14 +189,15 @@ def main(argv=None) -> int:
             row["round_ratio_median"] = round(statistics.median(ratios), 3)
     text = table(row)
     if args.json:
-        out = dict(started=started, package_commit=package_commit(), model=shown(model), clip_seconds=args.seconds,
+        out = dict(started=started, package_commit=package_commit(), model=shown(model), ours_dtype=args.dtype,
+                   clip_seconds=args.seconds,
                    clip_utterances=used, threads=args.threads, rounds=args.rounds, **cpu_info(),
                    loadavg_start=[round(x, 2) for x in load_start],
                    loadavg_end=[round(x, 2) for x in os.getloadavg()], results=row, table=text)
         Path(args.json).parent.mkdir(parents=True, exist_ok=True)
         Path(args.json).write_text(json.dumps(out, indent=2) + "\n")
     print(f"\nKyutai STT ({shown(model)}, random weights), ours at {package_commit()}, {args.seconds:g} s clip, "
-          f"{args.threads} threads, {args.rounds} alternating rounds after 1 warm-up; {cpu_line()}; load average at "
+          f"ours {args.dtype}, {args.threads} threads, {args.rounds} alternating rounds after 1 warm-up; {cpu_line()}; load average at "
           f"start {load_start[0]:.2f}, at end {os.getloadavg()[0]:.2f}\n")
     print(text)
     return 0

@@ -58,6 +58,27 @@ class KyutaiLM(nn.Module):
     def new_cache(self) -> dict:
         return {"pos": 0, "kv": [None] * self.cfg.layers}
 
+    def quantize_int8(self) -> int:
+        """dtype int8: every layer's matrix products (q/k/v/o, the MLP's two) and the head become `quant.Int8Linear`
+        (int8 weights per output row, float32 activations quantized per row at run time); the embeddings and the
+        norms stay float32. Returns how many layers were quantized."""
+        from ..quant import Int8Linear
+
+        n = 0
+        for layer in self.layers:
+            for name in ("q_proj", "k_proj", "v_proj", "o_proj", "fc1", "fc2"):
+                setattr(layer, name, Int8Linear.from_linear(getattr(layer, name)))
+                n += 1
+        self.lm_head = Int8Linear.from_linear(self.lm_head)
+        return n + 1
+
+    def cast(self, dtype: torch.dtype) -> "KyutaiLM":
+        """The LM's weights in `dtype` (bfloat16, float16); RoPE's frequencies stay float32."""
+        inv = self.inv_freq.clone()
+        self.to(dtype)
+        self.inv_freq = inv
+        return self
+
     @staticmethod
     def select(cache: dict, rows: torch.Tensor) -> None:
         """Keeps the cache's `rows` (a beam's reordering)."""

@@ -57,17 +57,22 @@ class KyutaiASR(Recognizer):
 
     @classmethod
     def load(cls, path: Path, name: str, device, dtype: Optional[torch.dtype] = None) -> "KyutaiASR":
-        """A transformers-layout directory -> a recognizer on `device`. float32 only: the codec runs in float32 in
-        transformers too, and the LM's other precisions are not implemented yet (a clear error)."""
+        """A transformers-layout directory -> a recognizer on `device`. `dtype` applies to the LM (bfloat16,
+        float16: its weights and activations; int8: its matrix products, `lm.KyutaiLM.quantize_int8`); the codec
+        stays float32, as transformers keeps it."""
         path = Path(path)
-        if dtype not in (None, torch.float32):
-            raise ModelError(f"{path}: Kyutai STT runs in float32 here; dtype {dtype} is not implemented")
+        if dtype not in (None, torch.float32, torch.bfloat16, torch.float16, torch.int8):
+            raise ModelError(f"{path}: dtype {dtype} is not implemented for Kyutai STT")
         config = read_config(path)
         tokenizer = LLMTokenizer.load(path)
         if len(tokenizer) > config.lm.vocab_size:
             raise ModelError(f"{path}: the tokenizer has {len(tokenizer)} tokens, more than the model's "
                              f"{config.lm.vocab_size} text ids")
         model = KyutaiModel.load(path, config)
+        if dtype == torch.int8:
+            model.lm.quantize_int8()
+        elif dtype in (torch.bfloat16, torch.float16):
+            model.lm.cast(dtype)
         model.to(device)
         return cls(model, tokenizer, name, str(device))
 
