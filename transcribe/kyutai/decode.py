@@ -10,6 +10,7 @@ Its state is the codec's (`mimi.MimiEncoder.new_state`), the LM's window cache a
 size after an hour as after a second."""
 from __future__ import annotations
 
+from collections import deque
 from dataclasses import dataclass
 from typing import Optional
 
@@ -35,7 +36,7 @@ class Decoder:
         self.codec_state = model.mimi.new_state()
         self.cache = model.lm.new_cache()
         self.pending = np.zeros(0, np.float32)
-        self.codes: list[torch.Tensor] = []  # encoded frames not yet read by the LM
+        self.codes: deque = deque()  # encoded frames (tensors of num_codebooks ids) not yet read by the LM
         self.frames = 0  # frames encoded so far
         self.position = 0  # the next LM position
         self.prev = cfg.bos_token_id
@@ -70,7 +71,7 @@ class Decoder:
             if p == 0:
                 audio = self._audio_bos
             elif self.codes:
-                audio = self.codes.pop(0)
+                audio = self.codes.popleft()
             else:
                 break
             ids = torch.cat([torch.tensor([self.prev], device=self.device), audio])[None, None]
@@ -93,9 +94,12 @@ def decode_padded(model, padded: np.ndarray) -> Decoder:
     n = padded.size // d.frame
     if n == 0:
         return d
-    # the positions read frames 0 .. n - 2: the audio after (n - 1) frames is never read
-    d.push(padded[: (n - 1) * d.frame])
-    d.run(n - 1)
+    # the positions read frames 0 .. n - 2: the audio after (n - 1) frames is never read; a block of audio at a time,
+    # so that a long input's codes do not pile up before the LM reads them
+    end = (n - 1) * d.frame
+    for a in range(0, max(end, 1), d.block):
+        d.push(padded[a:min(end, a + d.block)])
+        d.run(n - 1)
     return d
 
 
@@ -111,7 +115,7 @@ def beam_padded(model, padded: np.ndarray, num_beams: int) -> list:
     if n == 0:
         return []
     d.push(padded[: (n - 1) * d.frame])
-    codes, lm, cache = d.codes, model.lm, model.lm.new_cache()
+    codes, lm, cache = list(d.codes), model.lm, model.lm.new_cache()
     pos = [0]
 
     def step(ids: torch.Tensor) -> torch.Tensor:
