@@ -38,7 +38,8 @@ class CausalConv(nn.Module):
             prev = (x[..., :1].expand(-1, -1, self.context) if self.pad_mode == "replicate"
                     else x.new_zeros(x.shape[0], x.shape[1], self.context))
         x = torch.cat([prev, x], dim=-1)
-        state[i] = x[..., x.shape[-1] - self.context:] if self.context > 0 else x[..., :0]
+        # a copy: a view would keep the whole padded input of every layer alive until the next call
+        state[i] = x[..., x.shape[-1] - self.context:].clone() if self.context > 0 else x[..., :0].clone()
         return self.conv(x)
 
 

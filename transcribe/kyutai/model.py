@@ -93,7 +93,8 @@ def _load(module: nn.Module, state: dict, what: str, where: str) -> None:
         if tuple(v.shape) != tuple(own[k].shape):
             raise ModelError(f"{where}: {what} weight {k} has shape {tuple(v.shape)}, config.json says "
                              f"{tuple(own[k].shape)}")
-    module.load_state_dict({k: v.float() for k, v in state.items() if k in own}, strict=True)
+    # assign: the parameters take the (private, copy-on-write) mapped tensors themselves, no second copy
+    module.load_state_dict({k: v.float() for k, v in state.items() if k in own}, strict=True, assign=True)
 
 
 class KyutaiModel(nn.Module):
