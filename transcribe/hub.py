@@ -68,6 +68,9 @@ ALIASES: dict[str, str] = {
     "voxtral-mini-4b-realtime": "mistralai/Voxtral-Mini-4B-Realtime-2602",
     **{f"moonshine-{size}": f"UsefulSensors/moonshine-{size}" for size in ("tiny", "base")},
     **{f"moonshine-streaming-{size}": f"UsefulSensors/moonshine-streaming-{size}" for size in ("tiny", "small", "medium")},
+    # the transformers layout of Kyutai STT (the -trfs repos; kyutai/stt-* themselves hold Moshi's own layout)
+    "kyutai-stt-1b": "kyutai/stt-1b-en_fr-trfs",
+    "kyutai-stt-2.6b": "kyutai/stt-2.6b-en-trfs",
     # NeMo's SALM layout (config.json + model.safetensors; the LM's config and tokenizer from Qwen/Qwen3-1.7B)
     "canary-qwen-2.5b": "nvidia/canary-qwen-2.5b",
     **{f"sortformer-{version}": f"nvidia/{repo}" for version, repo in _SORTFORMER.items()},

@@ -91,6 +91,7 @@ FAMILIES = (
     Family("voxtral_realtime", "transcribe.voxtral_realtime"),  # before Whisper, as Cohere
     Family("moonshine", "transcribe.moonshine"),  # before Whisper, as Cohere (model_type moonshine only)
     Family("moonshine_streaming", "transcribe.moonshine_streaming"),  # before Whisper, as Cohere
+    Family("kyutai", "transcribe.kyutai"),  # before Whisper, as Cohere (model_type kyutai_speech_to_text only)
     # Canary-Qwen before Whisper (which claims every folder with a config.json) and Parakeet (NeMo configs): only a
     # SALM's config.json (perception, audio_locator_tag, pretrained_llm)
     Family("canary_qwen", "transcribe.canary_qwen"),
