@@ -160,8 +160,9 @@ def streamed(session, pcm, piece: int = 8000):
         return stream.text()
 
 
-def write_json(path: Path, doc: dict, *, ensure_ascii: bool = False) -> None:
-    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=ensure_ascii) + "\n", encoding="utf-8")
+def write_json(path: Path, doc: dict, *, ensure_ascii: bool = False, default=None) -> None:
+    Path(path).write_text(json.dumps(doc, indent=1, ensure_ascii=ensure_ascii, default=default) + "\n",
+                          encoding="utf-8")
 
 
 def write_refs(files, home: Path, how: str, run_file, *, ensure_ascii: bool = False) -> int:
