@@ -78,13 +78,9 @@ def run_file(path: Path, label: str) -> dict:
     return R.session_runs(path, label, body)
 
 
-def refs(args) -> int:
-    return R.write_refs(sorted(args.out.glob("*.gguf")), HOME, HOW, run_file)
-
-
 def main(argv=None) -> int:
     variants = (["--variants"], dict(nargs="*", choices=sorted(VARIANTS), help="only these tiny models (default: all)"))
-    return R.main(__doc__, HOME, {"convert": (convert, [variants]), "refs": (refs, [])}, argv)
+    return R.main(__doc__, HOME, {"convert": (convert, [variants]), "refs": (R.refs_step(HOME, HOW, run_file), [])}, argv)
 
 
 if __name__ == "__main__":

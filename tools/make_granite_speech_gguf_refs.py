@@ -72,9 +72,7 @@ def convert(args) -> int:
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / name
             bf16_copy(MODELS / name, src)
-            argv = ["convert-granite.py", str(src), str(out), "--variant", variant]
-            print("run:", " ".join(argv[:1] + [f"<bf16 copy of {name}>"] + argv[2:]), flush=True)
-            rc = mod.main(argv)
+            rc = R.convert_main(mod, "convert-granite.py", src, out, variant, f"<bf16 copy of {name}>")
             if rc:
                 return rc
         R.report(out)

@@ -62,12 +62,8 @@ def run_file(path: Path, label: str) -> dict:
     return R.session_runs(path, label, body, catch_load=False)
 
 
-def refs(args) -> int:
-    return R.write_refs(sorted(args.out.glob("*.gguf")), HOME, HOW, run_file)
-
-
 def main(argv=None) -> int:
-    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (refs, [])}, argv)
+    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (R.refs_step(HOME, HOW, run_file), [])}, argv)
 
 
 if __name__ == "__main__":

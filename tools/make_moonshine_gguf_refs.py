@@ -58,11 +58,9 @@ def convert(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / STEM
         published_copy(TINY, src)
-        argv = ["convert-moonshine.py", str(src), str(out), "--variant", VARIANT]
-        print("run:", " ".join(argv[:1] + ["<published-config copy of tiny>"] + argv[2:]), flush=True)
-        rc = mod.main(argv)
+        rc = R.convert_main(mod, "convert-moonshine.py", src, out, VARIANT, "<published-config copy of tiny>")
     R.report(out)
-    return rc or 0
+    return rc
 
 
 def run_file(path: Path, label: str) -> dict:
@@ -79,12 +77,8 @@ def run_file(path: Path, label: str) -> dict:
     return R.session_runs(path, label, body)
 
 
-def refs(args) -> int:
-    return R.write_refs(sorted(args.out.glob("*.gguf")), HOME, HOW, run_file)
-
-
 def main(argv=None) -> int:
-    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (refs, [])}, argv)
+    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (R.refs_step(HOME, HOW, run_file), [])}, argv)
 
 
 if __name__ == "__main__":

@@ -52,24 +52,14 @@ def convert(args) -> int:
     return 0
 
 
-def refs(args) -> int:
-    import transcribe_cpp as T
+def row(session, rel: str, pcm) -> dict:
+    r = session.run(pcm, timestamps="none")
+    live = R.streamed(session, pcm)
+    return {"clip": rel, "offline_text": r.text, "offline_ids": [t.id for t in r.tokens], "stream_text": live.full}
 
-    for path in sorted(args.out.glob("*.gguf")):
-        model = T.Model(str(path), backend="cpu")
-        rows = []
-        with model.session(n_threads=1) as session:
-            for rel in CLIPS:
-                pcm, _ = R.clip(rel)
-                r = session.run(pcm, timestamps="none")
-                live = R.streamed(session, pcm)
-                rows.append({"clip": rel, "offline_text": r.text, "offline_ids": [t.id for t in r.tokens],
-                             "stream_text": live.full})
-        doc = {"how": HOW, "transcribe_cpp": T.__version__, "sha256": R.sha256(path), "runs": rows}
-        out = path.with_suffix(".ref.json")
-        R.write_json(out, doc)
-        print(R.shown(out))
-    return 0
+
+def refs(args) -> int:
+    return R.stream_refs(sorted(args.out.glob("*.gguf")), HOW, CLIPS, row)
 
 
 def main(argv=None) -> int:

@@ -140,9 +140,7 @@ def convert(args) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / STEM
         original_layout(TINY, src)
-        argv = ["convert-qwen3_asr.py", str(src), str(out), "--variant", VARIANT]
-        print("run:", " ".join(argv[:1] + ["<original-layout copy of tiny>"] + argv[2:]), flush=True)
-        rc = mod.main(argv)
+        rc = R.convert_main(mod, "convert-qwen3_asr.py", src, out, VARIANT, "<original-layout copy of tiny>")
         if args.original is not None:
             shutil.copytree(src, args.original)
     R.report(out)

@@ -41,11 +41,9 @@ def convert(args) -> int:
     mod = R.load_converter(args.upstream, "convert-sensevoice.py", "convert_sensevoice")
     args.out.mkdir(parents=True, exist_ok=True)
     out = args.out / f"{STEM}-F32.gguf"
-    argv = ["convert-sensevoice.py", str(TINY), str(out), "--variant", VARIANT]
-    print("run:", " ".join(argv), flush=True)
-    rc = mod.main(argv)
+    rc = R.convert_main(mod, "convert-sensevoice.py", TINY, out, VARIANT)
     R.report(out)
-    return rc or 0
+    return rc
 
 
 def run_file(path: Path, label: str) -> dict:
@@ -63,12 +61,8 @@ def run_file(path: Path, label: str) -> dict:
     return R.session_runs(path, label, body, catch_load=False)
 
 
-def refs(args) -> int:
-    return R.write_refs(sorted(args.out.glob("*.gguf")), HOME, HOW, run_file)
-
-
 def main(argv=None) -> int:
-    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (refs, [])}, argv)
+    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (R.refs_step(HOME, HOW, run_file), [])}, argv)
 
 
 if __name__ == "__main__":

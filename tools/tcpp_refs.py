@@ -65,6 +65,14 @@ def load_converter(upstream: Path, script: str, name: str, *, scripts_on_path: b
     return mod
 
 
+def convert_main(mod, script: str, src: Path, out: Path, variant: str, shown_src: str | None = None) -> int:
+    """The converter's `main([script, SRC, OUT, "--variant", VARIANT])` (0 for None), the command printed first
+    (with `shown_src` in place of SRC when given: a scratch copy's path says nothing)."""
+    argv = [script, str(src), str(out), "--variant", variant]
+    print("run:", " ".join(argv[:1] + [shown_src or argv[1]] + argv[2:]), flush=True)
+    return mod.main(argv) or 0
+
+
 def run_converter(upstream: Path, script: str, args: list[str], *, env: dict | None = None, quiet: bool = True):
     """Run UPSTREAM/scripts/`script` with this Python as a child process (check=True)."""
     cmd = [sys.executable, str(Path(upstream) / "scripts" / script), *map(str, args)]
@@ -180,6 +188,30 @@ def write_refs(files, home: Path, how: str, run_file, *, ensure_ascii: bool = Fa
         out = path.with_suffix(".ref.json")
         write_json(out, doc, ensure_ascii=ensure_ascii)
         print("wrote", shown(out), flush=True)
+    return 0
+
+
+def refs_step(home: Path, how: str, run_file, *, ensure_ascii: bool = False):
+    """The `refs` step of a family whose files are every *.gguf of --out: write_refs on them."""
+    return lambda args: write_refs(sorted(args.out.glob("*.gguf")), home, how, run_file, ensure_ascii=ensure_ascii)
+
+
+def stream_refs(files, how: str, clips: list[str], row) -> int:
+    """The live-session families' `<stem>.ref.json` ({how, transcribe_cpp version, sha256, runs}): for each file
+    and clip, `row(session, rel, pcm) -> dict` (the offline run and/or `streamed`) in one session of 1 thread."""
+    import transcribe_cpp as T
+
+    for path in files:
+        model = T.Model(str(path), backend="cpu")
+        rows = []
+        with model.session(n_threads=1) as session:
+            for rel in clips:
+                pcm, _ = clip(rel)
+                rows.append(row(session, rel, pcm))
+        doc = {"how": how, "transcribe_cpp": T.__version__, "sha256": sha256(path), "runs": rows}
+        out = path.with_suffix(".ref.json")
+        write_json(out, doc)
+        print(shown(out))
     return 0
 
 
