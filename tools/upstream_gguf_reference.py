@@ -3,7 +3,7 @@
 file, `<file>.ref.json`: what that runtime transcribes from it (the same format as
 ../shared/models/gguf/*/*.ref.json; README there and in tests/models/gguf/).
 
-    /work-venv-of-transcribe-cpp/bin/python tools/upstream_gguf_reference.py \
+    <transcribe-cpp venv>/bin/python tools/upstream_gguf_reference.py [--out DIR] \
         [--parakeet-cli PATH --parakeet-cpp-src DIR] [--check-shared]
 
 * transcribe-cpp/*.gguf: the transcribe.cpp runtime of the Python package `transcribe-cpp` (its own wheel
