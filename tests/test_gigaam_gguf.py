@@ -2,8 +2,6 @@
 tests/models/gigaam; tools/make_gigaam_gguf_refs.py) load here and give the token ids and text its runtime
 (the transcribe-cpp wheel) gives, and the same ids as the checkpoint they were written from. The files are
 F32: the same weights as the checkpoint (the LSTM's two biases summed into one, which is the same sum)."""
-import json
-
 import pytest
 import soundfile as sf
 
@@ -11,6 +9,7 @@ import transcribe
 from transcribe.errors import ModelError
 
 from .conftest import MODELS, SHARED
+from .gguf_cases import runtime_ref
 
 DIR = MODELS / "gguf" / "gigaam"
 FILES = sorted(DIR.glob("*.gguf"))
@@ -33,7 +32,7 @@ def test_every_variant_has_a_file():
 
 @pytest.mark.parametrize("path", FILES, ids=[p.name for p in FILES])
 def test_ids_and_text_equal_transcribe_cpp(loaded, path):
-    ref = json.loads(path.with_suffix(".ref.json").read_text(encoding="utf-8"))
+    ref = runtime_ref(path)
     assert ref["model"]["arch"] == "gigaam"
     m = loaded[path.name]
     assert m.family == "gigaam"

@@ -2,33 +2,20 @@
 converter, scripts/convert-medasr.py, from tests/models/medasr/tiny) loads and runs here with the token ids and
 text transcribe.cpp's runtime gives (the transcribe-cpp 0.4.1 package, `.ref.json` beside the file), which are
 also transformers' (tests/references/medasr); a file this code cannot run is refused in one line."""
-import json
-
-import numpy as np
 import pytest
-import soundfile as sf
 import torch
 
 import transcribe
-from transcribe.errors import ModelError
 from transcribe.medasr import detect
 
-from .conftest import MODELS, SHARED
+from .conftest import MODELS
+from .gguf_cases import audio as _audio
+from .gguf_cases import edited, model_fixture, refused_in_one_line, runtime_ref
 
 GGUF = MODELS / "gguf" / "medasr" / "medasr-tiny-F32.gguf"
-REF = json.loads(GGUF.with_suffix(".ref.json").read_text(encoding="utf-8"))
+REF = runtime_ref(GGUF)
 RUNS = REF["runs"]
-
-
-@pytest.fixture(scope="module")
-def model():
-    return transcribe.load_model(str(GGUF))
-
-
-def _audio(rel: str) -> np.ndarray:
-    x, sr = sf.read(str(SHARED / rel), dtype="float32")
-    assert sr == 16000 and x.ndim == 1
-    return x
+model = model_fixture(GGUF)
 
 
 def test_the_file_is_detected_as_medasr_gguf(model):
@@ -54,15 +41,6 @@ def test_the_network_is_the_directory_s(model):
     torch.testing.assert_close(la, lb, rtol=0, atol=1e-5)
 
 
-def _edited(tmp_path, old: bytes, new: bytes):
-    assert len(old) == len(new)
-    data = GGUF.read_bytes()
-    assert data.count(old) >= 1, old
-    out = tmp_path / "edited.gguf"
-    out.write_bytes(data.replace(old, new, 1))
-    return out
-
-
 @pytest.mark.parametrize("old,new,words", [
     (b"stt.variant", b"stt.varianX", "metadata key this code does not implement: stt.varianX"),
     (b"stt.medasr.encoder.rope_theta", b"stt.medasr.encoder.rope_thetX", "stt.medasr.encoder.rope_theta is missing"),
@@ -70,6 +48,4 @@ def _edited(tmp_path, old: bytes, new: bytes):
     (b"enc.blocks.1.ff2_down.weight", b"enc.blocks.1.ff2_down.weighX", "does not implement: enc.blocks.1.ff2_down"),
 ])
 def test_a_file_this_code_cannot_run_is_refused_in_one_line(tmp_path, old, new, words):
-    with pytest.raises(ModelError) as e:
-        transcribe.load_model(str(_edited(tmp_path, old, new)))
-    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    refused_in_one_line(edited(tmp_path, GGUF, old, new), words)

@@ -4,25 +4,19 @@ transcribes from it: the same text for every recorded run, under transcribe.cpp'
 runtime records no token ids for this family, so texts are compared; the file's F32 weights are read bit for bit
 (the directory's), so the ids are the directory model's, which are transformers' (tests/test_moonshine.py). The
 tokenizer rebuilt from the file decodes every id as tokenizer.json does; the file's refusals are named."""
-import json
-
 import pytest
 import soundfile as sf
 import torch
 
 import transcribe
-from transcribe.errors import ModelError
 
 from .conftest import MODELS, SHARED
+from .gguf_cases import edited, model_fixture, refused_in_one_line, runtime_ref
 
 GGUF = MODELS / "gguf" / "moonshine" / "moonshine-tiny-test-F32.gguf"
 TINY = MODELS / "moonshine" / "tiny"
-REF = json.loads(GGUF.with_suffix(".ref.json").read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def model():
-    return transcribe.load_model(str(GGUF))
+REF = runtime_ref(GGUF)
+model = model_fixture(GGUF)
 
 
 def test_the_file_is_detected_as_moonshine_gguf():
@@ -52,15 +46,6 @@ def test_the_weights_and_tokenizer_are_the_directory_s(model):
     assert [model.tokenizer.token_text(i) for i in ids] == [d.tokenizer.token_text(i) for i in ids]
 
 
-def _edited(tmp_path, old: bytes, new: bytes):
-    assert len(old) == len(new)
-    data = GGUF.read_bytes()
-    assert data.count(old) == 1, old
-    out = tmp_path / "edited.gguf"
-    out.write_bytes(data.replace(old, new, 1))
-    return out
-
-
 @pytest.mark.parametrize("old,new,words", [
     (b"stt.variant", b"stt.varianX", "metadata key this code does not implement: stt.varianX"),
     (b"stt.moonshine.decoder.vocab_size", b"stt.moonshine.decoder.vocab_sizX",
@@ -71,6 +56,4 @@ def _edited(tmp_path, old: bytes, new: bytes):
     (b"default", b"defaulX", "tokenizer.ggml.pre"),
 ])
 def test_a_file_this_code_cannot_run_is_refused_in_one_line(tmp_path, old, new, words):
-    with pytest.raises(ModelError) as e:
-        transcribe.load_model(str(_edited(tmp_path, old, new)))
-    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    refused_in_one_line(edited(tmp_path, GGUF, old, new, count=1), words)

@@ -5,43 +5,30 @@ text against transcribe.cpp's streaming path. Ids compared exactly (float32 weig
 the norms' folded unit offset comes back exactly, see test_the_file_holds_the_directorys_model)."""
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-import soundfile as sf
 
 import transcribe
 from transcribe.errors import ModelError
 
-from .conftest import MODELS, SHARED
+from .conftest import MODELS
+from .gguf_cases import audio, model_fixture, runtime_ref
 
 GGUF = MODELS / "gguf" / "moonshine_streaming" / "moonshine-streaming-tiny-F32.gguf"
-REF = json.loads(GGUF.with_suffix(".ref.json").read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def model():
-    return transcribe.load_model(str(GGUF))
-
-
-def _audio(clip):
-    x, sr = sf.read(str(SHARED / clip), dtype="float32")
-    assert sr == 16000
-    return x
-
+REF = runtime_ref(GGUF)
+model = model_fixture(GGUF)
 
 @pytest.mark.parametrize("run", REF["runs"], ids=[r["clip"] for r in REF["runs"]])
 def test_offline_ids_equal_transcribe_cpp(model, run):
     # transcribe.cpp's offline budget is not the model card's 6.5 tokens a second: give room, greedy stops at EOS
-    hyp = model.decode_pcm(_audio(run["clip"]), model.options(max_new_tokens=192))
+    hyp = model.decode_pcm(audio(run["clip"], mono=False), model.options(max_new_tokens=192))
     assert hyp.ids == run["offline_ids"]
     assert model.decode_ids(hyp.ids) == run["offline_text"].strip()
 
 
 def test_the_live_text_equals_transcribe_cpps_stream(model):
     run = REF["runs"][0]
-    pcm = _audio(run["clip"])
+    pcm = audio(run["clip"], mono=False)
     s = model.stream(decode_every_ms=2000.0)  # the final text does not depend on how often the partials come
     for i in range(0, len(pcm), 8000):
         s.feed(pcm[i:i + 8000])

@@ -34,6 +34,7 @@ from transcribe.qwen3_asr import load as load_family
 from transcribe.qwen3_asr.gguf import read_gguf, tensor_names
 
 from .conftest import SHARED
+from .gguf_cases import edited, refused_in_one_line
 
 HERE = Path(__file__).parent
 GGUF = HERE / "models" / "gguf" / "qwen3_asr"
@@ -219,18 +220,11 @@ def test_the_runtime_s_text_beyond_the_training_data(pcm, label):
 # ---------------------------------------------------------------------------------------------- damage
 
 def _edited(tmp_path, old: bytes, new: bytes, source: str = f"{STEM}-BF16") -> Path:
-    assert len(old) == len(new)
-    data = (GGUF / f"{source}.gguf").read_bytes()
-    assert data.count(old) >= 1, old
-    out = tmp_path / "edited.gguf"
-    out.write_bytes(data.replace(old, new, 1))
-    return out
+    return edited(tmp_path, GGUF / f"{source}.gguf", old, new)
 
 
 def _one_line_error(path: Path, match: str) -> None:
-    with pytest.raises(ModelError) as e:
-        load_family(path, "x", "cpu", None, "gguf")
-    assert match in str(e.value) and "\n" not in str(e.value), str(e.value)
+    refused_in_one_line(path, match, load=lambda p: load_family(p, "x", "cpu", None, "gguf"))
 
 
 def test_an_unknown_key_is_an_error(tmp_path):

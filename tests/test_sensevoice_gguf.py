@@ -3,30 +3,18 @@ transcribe.cpp's own scripts/convert-sensevoice.py from tests/models/sensevoice/
 (tags included) and the text that transcribe.cpp's runtime (the transcribe-cpp 0.4.1 wheel) gives for every run
 its .ref.json records (3 clips x language None / en x itn on / off; tools/make_sensevoice_gguf_refs.py), and the
 same ids as the model directory it was converted from (same float32 weights, same code path)."""
-import json
-
-import numpy as np
 import pytest
-import soundfile as sf
 
 import transcribe
 from transcribe.errors import ModelError
 
-from .conftest import REPO, SHARED
+from .conftest import REPO
+from .gguf_cases import audio as _audio
+from .gguf_cases import model_fixture, runtime_ref
 
 GGUF = REPO / "tests" / "models" / "gguf" / "sensevoice" / "sensevoice-tiny-F32.gguf"
-REF = json.loads(GGUF.with_suffix(".ref.json").read_text(encoding="utf-8"))
-
-
-def _audio(rel: str) -> np.ndarray:
-    x, sr = sf.read(str(SHARED / rel), dtype="float32")
-    assert sr == 16000 and x.ndim == 1
-    return x
-
-
-@pytest.fixture(scope="module")
-def model():
-    return transcribe.load_model(str(GGUF))
+REF = runtime_ref(GGUF)
+model = model_fixture(GGUF)
 
 
 @pytest.mark.parametrize("k", range(len(REF["runs"])))

@@ -5,23 +5,17 @@ and English: the untrained translations are long runs of arbitrary tokens, so eq
 tokenizer rebuilt from the file's tokens equals tekken.json's; the file's refusals are named. The runtime records
 no token ids for this family, so texts are compared; a near-tie would show as a different text (the BF16 weights
 are read exactly, and every recorded run is equal here)."""
-import json
-
 import pytest
 import soundfile as sf
 
 import transcribe
-from transcribe.errors import ModelError
 
 from .conftest import MODELS, SHARED
+from .gguf_cases import edited, model_fixture, refused_in_one_line, runtime_ref
 
 GGUF = MODELS / "gguf" / "voxtral" / "voxtral-tiny-BF16.gguf"
-REF = json.loads(GGUF.with_suffix(".ref.json").read_text(encoding="utf-8"))
-
-
-@pytest.fixture(scope="module")
-def model():
-    return transcribe.load_model(str(GGUF))
+REF = runtime_ref(GGUF)
+model = model_fixture(GGUF)
 
 
 def test_the_file_is_detected_as_voxtral_gguf():
@@ -64,15 +58,6 @@ def test_the_weights_are_the_directory_s_rounded_to_bfloat16():
             assert torch.equal(a[k], b[k]), k
 
 
-def _edited(tmp_path, old: bytes, new: bytes):
-    assert len(old) == len(new)
-    data = GGUF.read_bytes()
-    assert data.count(old) >= 1, old
-    out = tmp_path / "edited.gguf"
-    out.write_bytes(data.replace(old, new, 1))
-    return out
-
-
 @pytest.mark.parametrize("old,new,words", [
     (b"stt.variant", b"stt.varianX", "metadata key this code does not implement: stt.varianX"),
     (b"stt.voxtral.decoder.vocab_size", b"stt.voxtral.decoder.vocab_sizX", "stt.voxtral.decoder.vocab_size is missing"),
@@ -81,6 +66,4 @@ def _edited(tmp_path, old: bytes, new: bytes):
     (b"tekken", b"tekkeX", "tokenizer.ggml.pre"),
 ])
 def test_a_file_this_code_cannot_run_is_refused_in_one_line(tmp_path, old, new, words):
-    with pytest.raises(ModelError) as e:
-        transcribe.load_model(str(_edited(tmp_path, old, new)))
-    assert words in str(e.value) and "\n" not in str(e.value), str(e.value)
+    refused_in_one_line(edited(tmp_path, GGUF, old, new), words)

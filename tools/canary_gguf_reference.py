@@ -34,16 +34,15 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
-import hashlib
 import json
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-OUT = REPO / "tests" / "models" / "gguf" / "canary"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+SHARED = R.SHARED
+HOME = R.GGUF / "canary"
 SOURCE = "models/canary-tiny/canary-tiny.nemo"  # relative to shared/
 VARIANT = "canary-tiny"
 LANGUAGES = ["en", "de", "es", "fr"]
@@ -75,27 +74,16 @@ TASKS = [
 ]
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
 # ------------------------------------------------------------------------------------------------
 # 1. convert (NeMo venv)
 # ------------------------------------------------------------------------------------------------
 
 
-def convert(upstream: Path, gguf_site: Path | None) -> int:
-    import importlib.util
-
-    import torch
-
-    torch.set_num_threads(1)
-    if gguf_site is not None:
-        sys.path.append(str(gguf_site.resolve()))
-    script = upstream / "scripts" / "convert-canary.py"
-    spec = importlib.util.spec_from_file_location("convert_canary", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # inserts upstream/scripts into sys.path itself (for lib.gguf_common)
+def convert(args) -> int:
+    if args.gguf_site is not None:
+        sys.path.append(str(args.gguf_site.resolve()))
+    # the converter inserts upstream/scripts into sys.path itself (for lib.gguf_common)
+    mod = R.load_converter(args.upstream, "convert-canary.py", "convert_canary")
 
     profile = dict(mod.VARIANT_PROFILES["canary-180m-flash"])
     profile.update(display_name="canary-tiny (tiny test model)", version="tiny", size_label="tiny")
@@ -115,8 +103,8 @@ def convert(upstream: Path, gguf_site: Path | None) -> int:
 
     mod.load_canary_model = load_padded
 
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"{VARIANT}-F32.gguf"
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{VARIANT}-F32.gguf"
     # relative source path, as the earlier sessions ran the converters from shared/models
     cwd = os.getcwd()
     os.chdir(SHARED / "models")
@@ -125,11 +113,11 @@ def convert(upstream: Path, gguf_site: Path | None) -> int:
                        "--repo-id", VARIANT])
     finally:
         os.chdir(cwd)
-    print(out.relative_to(REPO), out.stat().st_size, sha256(out))
+    R.report(out)
     return rc
 
 
-def nemo_xscaling_off() -> int:
+def nemo_xscaling_off(args) -> int:
     """NeMo's greedy decoding of the same clips and tasks with the encoder's xscaling switched off
     (model.encoder.pos_enc.xscale = None; the checkpoint has xscaling: true, sqrt(d_model) = 8), which is what
     transcribe.cpp's Canary encoder computes: it has no xscaling step and the GGUF has no key for it.
@@ -165,9 +153,9 @@ def nemo_xscaling_off() -> int:
             ids = [int(t) for t in h.y_sequence.tolist()]
             out["kinds"][name]["per_clip"].append({"clip": Path(rel).name, "output_ids": ids, "text": h.text})
             print(name, rel, repr(h.text), flush=True)
-    path = OUT / "nemo_xscaling_off.json"
+    path = args.out / "nemo_xscaling_off.json"
     path.write_text(json.dumps(out, indent=1, ensure_ascii=False) + "\n")
-    print("wrote", path.relative_to(REPO))
+    print("wrote", R.shown(path))
     return 0
 
 
@@ -176,15 +164,9 @@ def nemo_xscaling_off() -> int:
 # ------------------------------------------------------------------------------------------------
 
 
-def quantize(quantizer: Path, quants: list[str]) -> int:
-    src = OUT / f"{VARIANT}-F32.gguf"
-    for q in quants:
-        dst = OUT / f"{VARIANT}-{q}.gguf"
-        cmd = [str(quantizer), str(src), str(dst), "--quant", q]
-        print(" ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
-        print(dst.relative_to(REPO), dst.stat().st_size, sha256(dst))
-    return 0
+def quantize(args) -> int:
+    src = args.out / f"{VARIANT}-F32.gguf"
+    return R.quantize(args.quantizer, [(src, args.out / f"{VARIANT}-{q}.gguf", q) for q in args.quants.split(",")])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -219,13 +201,14 @@ def nemo_record(results: dict, kind: str, clip: str, where: str) -> dict | None:
     return next((dict(r, _where=f"{where}{kind}[{i}]") for i, r in enumerate(per) if r["clip"] == clip), None)
 
 
-def refs(files: list[Path]) -> int:
+def refs(args) -> int:
     import transcribe_cpp as T
 
     import numpy as np
 
+    files = [args.out / f"{VARIANT}-{q}.gguf" for q in args.files.split(",")]
     nemo = nemo_refs()
-    off_path = OUT / "nemo_xscaling_off.json"
+    off_path = HOME / "nemo_xscaling_off.json"  # an input (the nemo-xscaling-off step's, committed)
     nemo_off = json.loads(off_path.read_text())["kinds"] if off_path.exists() else {}
     for path in files:
         runs, probes, edges = [], [], []
@@ -251,7 +234,7 @@ def refs(files: list[Path]) -> int:
                                        "nemo_xscaling_off.json:"))}
                         except T.TranscribeError as e:
                             res = {"rc": 1, "error": f"{type(e).__name__}: {e}"}
-                        runs.append({"audio": rel, "audio_sha256": sha256(SHARED / rel), "n_samples": int(pcm.shape[0]),
+                        runs.append({"audio": rel, "audio_sha256": R.sha256(SHARED / rel), "n_samples": int(pcm.shape[0]),
                                      "task": name, "run_kwargs": kw, **res})
                         print(path.name, rel, name, res.get("text", res.get("error")), flush=True)
             # the same runs with an f32 KV cache (the default "auto" is f16 on CPU)
@@ -297,42 +280,30 @@ def refs(files: list[Path]) -> int:
                     edges.append({"input": f"jfk.wav, session n_ctx={n_ctx}", "n_samples": int(jfk.shape[0]), **res})
                     print(path.name, n_ctx, res, flush=True)
         doc = {
-            "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
-                       f"{T.native_commit()}, provider {T.native_provider()})",
+            "runtime": R.runtime_line(T),
             "how": "tools/canary_gguf_reference.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
                    "model.session(n_threads=1) (kv_type auto = f16 KV on CPU) -> session.run(pcm float32 16 kHz mono, **run_kwargs); "
                    "kv_f32_raw_text: the same run in a session with kv_type='f32'; "
                    "result.text, raw_text; Canary returns no token rows (n_tokens 0), so ids "
                    "are not available from the runtime; raw_text is compared with NeMo's Hypothesis.text",
-            "gguf": path.relative_to(REPO).as_posix(), "gguf_sha256": sha256(path), "gguf_bytes": path.stat().st_size,
+            "gguf": R.repo_name(path, HOME), "gguf_sha256": R.sha256(path), "gguf_bytes": path.stat().st_size,
             "model": info, "runs": runs, "option_probes": probes, "input_length_edges": edges,
         }
         out = path.with_suffix(".ref.json")
-        out.write_text(json.dumps(doc, indent=1, ensure_ascii=False, default=repr) + "\n")
-        print("wrote", out.relative_to(REPO))
+        R.write_json(out, doc, default=repr)
+        print("wrote", R.shown(out))
     return 0
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--upstream", type=Path, required=True, help="transcribe.cpp checkout (scripts/ is used)")
-    c.add_argument("--gguf-site", type=Path, help="folder holding the `gguf` package, appended to sys.path")
-    q = sub.add_parser("quantize")
-    q.add_argument("--quantizer", type=Path, required=True, help="transcribe-quantize binary")
-    q.add_argument("--quants", default="Q8_0")
-    sub.add_parser("nemo-xscaling-off")
-    r = sub.add_parser("refs")
-    r.add_argument("--files", default="F32,Q8_0", help="quant labels of tests/models/gguf/canary/canary-tiny-*.gguf")
-    args = ap.parse_args(argv)
-    if args.step == "convert":
-        return convert(args.upstream, args.gguf_site)
-    if args.step == "nemo-xscaling-off":
-        return nemo_xscaling_off()
-    if args.step == "quantize":
-        return quantize(args.quantizer, args.quants.split(","))
-    return refs([OUT / f"{VARIANT}-{q}.gguf" for q in args.files.split(",")])
+    return R.main(__doc__, HOME, {
+        "convert": (convert, [(["--gguf-site"], dict(type=Path, help="folder holding the `gguf` package, appended "
+                                                                     "to sys.path"))]),
+        "quantize": (quantize, [(["--quants"], dict(default="Q8_0"))]),
+        "nemo-xscaling-off": (nemo_xscaling_off, []),
+        "refs": (refs, [(["--files"], dict(default="F32,Q8_0",
+                                           help="quant labels of tests/models/gguf/canary/canary-tiny-*.gguf"))])},
+        argv)
 
 
 if __name__ == "__main__":

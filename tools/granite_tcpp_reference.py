@@ -2,7 +2,7 @@
 Run in the venv holding the `transcribe-cpp` Python package (0.4.1, with `transcribe-cpp-native`), from the
 repo root:
 
-    OMP_NUM_THREADS=1 <venv>/bin/python tools/granite_tcpp_reference.py
+    OMP_NUM_THREADS=1 <venv>/bin/python tools/granite_tcpp_reference.py [--out DIR]
 
 (<venv>: a venv with `pip install transcribe-cpp==0.4.1 soundfile`). For each file in FILES it
 loads the model with `transcribe_cpp.Model(path, backend="cpu")`, opens a session with n_threads 1 and
@@ -15,16 +15,18 @@ audio_sha256, rc, result.text / n_samples). Audio is read with soundfile as floa
 """
 from __future__ import annotations
 
-import hashlib
+import argparse
 import json
+import sys
 from pathlib import Path
 
-import numpy as np
-import soundfile
 import transcribe_cpp
 
-SHARED = Path("../shared")
-OUT = Path("tests/models/gguf")
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+SHARED = R.SHARED
+OUT = R.GGUF
 # The GGUF files: (path, the path written into the ref: relative to shared/ for the shared files).
 FILES = [SHARED / "models/gguf/transcribe-cpp" / f"granite-nar-tiny-{q}.gguf" for q in ("BF16", "Q8_0")] + \
         [OUT / f"granite-nar-other-{q}.gguf" for q in ("BF16", "Q8_0")]
@@ -35,26 +37,21 @@ CLIPS = [f"models/granite-nar-tiny/wave_{c}.wav" for c in "ABC"] + ["audio/jfk.w
                                     "fleurs_en_002.wav", "ls_1089-134691-0001.wav")]
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
 def run_file(path: Path) -> dict:
     runs = []
     with transcribe_cpp.Model(str(path), backend="cpu") as model:
         with model.session(n_threads=1) as session:
             for rel in CLIPS:
-                audio = SHARED / rel
-                pcm, sr = soundfile.read(str(audio), dtype="float32")
-                assert sr == 16000 and pcm.ndim == 1, (rel, sr, pcm.shape)
-                try:
-                    r = session.run(np.ascontiguousarray(pcm), timestamps="none")
-                    result, rc = {"text": r.text, "raw_text": r.raw_text, "n_samples": int(pcm.shape[0]),
-                                  "tokens": [t.text for t in r.tokens]}, 0
-                except transcribe_cpp.TranscribeError as e:
-                    result, rc = {"error": f"{type(e).__name__}: {e}"}, 1
-                runs.append({"audio": rel, "audio_sha256": sha256(audio), "rc": rc, "result": result})
-                print(f"{path.name} {rel}: {result.get('text', result.get('error'))!r}")
+                pcm, digest = R.clip(rel)
+
+                def run(pcm=pcm):
+                    r = session.run(pcm, timestamps="none")
+                    return {"text": r.text, "raw_text": r.raw_text, "n_samples": int(pcm.shape[0]),
+                            "tokens": [t.text for t in r.tokens]}
+
+                result, rc = R.attempt(transcribe_cpp, run, errors=("TranscribeError",))
+                runs.append({"audio": rel, "audio_sha256": digest, "rc": rc, "result": result})
+                R.said(path.name, rel, result)
     shared = path.resolve().is_relative_to(SHARED.resolve())
     return {
         "runtime": f"transcribe-cpp {transcribe_cpp.__version__} (Python package, native "
@@ -62,19 +59,22 @@ def run_file(path: Path) -> dict:
                    f"{transcribe_cpp.native_provider()})",
         "how": "tools/granite_tcpp_reference.py: transcribe_cpp.Model(backend='cpu') -> session(n_threads=1) -> "
                "run(pcm, timestamps='none'); result.text",
-        "gguf": path.resolve().relative_to(SHARED.resolve()).as_posix() if shared else path.as_posix(),
-        "gguf_sha256": sha256(path),
+        "gguf": path.resolve().relative_to(SHARED.resolve()).as_posix() if shared else R.repo_name(path, OUT),
+        "gguf_sha256": R.sha256(path),
         "runs": runs,
     }
 
 
-def main() -> None:
-    OUT.mkdir(parents=True, exist_ok=True)
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", type=Path, default=OUT, help="where the .ref.json files go (default tests/models/gguf)")
+    args = ap.parse_args(argv)
+    args.out.mkdir(parents=True, exist_ok=True)
     for path in FILES:
         ref = run_file(path)
-        out = OUT / (path.stem + ".ref.json")
+        out = args.out / (path.stem + ".ref.json")
         out.write_text(json.dumps(ref, indent=1, ensure_ascii=False) + "\n")
-        print(f"wrote {out}")
+        print(f"wrote {R.shown(out)}")
 
 
 if __name__ == "__main__":

@@ -35,29 +35,25 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
 import gzip
-import hashlib
 import json
 import shutil
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-TINY = REPO / "tests" / "models" / "canary_qwen" / "tiny"
-OUT = REPO / "tests" / "models" / "gguf" / "canary_qwen"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+TINY = R.REPO / "tests" / "models" / "canary_qwen" / "tiny"
+HOME = R.GGUF / "canary_qwen"
 STEM = "canary-qwen-tiny-BF16"
 ROWS = 151936
 LM_REPO = "Qwen/Qwen3-1.7B"
 CLIPS = ["audio/jfk.wav", "audio/dev/ls_61-70968-0002.wav", "audio/dev/ls_1089-134691-0001.wav",
          "audio/dev/fleurs_en_004.wav"]
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+HOW = ("tools/make_canary_qwen_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> session(n_threads=1) "
+       "-> run(pcm float32 16 kHz mono, timestamps='none') -> text, raw_text, tokens (id)")
 
 
 def wide_copy(dst: Path) -> None:
@@ -95,8 +91,8 @@ def qwen_tokenizer_files(dst: Path) -> None:
     (dst / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
 
 
-def convert(upstream: Path) -> int:
-    OUT.mkdir(parents=True, exist_ok=True)
+def convert(args) -> int:
+    args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         tmp = Path(tmp)
         wide = tmp / "tiny-wide"
@@ -109,54 +105,38 @@ def convert(upstream: Path) -> int:
         gguf = tmp / f"{STEM}.gguf"
         env = dict(os.environ, HF_HUB_CACHE=str(tmp / "hub"), HF_HUB_OFFLINE="1", OMP_NUM_THREADS="1")
         env.pop("TRANSCRIBE_MODELS_DIR", None)
-        cmd = [sys.executable, str(upstream / "scripts" / "convert-canary-qwen.py"), str(wide), str(gguf),
-               "--repo-id", "nvidia/canary-qwen-2.5b"]
-        subprocess.run(cmd, check=True, env=env)
-        dst = OUT / f"{STEM}.gguf.gz"
+        R.run_converter(args.upstream, "convert-canary-qwen.py", [wide, gguf, "--repo-id", "nvidia/canary-qwen-2.5b"],
+                        env=env, quiet=False)
+        dst = args.out / f"{STEM}.gguf.gz"
         with open(gguf, "rb") as src, gzip.GzipFile(dst, "wb", mtime=0) as out:
             shutil.copyfileobj(src, out)
-        print(dst.relative_to(REPO), dst.stat().st_size, "unpacked", gguf.stat().st_size, sha256(gguf))
+        print(R.shown(dst), dst.stat().st_size, "unpacked", gguf.stat().st_size, R.sha256(gguf))
     return 0
 
 
-def refs() -> int:
-    import numpy as np
-    import soundfile
+def refs(args) -> int:
     import transcribe_cpp as T
 
+    packed = args.out / f"{STEM}.gguf.gz"
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{STEM}.gguf"
-        with gzip.open(OUT / f"{STEM}.gguf.gz", "rb") as src, open(path, "wb") as out:
+        with gzip.open(packed, "rb") as src, open(path, "wb") as out:
             shutil.copyfileobj(src, out)
-        doc = {
-            "how": "tools/make_canary_qwen_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
-                   "session(n_threads=1) -> run(pcm float32 16 kHz mono, timestamps='none') -> text, raw_text, "
-                   "tokens (id)",
-            "transcribe_cpp": getattr(T, "__version__", None),
-            "gguf": (OUT / f"{STEM}.gguf.gz").relative_to(REPO).as_posix(), "gguf_sha256": sha256(path),
-            "gguf_bytes": path.stat().st_size, "runs": [],
-        }
+        doc = {"how": HOW, "transcribe_cpp": getattr(T, "__version__", None), "gguf": R.repo_name(packed, HOME),
+               "gguf_sha256": R.sha256(path), "gguf_bytes": path.stat().st_size, "runs": []}
         model = T.Model(str(path), backend="cpu")
         with model.session(n_threads=1) as session:
             for rel in CLIPS:
-                pcm, sr = soundfile.read(str(SHARED / rel), dtype="float32")
-                assert sr == 16000 and pcm.ndim == 1
-                r = session.run(np.ascontiguousarray(pcm), timestamps="none")
-                doc["runs"].append({"audio": rel, "audio_sha256": sha256(SHARED / rel), "text": r.text,
-                                    "raw_text": r.raw_text, "token_ids": [int(t.id) for t in r.tokens]})
+                pcm, digest = R.clip(rel)
+                r = session.run(pcm, timestamps="none")
+                doc["runs"].append({"audio": rel, "audio_sha256": digest, **R.result_of(r, tokens=False)})
                 print(rel, "|", r.text, [int(t.id) for t in r.tokens][:8])
-    (OUT / f"{STEM}.ref.json").write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n")
+    R.write_json(args.out / f"{STEM}.ref.json", doc)
     return 0
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--upstream", type=Path, required=True)
-    sub.add_parser("refs")
-    a = ap.parse_args()
-    return convert(a.upstream) if a.step == "convert" else refs()
+def main(argv=None) -> int:
+    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (refs, [])}, argv)
 
 
 if __name__ == "__main__":

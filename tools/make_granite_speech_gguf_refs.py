@@ -31,32 +31,22 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
-import hashlib
-import json
 import shutil
-import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-MODELS = REPO / "tests" / "models" / "granite_speech"
-OUT = REPO / "tests" / "models" / "gguf" / "granite_speech"
-# each tiny model and the published variant it has the shape of (the converter's --variant)
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+MODELS = R.REPO / "tests" / "models" / "granite_speech"
+HOME = R.GGUF / "granite_speech"
 TINY = {"g40": "granite-4.0-1b-speech", "g33": "granite-4.0-1b-speech", "g41": "granite-speech-4.1-2b",
         "plus": "granite-speech-4.1-2b-plus"}
 QUANTS = {"g40": ["F16", "Q8_0"], "g33": ["Q8_0"], "g41": ["Q8_0"], "plus": ["Q8_0"]}
 CLIPS = ["audio/jfk.wav", "audio/dev/ls_61-70968-0002.wav", "audio/dev/ls_1089-134691-0001.wav"]  # under shared/
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-# ------------------------------------------------------------------------------------------------
-# 1. convert
-# ------------------------------------------------------------------------------------------------
+HOW = ("tools/make_granite_speech_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
+       "session(n_threads=1) -> run(pcm float32 16 kHz mono, timestamps='none') -> text, raw_text, tokens (id, text)")
 
 
 def bf16_copy(src: Path, dst: Path) -> None:
@@ -73,121 +63,48 @@ def bf16_copy(src: Path, dst: Path) -> None:
               str(dst / "model.safetensors"))
 
 
-def convert(upstream: Path) -> int:
-    import importlib.util
-
-    import torch
-
-    torch.set_num_threads(1)
-    script = upstream.resolve() / "scripts" / "convert-granite.py"
-    spec = importlib.util.spec_from_file_location("convert_granite", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # inserts upstream/scripts into sys.path itself (for lib.*)
-
-    OUT.mkdir(parents=True, exist_ok=True)
+def convert(args) -> int:
+    # the converter inserts upstream/scripts into sys.path itself (for lib.*)
+    mod = R.load_converter(args.upstream, "convert-granite.py", "convert_granite")
+    args.out.mkdir(parents=True, exist_ok=True)
     for name, variant in TINY.items():
-        out = OUT / f"{name}-BF16.gguf"
+        out = args.out / f"{name}-BF16.gguf"
         with tempfile.TemporaryDirectory() as tmp:
             src = Path(tmp) / name
             bf16_copy(MODELS / name, src)
-            argv = ["convert-granite.py", str(src), str(out), "--variant", variant]
-            print("run:", " ".join(argv[:1] + [f"<bf16 copy of {name}>"] + argv[2:]), flush=True)
-            rc = mod.main(argv)
+            rc = R.convert_main(mod, "convert-granite.py", src, out, variant, f"<bf16 copy of {name}>")
             if rc:
                 return rc
-        print(out.relative_to(REPO), out.stat().st_size, sha256(out))
+        R.report(out)
     return 0
 
 
-# ------------------------------------------------------------------------------------------------
-# 2. quantize
-# ------------------------------------------------------------------------------------------------
+def quantize(args) -> int:
+    return R.quantize(args.quantizer, [(args.out / f"{name}-BF16.gguf", args.out / f"{name}-{q}.gguf", q)
+                                      for name in TINY for q in QUANTS[name]])
 
 
-def quantize(quantizer: Path) -> int:
-    for name in TINY:
-        src = OUT / f"{name}-BF16.gguf"
-        for q in QUANTS[name]:
-            dst = OUT / f"{name}-{q}.gguf"
-            cmd = [str(quantizer), str(src), str(dst), "--quant", q]
-            print(" ".join([quantizer.name, src.name, dst.name, "--quant", q]), flush=True)
-            subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-            print(dst.relative_to(REPO), dst.stat().st_size, sha256(dst))
-    return 0
+def run_file(path: Path, label: str) -> dict:
+    def body(T, session):
+        runs = []
+        for rel in CLIPS:
+            pcm, digest = R.clip(rel)
+            result, rc = R.attempt(T, lambda: R.result_of(session.run(pcm, timestamps="none"),
+                                                          n_samples=pcm.shape[0]), errors=("TranscribeError",))
+            runs.append({"audio": rel, "audio_sha256": digest, "rc": rc, "result": result})
+            R.said(path.name, rel, result)
+        return runs
+
+    return R.session_runs(path, label, body)
 
 
-# ------------------------------------------------------------------------------------------------
-# 3. refs (transcribe.cpp venv)
-# ------------------------------------------------------------------------------------------------
-
-
-def run_file(path: Path) -> dict:
-    import numpy as np
-    import soundfile
-    import transcribe_cpp as T
-
-    runs = []
-    info = None
-    try:
-        model = T.Model(str(path), backend="cpu")
-    except T.TranscribeError as e:
-        # the message names the file by its absolute path: keep the repo-relative one
-        msg = str(e).replace(str(path), path.relative_to(REPO).as_posix())
-        return {"load_error": f"{type(e).__name__}: {msg}", "runs": []}
-    with model:
-        info = {"arch": model.arch, "variant": model.variant}
-        with model.session(n_threads=1) as session:
-            for rel in CLIPS:
-                audio = SHARED / rel
-                pcm, sr = soundfile.read(str(audio), dtype="float32")
-                assert sr == 16000 and pcm.ndim == 1, (rel, sr, pcm.shape)
-                try:
-                    r = session.run(np.ascontiguousarray(pcm), timestamps="none")
-                    result, rc = {"text": r.text, "raw_text": r.raw_text, "n_samples": int(pcm.shape[0]),
-                                  "token_ids": [int(t.id) for t in r.tokens],
-                                  "tokens": [t.text for t in r.tokens]}, 0
-                except T.TranscribeError as e:
-                    result, rc = {"error": f"{type(e).__name__}: {e}"}, 1
-                runs.append({"audio": rel, "audio_sha256": sha256(audio), "rc": rc, "result": result})
-                print(f"{path.name} {rel}: {result.get('text', result.get('error'))!r}", flush=True)
-    return {"model": info, "runs": runs}
-
-
-def refs(files: list[Path]) -> int:
-    import transcribe_cpp as T
-
-    for path in files:
-        doc = {
-            "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
-                       f"{T.native_commit()}, provider {T.native_provider()})",
-            "how": "tools/make_granite_speech_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
-                   "session(n_threads=1) -> run(pcm float32 16 kHz mono, timestamps='none') -> text, raw_text, "
-                   "tokens (id, text)",
-            "gguf": path.relative_to(REPO).as_posix(), "gguf_sha256": sha256(path), "gguf_bytes": path.stat().st_size,
-        }
-        doc.update(run_file(path))
-        if "load_error" in doc:
-            print(f"{path.name}: {doc['load_error']}", flush=True)
-        out = path.with_suffix(".ref.json")
-        out.write_text(json.dumps(doc, indent=1) + "\n")
-        print("wrote", out.relative_to(REPO), flush=True)
-    return 0
+def refs(args) -> int:
+    files = [args.out / f"{n}-{q}.gguf" for n in TINY for q in ["BF16"] + QUANTS[n]]
+    return R.write_refs(files, HOME, HOW, run_file, ensure_ascii=True)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--upstream", type=Path, required=True, help="transcribe.cpp checkout (scripts/ is used)")
-    q = sub.add_parser("quantize")
-    q.add_argument("--quantizer", type=Path, required=True, help="transcribe-quantize binary")
-    sub.add_parser("refs")
-    args = ap.parse_args(argv)
-    if args.step == "convert":
-        return convert(args.upstream)
-    if args.step == "quantize":
-        return quantize(args.quantizer)
-    return refs([OUT / f"{n}-{q}.gguf" for n in TINY for q in ["BF16"] + QUANTS[n]])
+    return R.main(__doc__, HOME, {"convert": (convert, []), "quantize": (quantize, []), "refs": (refs, [])}, argv)
 
 
 if __name__ == "__main__":

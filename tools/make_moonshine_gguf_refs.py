@@ -20,26 +20,24 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
-import hashlib
 import json
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-TINY = REPO / "tests" / "models" / "moonshine" / "tiny"
-OUT = REPO / "tests" / "models" / "gguf" / "moonshine"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+TINY = R.REPO / "tests" / "models" / "moonshine" / "tiny"
+HOME = R.GGUF / "moonshine"
 STEM = "moonshine-tiny-test"
 VARIANT = "moonshine-tiny"
 # (clip, samples: None for the whole clip)
 CLIPS = [("audio/jfk.wav", None), ("audio/jfk.wav", 32000), ("audio/dev/ls_61-70968-0002.wav", None),
          ("audio/dev/ls_1272-128104-0004_8k.wav", None)]
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+HOW = ("tools/make_moonshine_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> session(n_threads=1) "
+       "-> run(pcm float32 16 kHz mono, timestamps='none') -> text, raw_text, tokens (id, text)")
 
 
 def published_copy(src: Path, dst: Path) -> None:
@@ -53,87 +51,34 @@ def published_copy(src: Path, dst: Path) -> None:
     (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
 
 
-def convert(upstream: Path) -> int:
-    import importlib.util
-
-    import torch
-
-    torch.set_num_threads(1)
-    script = upstream.resolve() / "scripts" / "convert-moonshine.py"
-    spec = importlib.util.spec_from_file_location("convert_moonshine", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"{STEM}-F32.gguf"
+def convert(args) -> int:
+    mod = R.load_converter(args.upstream, "convert-moonshine.py", "convert_moonshine")
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{STEM}-F32.gguf"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / STEM
         published_copy(TINY, src)
-        argv = ["convert-moonshine.py", str(src), str(out), "--variant", VARIANT]
-        print("run:", " ".join(argv[:1] + ["<published-config copy of tiny>"] + argv[2:]), flush=True)
-        rc = mod.main(argv)
-    print(out.relative_to(REPO), out.stat().st_size, sha256(out))
-    return rc or 0
+        rc = R.convert_main(mod, "convert-moonshine.py", src, out, VARIANT, "<published-config copy of tiny>")
+    R.report(out)
+    return rc
 
 
-def run_file(path: Path) -> dict:
-    import numpy as np
-    import soundfile
-    import transcribe_cpp as T
+def run_file(path: Path, label: str) -> dict:
+    def body(T, session):
+        runs = []
+        for rel, samples in CLIPS:
+            pcm, digest = R.clip(rel, samples)
+            result, rc = R.attempt(T, lambda: R.result_of(session.run(pcm, timestamps="none"),
+                                                          n_samples=pcm.shape[0]))
+            runs.append({"audio": rel, "samples": samples, "audio_sha256": digest, "rc": rc, "result": result})
+            R.said(path.name, f"{rel} {samples}", result)
+        return runs
 
-    runs = []
-    try:
-        model = T.Model(str(path), backend="cpu")
-    except T.TranscribeError as e:
-        msg = str(e).replace(str(path), path.relative_to(REPO).as_posix())
-        return {"load_error": f"{type(e).__name__}: {msg}", "runs": []}
-    with model:
-        info = {"arch": model.arch, "variant": model.variant}
-        with model.session(n_threads=1) as session:
-            for rel, samples in CLIPS:
-                pcm, sr = soundfile.read(str(SHARED / rel), dtype="float32")
-                assert sr == 16000 and pcm.ndim == 1, (rel, sr, pcm.shape)
-                pcm = pcm[:samples] if samples else pcm
-                try:
-                    r = session.run(np.ascontiguousarray(pcm), timestamps="none")
-                    result, rc = {"text": r.text, "raw_text": r.raw_text, "n_samples": int(pcm.shape[0]),
-                                  "token_ids": [int(t.id) for t in r.tokens], "tokens": [t.text for t in r.tokens]}, 0
-                except (T.TranscribeError, TypeError, ValueError) as e:
-                    result, rc = {"error": f"{type(e).__name__}: {e}"}, 1
-                runs.append({"audio": rel, "samples": samples, "audio_sha256": sha256(SHARED / rel), "rc": rc,
-                             "result": result})
-                print(f"{path.name} {rel} {samples}: {result.get('text', result.get('error'))!r}", flush=True)
-    return {"model": info, "runs": runs}
-
-
-def refs() -> int:
-    import transcribe_cpp as T
-
-    for path in sorted(OUT.glob("*.gguf")):
-        doc = {
-            "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
-                       f"{T.native_commit()}, provider {T.native_provider()})",
-            "how": "tools/make_moonshine_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
-                   "session(n_threads=1) -> run(pcm float32 16 kHz mono, timestamps='none') -> text, raw_text, "
-                   "tokens (id, text)",
-            "gguf": path.relative_to(REPO).as_posix(), "gguf_sha256": sha256(path), "gguf_bytes": path.stat().st_size,
-        }
-        doc.update(run_file(path))
-        out = path.with_suffix(".ref.json")
-        out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print("wrote", out.relative_to(REPO), flush=True)
-    return 0
+    return R.session_runs(path, label, body)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--upstream", type=Path, required=True, help="transcribe.cpp checkout (scripts/ is used)")
-    sub.add_parser("refs")
-    args = ap.parse_args(argv)
-    if args.step == "convert":
-        return convert(args.upstream)
-    return refs()
+    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (R.refs_step(HOME, HOW, run_file), [])}, argv)
 
 
 if __name__ == "__main__":

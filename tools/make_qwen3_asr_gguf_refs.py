@@ -31,18 +31,17 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
-import hashlib
 import json
 import shutil
-import subprocess
+import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-TINY = REPO / "tests" / "models" / "qwen3_asr" / "tiny"
-OUT = REPO / "tests" / "models" / "gguf" / "qwen3_asr"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+TINY = R.REPO / "tests" / "models" / "qwen3_asr" / "tiny"
+HOME = R.GGUF / "qwen3_asr"
 STEM = "qwen3-asr-tiny"
 VARIANT = "qwen3-asr-0.6b"
 QUANTS = ["F16", "Q8_0"]
@@ -60,9 +59,9 @@ SUPPORT_LANGUAGES = ["Chinese", "English", "Cantonese", "Arabic", "German", "Fre
                      "Hindi", "Malay", "Dutch", "Swedish", "Danish", "Finnish", "Polish", "Czech", "Filipino",
                      "Persian", "Greek", "Romanian", "Hungarian", "Macedonian"]
 
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+HOW = ("tools/make_qwen3_asr_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> session(n_threads=1) -> "
+       "run(pcm float32 16 kHz mono, language=None or 'en', timestamps='none') -> text, raw_text, language, tokens "
+       "(id, text)")
 
 
 # ------------------------------------------------------------------------------------------------
@@ -133,28 +132,18 @@ def original_layout(src: Path, dst: Path, dtype: str = "bfloat16") -> None:
     save_file(out, str(dst / "model.safetensors"))
 
 
-def convert(upstream: Path, keep: Path | None) -> int:
-    import importlib.util
-
-    import torch
-
-    torch.set_num_threads(1)
-    script = upstream.resolve() / "scripts" / "convert-qwen3_asr.py"
-    spec = importlib.util.spec_from_file_location("convert_qwen3_asr", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # inserts upstream/scripts into sys.path itself (for lib.*)
-
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"{STEM}-BF16.gguf"
+def convert(args) -> int:
+    # the converter inserts upstream/scripts into sys.path itself (for lib.*)
+    mod = R.load_converter(args.upstream, "convert-qwen3_asr.py", "convert_qwen3_asr")
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{STEM}-BF16.gguf"
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / STEM
         original_layout(TINY, src)
-        argv = ["convert-qwen3_asr.py", str(src), str(out), "--variant", VARIANT]
-        print("run:", " ".join(argv[:1] + ["<original-layout copy of tiny>"] + argv[2:]), flush=True)
-        rc = mod.main(argv)
-        if keep is not None:
-            shutil.copytree(src, keep)
-    print(out.relative_to(REPO), out.stat().st_size, sha256(out))
+        rc = R.convert_main(mod, "convert-qwen3_asr.py", src, out, VARIANT, "<original-layout copy of tiny>")
+        if args.original is not None:
+            shutil.copytree(src, args.original)
+    R.report(out)
     return rc
 
 
@@ -162,105 +151,57 @@ def convert(upstream: Path, keep: Path | None) -> int:
 # 2. quantize
 # ------------------------------------------------------------------------------------------------
 
-def quantize(quantizer: Path) -> int:
-    src = OUT / f"{STEM}-BF16.gguf"
-    for q in QUANTS:
-        dst = OUT / f"{STEM}-{q}.gguf"
-        cmd = [str(quantizer), str(src), str(dst), "--quant", q]
-        print(" ".join([quantizer.name, src.name, dst.name, "--quant", q]), flush=True)
-        subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
-        print(dst.relative_to(REPO), dst.stat().st_size, sha256(dst))
-    return 0
+def quantize(args) -> int:
+    src = args.out / f"{STEM}-BF16.gguf"
+    return R.quantize(args.quantizer, [(src, args.out / f"{STEM}-{q}.gguf", q) for q in QUANTS])
 
 
 # ------------------------------------------------------------------------------------------------
 # 3. refs (transcribe.cpp venv)
 # ------------------------------------------------------------------------------------------------
 
-def run_file(path: Path) -> dict:
-    import numpy as np
-    import soundfile
-    import transcribe_cpp as T
+def run_file(path: Path, label: str) -> dict:
+    def body(T, session):
+        runs = []
+        for rel in CLIPS:
+            pcm, digest = R.clip(rel)
+            for lang in LANGS:
+                result, rc = R.attempt(T, lambda: R.result_of(session.run(pcm, language=lang, timestamps="none"),
+                                                              language=True, n_samples=pcm.shape[0]),
+                                       errors=("TranscribeError",))
+                runs.append({"audio": rel, "audio_sha256": digest, "language_asked": lang, "rc": rc,
+                             "result": result})
+                print(f"{path.name} {rel} {lang}: {result.get('text', result.get('error'))!r} "
+                      f"{result.get('language')!r}", flush=True)
+        for rel, lang, prompt in EXTRA:
+            pcm, digest = R.clip(rel)
+            r = session.run(pcm, language=lang, prompt=prompt, timestamps="none")
+            runs.append({"audio": rel, "audio_sha256": digest, "language_asked": lang, "prompt": prompt, "rc": 0,
+                         "extra": True, "result": {"text": r.text, "raw_text": r.raw_text,
+                                                   "language": getattr(r, "language", None)}})
+            print(f"{path.name} {rel} {lang} {prompt!r}: {r.text!r}", flush=True)
+        return runs
 
-    runs = []
-    try:
-        model = T.Model(str(path), backend="cpu")
-    except T.TranscribeError as e:
-        msg = str(e).replace(str(path), path.relative_to(REPO).as_posix())
-        return {"load_error": f"{type(e).__name__}: {msg}", "runs": []}
-    with model:
-        info = {"arch": model.arch, "variant": model.variant}
-        with model.session(n_threads=1) as session:
-            for rel in CLIPS:
-                audio = SHARED / rel
-                pcm, sr = soundfile.read(str(audio), dtype="float32")
-                assert sr == 16000 and pcm.ndim == 1, (rel, sr, pcm.shape)
-                for lang in LANGS:
-                    try:
-                        r = session.run(np.ascontiguousarray(pcm), language=lang, timestamps="none")
-                        result, rc = {"text": r.text, "raw_text": r.raw_text,
-                                      "language": getattr(r, "language", None), "n_samples": int(pcm.shape[0]),
-                                      "token_ids": [int(t.id) for t in r.tokens],
-                                      "tokens": [t.text for t in r.tokens]}, 0
-                    except T.TranscribeError as e:
-                        result, rc = {"error": f"{type(e).__name__}: {e}"}, 1
-                    runs.append({"audio": rel, "audio_sha256": sha256(audio), "language_asked": lang, "rc": rc,
-                                 "result": result})
-                    print(f"{path.name} {rel} {lang}: {result.get('text', result.get('error'))!r} "
-                          f"{result.get('language')!r}", flush=True)
-            for rel, lang, prompt in EXTRA:
-                pcm, sr = soundfile.read(str(SHARED / rel), dtype="float32")
-                r = session.run(np.ascontiguousarray(pcm), language=lang, prompt=prompt, timestamps="none")
-                runs.append({"audio": rel, "audio_sha256": sha256(SHARED / rel), "language_asked": lang,
-                             "prompt": prompt, "rc": 0, "extra": True,
-                             "result": {"text": r.text, "raw_text": r.raw_text,
-                                        "language": getattr(r, "language", None)}})
-                print(f"{path.name} {rel} {lang} {prompt!r}: {r.text!r}", flush=True)
-    return {"model": info, "runs": runs}
+    return R.session_runs(path, label, body)
 
 
-def refs(files: list[Path]) -> int:
-    import transcribe_cpp as T
+def refs(args) -> int:
+    return R.write_refs([args.out / f"{STEM}-{q}.gguf" for q in ["BF16"] + QUANTS], HOME, HOW, run_file)
 
-    for path in files:
-        doc = {
-            "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
-                       f"{T.native_commit()}, provider {T.native_provider()})",
-            "how": "tools/make_qwen3_asr_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
-                   "session(n_threads=1) -> run(pcm float32 16 kHz mono, language=None or 'en', "
-                   "timestamps='none') -> text, raw_text, language, tokens (id, text)",
-            "gguf": path.relative_to(REPO).as_posix(), "gguf_sha256": sha256(path), "gguf_bytes": path.stat().st_size,
-        }
-        doc.update(run_file(path))
-        if "load_error" in doc:
-            print(f"{path.name}: {doc['load_error']}", flush=True)
-        out = path.with_suffix(".ref.json")
-        out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print("wrote", out.relative_to(REPO), flush=True)
+
+def original(args) -> int:
+    original_layout(TINY, args.dir, args.dtype)
     return 0
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--upstream", type=Path, required=True, help="transcribe.cpp checkout (scripts/ is used)")
-    c.add_argument("--original", type=Path, default=None, help="also keep the original-layout folder here")
-    q = sub.add_parser("quantize")
-    q.add_argument("--quantizer", type=Path, required=True, help="transcribe-quantize binary")
-    o = sub.add_parser("original", help="only write the original-layout folder (bfloat16 tensors)")
-    o.add_argument("dir", type=Path)
-    o.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"])
-    sub.add_parser("refs")
-    args = ap.parse_args(argv)
-    if args.step == "convert":
-        return convert(args.upstream, args.original)
-    if args.step == "quantize":
-        return quantize(args.quantizer)
-    if args.step == "original":
-        original_layout(TINY, args.dir, args.dtype)
-        return 0
-    return refs([OUT / f"{STEM}-{q}.gguf" for q in ["BF16"] + QUANTS])
+    return R.main(__doc__, HOME, {
+        "convert": (convert, [(["--original"], dict(type=Path, default=None,
+                                                    help="also keep the original-layout folder here"))]),
+        "quantize": (quantize, []),
+        "original": (original, [(["dir"], dict(type=Path)),
+                                (["--dtype"], dict(default="bfloat16", choices=["bfloat16", "float32"]))]),
+        "refs": (refs, [])}, argv)
 
 
 if __name__ == "__main__":

@@ -19,96 +19,50 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
-import hashlib
-import json
+import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-TINY = REPO / "tests" / "models" / "sensevoice" / "tiny"
-OUT = REPO / "tests" / "models" / "gguf" / "sensevoice"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+TINY = R.REPO / "tests" / "models" / "sensevoice" / "tiny"
+HOME = R.GGUF / "sensevoice"
 STEM = "sensevoice-tiny"
 VARIANT = "sensevoice-small"
 CLIPS = ["audio/jfk.wav", "audio/dev/ls_61-70968-0002.wav", "audio/dev/ls_1089-134691-0001.wav"]
 ASKS = [dict(language=None, itn="on"), dict(language="en", itn="on"), dict(language="en", itn="off"),
         dict(language=None, itn="off")]
+HOW = ("tools/make_sensevoice_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> session(n_threads=1) "
+       "-> run(pcm float32 16 kHz mono, language=None or 'en', itn='on' or 'off', timestamps='none') -> text, "
+       "raw_text, language, tokens (id, text)")
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def convert(args) -> int:
+    mod = R.load_converter(args.upstream, "convert-sensevoice.py", "convert_sensevoice")
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{STEM}-F32.gguf"
+    rc = R.convert_main(mod, "convert-sensevoice.py", TINY, out, VARIANT)
+    R.report(out)
+    return rc
 
 
-def convert(upstream: Path) -> int:
-    import importlib.util
+def run_file(path: Path, label: str) -> dict:
+    def body(T, session):
+        runs = []
+        for rel in CLIPS:
+            pcm, digest = R.clip(rel)
+            for kw in ASKS:
+                r = session.run(pcm, timestamps="none", **kw)
+                runs.append({"audio": rel, "audio_sha256": digest, "asked": kw,
+                             "result": R.result_of(r, language=True)})
+                print(f"{path.name} {rel} {kw}: {r.raw_text!r}", flush=True)
+        return runs
 
-    import torch
-
-    torch.set_num_threads(1)
-    script = upstream.resolve() / "scripts" / "convert-sensevoice.py"
-    spec = importlib.util.spec_from_file_location("convert_sensevoice", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"{STEM}-F32.gguf"
-    argv = ["convert-sensevoice.py", str(TINY), str(out), "--variant", VARIANT]
-    print("run:", " ".join(argv), flush=True)
-    rc = mod.main(argv)
-    print(out.relative_to(REPO), out.stat().st_size, sha256(out))
-    return rc or 0
-
-
-def run_file(path: Path) -> dict:
-    import numpy as np
-    import soundfile
-    import transcribe_cpp as T
-
-    runs = []
-    model = T.Model(str(path), backend="cpu")
-    with model:
-        info = {"arch": model.arch, "variant": model.variant}
-        with model.session(n_threads=1) as session:
-            for rel in CLIPS:
-                pcm, sr = soundfile.read(str(SHARED / rel), dtype="float32")
-                assert sr == 16000 and pcm.ndim == 1, (rel, sr, pcm.shape)
-                for kw in ASKS:
-                    r = session.run(np.ascontiguousarray(pcm), timestamps="none", **kw)
-                    result = {"text": r.text, "raw_text": r.raw_text, "language": getattr(r, "language", None),
-                              "token_ids": [int(t.id) for t in r.tokens], "tokens": [t.text for t in r.tokens]}
-                    runs.append({"audio": rel, "audio_sha256": sha256(SHARED / rel), "asked": kw, "result": result})
-                    print(f"{path.name} {rel} {kw}: {r.raw_text!r}", flush=True)
-    return {"model": info, "runs": runs}
-
-
-def refs() -> int:
-    import transcribe_cpp as T
-
-    for path in sorted(OUT.glob("*.gguf")):
-        doc = {
-            "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
-                       f"{T.native_commit()}, provider {T.native_provider()})",
-            "how": "tools/make_sensevoice_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
-                   "session(n_threads=1) -> run(pcm float32 16 kHz mono, language=None or 'en', itn='on' or 'off', "
-                   "timestamps='none') -> text, raw_text, language, tokens (id, text)",
-            "gguf": path.relative_to(REPO).as_posix(), "gguf_sha256": sha256(path), "gguf_bytes": path.stat().st_size,
-        }
-        doc.update(run_file(path))
-        out = path.with_suffix(".ref.json")
-        out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print("wrote", out.relative_to(REPO), flush=True)
-    return 0
+    return R.session_runs(path, label, body, catch_load=False)
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--upstream", type=Path, required=True, help="transcribe.cpp checkout (scripts/ is used)")
-    sub.add_parser("refs")
-    args = ap.parse_args(argv)
-    if args.step == "convert":
-        return convert(args.upstream)
-    return refs()
+    return R.main(__doc__, HOME, {"convert": (convert, []), "refs": (R.refs_step(HOME, HOW, run_file), [])}, argv)
 
 
 if __name__ == "__main__":

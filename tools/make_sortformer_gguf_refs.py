@@ -32,8 +32,6 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -41,39 +39,32 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-OUT = REPO / "tests" / "models" / "gguf" / "sortformer"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+SHARED = R.SHARED
+HOME = R.GGUF / "sortformer"
 SOURCE = "models/sortformer-tiny/sortformer-tiny.nemo"  # relative to shared/
 VARIANT = "sortformer-tiny"
 MIXES = ["mix0", "mix1", "mix2"]
 QUANTS = ["F16", "Q8_0"]
+HOW = ("tools/make_sortformer_gguf_refs.py refs: in a fresh process per run, "
+       "transcribe_cpp.Model(gguf, backend='cpu') -> diarize_session(n_threads=1) -> run(pcm float32 "
+       "16 kHz mono) -> speaker segments (t0_ms, t1_ms, 1-based speaker_id); with TRANSCRIBE_DUMP_DIR and "
+       "TRANSCRIBE_SORTFORMER_OFFLINE_DUMP=1 set the runtime also writes diar.probs (its streaming "
+       "per-frame probabilities, from which the segments are cut at > 0.5) and diar.preds_offline (a "
+       "full-context forward it runs only for that dump); probs in JSON with 7 significant digits. "
+       "geometry runtime_default: no override; right_context_2: TRANSCRIBE_SORTFORMER_STREAM_RC=2 "
+       "(the .nemo's chunk_right_context).")
 
 
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
-
-
-# ------------------------------------------------------------------------------------------------
-# 1. convert (NeMo venv)
-# ------------------------------------------------------------------------------------------------
-
-
-def convert(upstream: Path, gguf_site: Path | None) -> int:
-    import importlib.util
-
-    import torch
-
-    torch.set_num_threads(1)
-    if gguf_site is not None:
-        sys.path.append(str(gguf_site.resolve()))
-    script = upstream.resolve() / "scripts" / "convert-sortformer.py"
-    spec = importlib.util.spec_from_file_location("convert_sortformer", script)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)  # inserts upstream/scripts into sys.path itself (for lib.gguf_common)
-
-    OUT.mkdir(parents=True, exist_ok=True)
-    out = OUT / f"{VARIANT}-F32.gguf"
+def convert(args) -> int:
+    if args.gguf_site is not None:
+        sys.path.append(str(args.gguf_site.resolve()))
+    # the converter inserts upstream/scripts into sys.path itself (for lib.gguf_common)
+    mod = R.load_converter(args.upstream, "convert-sortformer.py", "convert_sortformer")
+    args.out.mkdir(parents=True, exist_ok=True)
+    out = args.out / f"{VARIANT}-F32.gguf"
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp) / VARIANT / out.name  # parent folder name -> stt.variant
         cwd, argv = os.getcwd(), sys.argv
@@ -87,7 +78,7 @@ def convert(upstream: Path, gguf_site: Path | None) -> int:
             os.chdir(cwd)
             sys.argv = argv
         shutil.move(str(scratch), out)
-    print(out.relative_to(REPO), out.stat().st_size, sha256(out))
+    R.report(out)
     return rc
 
 
@@ -96,15 +87,9 @@ def convert(upstream: Path, gguf_site: Path | None) -> int:
 # ------------------------------------------------------------------------------------------------
 
 
-def quantize(quantizer: Path, quants: list[str]) -> int:
-    src = OUT / f"{VARIANT}-F32.gguf"
-    for q in quants:
-        dst = OUT / f"{VARIANT}-{q}.gguf"
-        cmd = [str(quantizer), str(src), str(dst), "--quant", q]
-        print(" ".join(cmd), flush=True)
-        subprocess.run(cmd, check=True)
-        print(dst.relative_to(REPO), dst.stat().st_size, sha256(dst))
-    return 0
+def quantize(args) -> int:
+    src = args.out / f"{VARIANT}-F32.gguf"
+    return R.quantize(args.quantizer, [(src, args.out / f"{VARIANT}-{q}.gguf", q) for q in args.quants.split(",")])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -183,75 +168,50 @@ def _rounded(arr) -> list:
     return [[float(f"{v:.7g}") for v in row] for row in arr.tolist()]
 
 
-def refs(files: list[Path]) -> int:
-    import transcribe_cpp as T
-
+def run_file(path: Path, label: str) -> dict:
     nemo = json.loads((SHARED / "models" / "sortformer-tiny" / "references.json").read_text())["mixtures"]
-    for path in files:
-        runs = []
-        info = None
-        for mix in MIXES:
-            wav = SHARED / "models" / "sortformer-tiny" / f"{mix}.wav"
-            plain = _run(path, wav, {}, dump=False)
-            info = plain["model"]
-            for label, env in (("runtime_default", {}), ("right_context_2", {"TRANSCRIBE_SORTFORMER_STREAM_RC": "2"})):
-                r = _run(path, wav, env, dump=True)
-                if label == "runtime_default" and r["segments"] != plain["segments"]:
-                    raise SystemExit(f"{path.name} {mix}: segments differ with the tensor dump on")
-                entry = {
-                    "audio": f"models/sortformer-tiny/{mix}.wav", "audio_sha256": sha256(wav), "mix": mix,
-                    "geometry": label, "env": env, "n_samples": r["n_samples"],
-                    "segments": r["segments"], "segments_nemo_style": _segments_as_nemo(r["segments"]),
-                    "n_frames": int(r["probs"].shape[0]), "probs": _rounded(r["probs"]),
-                    "offline_probs": _rounded(r["offline_probs"]),
-                    "vs_nemo": {
-                        "offline_probs_vs_nemo_offline": _cmp(r["offline_probs"], nemo[mix]["offline"]["probs"]),
-                        "probs_vs_nemo_streaming_sync": _cmp(r["probs"], nemo[mix]["streaming_sync"]["probs"]),
-                        "probs_vs_nemo_streaming_async": _cmp(r["probs"], nemo[mix]["streaming_async"]["probs"]),
-                    },
-                }
-                runs.append(entry)
-                print(path.name, mix, label, r["segments"], entry["vs_nemo"], flush=True)
-        doc = {
-            "runtime": f"transcribe-cpp {T.__version__} (Python package; native {T.native_version()} "
-                       f"{T.native_commit()}, provider {T.native_provider()})",
-            "how": "tools/make_sortformer_gguf_refs.py refs: in a fresh process per run, "
-                   "transcribe_cpp.Model(gguf, backend='cpu') -> diarize_session(n_threads=1) -> run(pcm float32 "
-                   "16 kHz mono) -> speaker segments (t0_ms, t1_ms, 1-based speaker_id); with TRANSCRIBE_DUMP_DIR and "
-                   "TRANSCRIBE_SORTFORMER_OFFLINE_DUMP=1 set the runtime also writes diar.probs (its streaming "
-                   "per-frame probabilities, from which the segments are cut at > 0.5) and diar.preds_offline (a "
-                   "full-context forward it runs only for that dump); probs in JSON with 7 significant digits. "
-                   "geometry runtime_default: no override; right_context_2: TRANSCRIBE_SORTFORMER_STREAM_RC=2 "
-                   "(the .nemo's chunk_right_context).",
-            "gguf": path.relative_to(REPO).as_posix(), "gguf_sha256": sha256(path), "gguf_bytes": path.stat().st_size,
-            "model": info, "runs": runs,
-        }
-        out = path.with_suffix(".ref.json")
-        out.write_text(json.dumps(doc, indent=1) + "\n")
-        print("wrote", out.relative_to(REPO))
-    return 0
+    runs = []
+    info = None
+    for mix in MIXES:
+        wav = SHARED / "models" / "sortformer-tiny" / f"{mix}.wav"
+        plain = _run(path, wav, {}, dump=False)
+        info = plain["model"]
+        for geometry, env in (("runtime_default", {}), ("right_context_2", {"TRANSCRIBE_SORTFORMER_STREAM_RC": "2"})):
+            r = _run(path, wav, env, dump=True)
+            if geometry == "runtime_default" and r["segments"] != plain["segments"]:
+                raise SystemExit(f"{path.name} {mix}: segments differ with the tensor dump on")
+            entry = {
+                "audio": f"models/sortformer-tiny/{mix}.wav", "audio_sha256": R.sha256(wav), "mix": mix,
+                "geometry": geometry, "env": env, "n_samples": r["n_samples"],
+                "segments": r["segments"], "segments_nemo_style": _segments_as_nemo(r["segments"]),
+                "n_frames": int(r["probs"].shape[0]), "probs": _rounded(r["probs"]),
+                "offline_probs": _rounded(r["offline_probs"]),
+                "vs_nemo": {
+                    "offline_probs_vs_nemo_offline": _cmp(r["offline_probs"], nemo[mix]["offline"]["probs"]),
+                    "probs_vs_nemo_streaming_sync": _cmp(r["probs"], nemo[mix]["streaming_sync"]["probs"]),
+                    "probs_vs_nemo_streaming_async": _cmp(r["probs"], nemo[mix]["streaming_async"]["probs"]),
+                },
+            }
+            runs.append(entry)
+            print(path.name, mix, geometry, r["segments"], entry["vs_nemo"], flush=True)
+    return {"model": info, "runs": runs}
+
+
+def refs(args) -> int:
+    files = [args.out / f"{VARIANT}-{q}.gguf" for q in args.files.split(",")]
+    return R.write_refs(files, HOME, HOW, run_file, ensure_ascii=True)
 
 
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv and argv[0] == "_one":
         return _one(*argv[1:4])
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    sub = ap.add_subparsers(dest="step", required=True)
-    c = sub.add_parser("convert")
-    c.add_argument("--upstream", type=Path, required=True, help="transcribe.cpp checkout (scripts/ is used)")
-    c.add_argument("--gguf-site", type=Path, help="folder holding the `gguf` package, appended to sys.path")
-    q = sub.add_parser("quantize")
-    q.add_argument("--quantizer", type=Path, required=True, help="transcribe-quantize binary")
-    q.add_argument("--quants", default=",".join(QUANTS))
-    r = sub.add_parser("refs")
-    r.add_argument("--files", default="F32," + ",".join(QUANTS), help="type labels of sortformer-tiny-*.gguf")
-    args = ap.parse_args(argv)
-    if args.step == "convert":
-        return convert(args.upstream, args.gguf_site)
-    if args.step == "quantize":
-        return quantize(args.quantizer, args.quants.split(","))
-    return refs([OUT / f"{VARIANT}-{q}.gguf" for q in args.files.split(",")])
+    return R.main(__doc__, HOME, {
+        "convert": (convert, [(["--gguf-site"], dict(type=Path, help="folder holding the `gguf` package, appended "
+                                                                     "to sys.path"))]),
+        "quantize": (quantize, [(["--quants"], dict(default=",".join(QUANTS)))]),
+        "refs": (refs, [(["--files"], dict(default="F32," + ",".join(QUANTS),
+                                           help="type labels of sortformer-tiny-*.gguf"))])}, argv)
 
 
 if __name__ == "__main__":

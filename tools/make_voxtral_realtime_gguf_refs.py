@@ -23,31 +23,29 @@ import os
 
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
-import argparse
-import hashlib
-import json
-import subprocess
+import shutil
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
-TINY = REPO / "tests" / "models" / "voxtral_realtime" / "tiny"
-OUT = REPO / "tests" / "models" / "gguf" / "voxtral_realtime"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import tcpp_refs as R  # noqa: E402
+
+TINY = R.REPO / "tests" / "models" / "voxtral_realtime" / "tiny"
+HOME = R.GGUF / "voxtral_realtime"
 STEM = "voxtral-realtime-tiny"
 VARIANT = "voxtral-mini-4b-realtime-2602"
 CLIPS = ["audio/jfk.wav", "audio/dev/cv_17767698.wav", "audio/dev/cv_18820498.wav",
          "audio/dev/ami_ES2011a_headset0_40-46s.wav"]
+HOW = ("tools/make_voxtral_realtime_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
+       "session(n_threads=1) -> run(pcm, timestamps='none') and stream() fed 8000-sample pieces")
 
 
-def convert(upstream: Path, pythonpath: str | None) -> None:
-    import shutil
-
+def convert(args) -> int:
     import torch
     from transformers import VoxtralRealtimeForConditionalGeneration
 
-    OUT.mkdir(parents=True, exist_ok=True)
+    args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as tmp:
         src = Path(tmp) / "bf16"
         model = VoxtralRealtimeForConditionalGeneration.from_pretrained(str(TINY), dtype=torch.bfloat16)
@@ -55,56 +53,29 @@ def convert(upstream: Path, pythonpath: str | None) -> None:
         for name in ("tekken.json", "processor_config.json", "config.json"):
             # config.json as committed (it spells the encoder's num_key_value_heads out, as the published one does)
             shutil.copy(TINY / name, src / name)
-        out = OUT / f"{STEM}-BF16.gguf"
+        out = args.out / f"{STEM}-BF16.gguf"
         env = dict(os.environ)
-        if pythonpath:
-            env["PYTHONPATH"] = pythonpath + os.pathsep + env.get("PYTHONPATH", "")
-        subprocess.run([sys.executable, str(upstream / "scripts" / "convert-voxtral_realtime.py"), str(src), str(out),
-                        "--variant", VARIANT], check=True, env=env, stdout=subprocess.DEVNULL)
-    print(out, out.stat().st_size, hashlib.sha256(out.read_bytes()).hexdigest())
+        if args.pythonpath:
+            env["PYTHONPATH"] = args.pythonpath + os.pathsep + env.get("PYTHONPATH", "")
+        R.run_converter(args.upstream, "convert-voxtral_realtime.py", [src, out, "--variant", VARIANT], env=env)
+    R.report(out)
+    return 0
 
 
-def refs() -> None:
-    import numpy as np
-    import soundfile as sf
-    import transcribe_cpp as T
-
-    for path in sorted(OUT.glob("*.gguf")):
-        model = T.Model(str(path), backend="cpu")
-        rows = []
-        with model.session(n_threads=1) as session:
-            for clip in CLIPS:
-                pcm, sr = sf.read(str(SHARED / clip), dtype="float32")
-                assert sr == 16000
-                offline = session.run(np.ascontiguousarray(pcm), timestamps="none").text
-                with session.stream() as stream:
-                    for i in range(0, len(pcm), 8000):
-                        stream.feed(np.ascontiguousarray(pcm[i:i + 8000]))
-                    stream.finalize()
-                    live = stream.text()
-                rows.append({"clip": clip, "offline_text": offline, "stream_text": live.full,
-                             "stream_committed": live.committed})
-        doc = {"how": "tools/make_voxtral_realtime_gguf_refs.py refs: transcribe_cpp.Model(gguf, backend='cpu') -> "
-                      "session(n_threads=1) -> run(pcm, timestamps='none') and stream() fed 8000-sample pieces",
-               "transcribe_cpp": T.__version__, "sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "runs": rows}
-        out = path.with_suffix(".ref.json")
-        out.write_text(json.dumps(doc, indent=1, ensure_ascii=False) + "\n", encoding="utf-8")
-        print(out)
+def row(session, rel: str, pcm) -> dict:
+    offline = session.run(pcm, timestamps="none").text
+    live = R.streamed(session, pcm)
+    return {"clip": rel, "offline_text": offline, "stream_text": live.full, "stream_committed": live.committed}
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("step", choices=["convert", "refs"])
-    ap.add_argument("--upstream", type=Path)
-    ap.add_argument("--pythonpath")
-    args = ap.parse_args()
-    if args.step == "convert":
-        if args.upstream is None:
-            ap.error("convert needs --upstream")
-        convert(args.upstream, args.pythonpath)
-    else:
-        refs()
+def refs(args) -> int:
+    return R.stream_refs(sorted(args.out.glob("*.gguf")), HOW, CLIPS, row)
+
+
+def main(argv=None) -> int:
+    pythonpath = (["--pythonpath"], dict(help="a folder put on the converter's PYTHONPATH (one holding gguf)"))
+    return R.main(__doc__, HOME, {"convert": (convert, [pythonpath]), "refs": (refs, [])}, argv)
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

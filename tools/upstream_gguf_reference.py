@@ -3,7 +3,7 @@
 file, `<file>.ref.json`: what that runtime transcribes from it (the same format as
 ../shared/models/gguf/*/*.ref.json; README there and in tests/models/gguf/).
 
-    /work-venv-of-transcribe-cpp/bin/python tools/upstream_gguf_reference.py \
+    <transcribe-cpp venv>/bin/python tools/upstream_gguf_reference.py [--out DIR] \
         [--parakeet-cli PATH --parakeet-cpp-src DIR] [--check-shared]
 
 * transcribe-cpp/*.gguf: the transcribe.cpp runtime of the Python package `transcribe-cpp` (its own wheel
@@ -31,7 +31,6 @@ import os
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import argparse
-import hashlib
 import json
 import shutil
 import subprocess
@@ -42,14 +41,11 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-REPO = Path(__file__).resolve().parents[1]
-SHARED = REPO / ".." / "shared"
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from tcpp_refs import REPO, SHARED, sha256, shown  # noqa: E402
+
 OUT = REPO / "tests" / "models" / "gguf"
 TRANSDUCER_JOINT_OUT = (b"joint.joint_net.1.", b"joint.joint_net.2.")
-
-
-def sha256(path: Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
 def pick_clips(n_dev: int = 3) -> list[str]:
@@ -170,18 +166,18 @@ def pcpp_run(cli: Path, path: Path, clips: list[str], arch: str, tmp: Path) -> t
 def write_ref(ref: Path, doc: dict) -> None:
     ref.parent.mkdir(parents=True, exist_ok=True)
     ref.write_text(json.dumps(doc, ensure_ascii=False, separators=(",", ":")) + "\n")
-    print(f"{ref.relative_to(REPO)}: " + " | ".join(
+    print(f"{shown(ref)}: " + " | ".join(
         f"{r.get('decoder', '')} {len(r['result']['tokens'])} tokens" for r in doc["runs"][:4]), flush=True)
 
 
-def targets(schema: str, shared: bool) -> list[tuple[Path, Path]]:
-    """(GGUF, its reference) for the Q8_0 and F32 files of one schema: tests/models/gguf/<schema>/ with the
-    reference beside the file, or the shared Parakeet files with the reference under
-    tests/models/gguf/shared/<schema>/."""
-    d = (SHARED / "models" / "gguf" if shared else OUT) / schema
+def targets(schema: str, shared: bool, out: Path = OUT) -> list[tuple[Path, Path]]:
+    """(GGUF, its reference) for the Q8_0 and F32 files of one schema: `out`/<schema>/ (default
+    tests/models/gguf/) with the reference beside the file, or the shared Parakeet files with the reference
+    under `out`/shared/<schema>/."""
+    d = (SHARED / "models" / "gguf" if shared else out) / schema
     files = [p for p in sorted(d.glob("*.gguf")) if p.stem.lower().endswith(("-q8_0", "-f32"))
              and not p.name.startswith("granite")]
-    return [(p, OUT / "shared" / schema / f"{p.stem}.ref.json" if shared else p.with_suffix(".ref.json"))
+    return [(p, out / "shared" / schema / f"{p.stem}.ref.json" if shared else p.with_suffix(".ref.json"))
             for p in files]
 
 
@@ -190,16 +186,16 @@ def _where(path: Path, shared: bool) -> dict:
             "gguf_sha256": sha256(path)}
 
 
-def make_refs(cli: Path | None, src: Path | None, n_dev: int, shared: bool) -> int:
+def make_refs(cli: Path | None, src: Path | None, n_dev: int, shared: bool, out: Path = OUT) -> int:
     clips = pick_clips(n_dev)
-    for path, ref in targets("transcribe-cpp", shared):
+    for path, ref in targets("transcribe-cpp", shared, out):
         write_ref(ref, {"runtime": tcpp_runtime(), "how": TCPP_HOW, **_where(path, shared),
                         "runs": tcpp_run(path, clips)})
     if cli is None:
         print("no --parakeet-cli: parakeet-cpp files skipped")
         return 0
     with tempfile.TemporaryDirectory() as tmp:
-        for path, ref in targets("parakeet-cpp", shared):
+        for path, ref in targets("parakeet-cpp", shared, out):
             arch = pcpp_arch(cli, path)
             runs, renamed = pcpp_run(cli, path, clips, arch, Path(tmp))
             doc = {"runtime": pcpp_runtime(src), "how": PCPP_HOW, "ran_on_renamed_copy": renamed}
@@ -241,6 +237,8 @@ def main(argv=None) -> int:
     ap.add_argument("--shared", action="store_true",
                     help="run the shared Parakeet Q8_0/F32 files instead (references to tests/models/gguf/shared/)")
     ap.add_argument("--check-shared", action="store_true", help="rerun the shared files, compare ids, write nothing")
+    ap.add_argument("--out", type=Path, default=OUT,
+                    help="folder holding <schema>/ with the GGUF files (default tests/models/gguf)")
     args = ap.parse_args(argv)
     if not (SHARED / "audio").is_dir():
         print(f"{SHARED} not found (expected next to the repository)", file=sys.stderr)
@@ -250,7 +248,7 @@ def main(argv=None) -> int:
         return 2
     if args.check_shared:
         return check_shared(args.parakeet_cli)
-    return make_refs(args.parakeet_cli, args.parakeet_cpp_src, args.dev_clips, args.shared)
+    return make_refs(args.parakeet_cli, args.parakeet_cpp_src, args.dev_clips, args.shared, args.out)
 
 
 if __name__ == "__main__":
