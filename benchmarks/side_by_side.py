@@ -69,6 +69,7 @@ class Bench:
     ref_runs_fp32: tuple = ()  # precisions the reference lacks: its row runs it in float32 beside ours
     one_at_a_time: bool = False  # offer --one-at-a-time
     add_args: Callable | None = None  # (argparse parser) -> None: the family's own options
+    early: Callable | None = None  # (args) -> exit status, or None to go on: a family's own mode (gigaam's --make)
     check: Callable | None = None  # (args, model, ap) -> None: checks / makes the model, ap.error on bad input
     prepare: Callable | None = None  # (args, pcm) -> JSON-able context for both children (opts.context)
     json_extra: Callable | None = None  # (args, context) -> fields added to the JSON
@@ -219,6 +220,8 @@ def main(bench: Bench, doc: str, argv=None) -> int:
     args = ap.parse_args(argv)
     if args.child:
         return child_main(bench, args)
+    if bench.early and (status := bench.early(args)) is not None:
+        return status
     # os.path.abspath, not resolve(): a venv's python is a symlink that must stay one
     default = bench.default_model if isinstance(bench.default_model, str) else bench.default_model(args)
     model = os.path.abspath(args.model) if args.model else str(REPO / default)
