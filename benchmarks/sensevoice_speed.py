@@ -89,7 +89,7 @@ BENCH = Bench(
     ref_python_default=".venv-funasr/bin/python", ref_setup="tools/setup_funasr_venv.sh",
     load_ref=load_funasr, load_ours=load_mine, default_model="local-models/sensevoice-small-random",
     model_file="model.pt", make_hint="benchmarks/make_sensevoice_model.py",
-    precisions=("fp32",), default_precisions="fp32",
+    precisions=("fp32",), default_precisions="fp32", repo_on_ref_path=True,
     title=lambda args, model: f"SenseVoiceSmall ({shown(model)}, random weights)")
 
 if __name__ == "__main__":

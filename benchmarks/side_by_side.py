@@ -16,7 +16,7 @@ precisions, how each engine loads and what one call does) and hands it to `main(
            as it goes and writes the JSON (--json) after each precision (`complete` false until the end).
   child    loads its engine once (`load_ref` / `load_ours`: (rss_after_import_mb, load_s, run)), makes one
            warm-up call of run(pcm), then one timed call (time.perf_counter) per "run" line from the parent
-           (parakeet_rtfx.serve_calls), and reports. run(pcm) returns (text, ids) or (text, ids, piece_samples).
+           (serve_calls, below), and reports. run(pcm) returns (text, ids) or (text, ids, piece_samples).
 
 The JSON of every script has the same layout: `family`, `reference` (its name), `ref_impl` (the key of its rows),
 the run's settings, the CPU (machine.cpu_info), `results` (one row per precision: `precision`, `<ref_impl>` and
@@ -29,6 +29,7 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -37,15 +38,108 @@ from pathlib import Path
 from typing import Callable
 
 from machine import cpu_info, cpu_line, package_commit
-from parakeet_rtfx import RESULT_TAG, ChildProcess, _peak_rss_mb, _rss_mb, serve_calls, shown, summarize
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
 SAMPLE_RATE = 16000
+RESULT_TAG = "RTFX-RESULT "  # a child's lines for the parent start with it
 OURS_DTYPE = {"fp32": None, "bf16": "bfloat16", "int8": "int8"}  # load_model's dtype for a precision
 
-__all__ = ["Bench", "main", "load_ours", "collapse", "rss_mb", "REPO", "SAMPLE_RATE", "OURS_DTYPE"]
+
+# --------------------------------------------------------------------------------------
+# the persistent-child protocol (also used by parakeet_rtfx.py's importers: canary, sortformer, peers, ...)
+# --------------------------------------------------------------------------------------
+
+
+def _rss_mb() -> float:
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
+
+
+def _peak_rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
 rss_mb = _rss_mb
+
+
+def serve_calls(run, pcm, load_s: float):
+    """A child's side of the protocol: one warm-up call of run(pcm), then "ready" (with the load and warm-up
+    times), then one timed call per "run" line on stdin until "quit" or its end, each answered with its time.
+    Returns the warm-up time, the call times and the last call's result."""
+    t0 = time.perf_counter()
+    out = run(pcm)  # warm-up
+    warmup_s = time.perf_counter() - t0
+    print(RESULT_TAG + json.dumps(dict(ready=True, load_s=round(load_s, 2), warmup_s=round(warmup_s, 2))), flush=True)
+    times = []
+    for line in sys.stdin:
+        if line.strip() == "run":
+            t0 = time.perf_counter()
+            out = run(pcm)
+            times.append(time.perf_counter() - t0)
+            print(RESULT_TAG + json.dumps(dict(call_s=round(times[-1], 4))), flush=True)
+        elif line.strip() == "quit":
+            break
+    return warmup_s, times, out
+
+
+class ChildProcess:
+    """A benchmark child in its own process: it reports RESULT_TAG lines, answers "run" with one timed
+    call and "quit" with its result. stderr goes to a file, not a pipe: NeMo's warnings would fill a
+    pipe nobody reads and stall it."""
+
+    def __init__(self, name: str, cmd: list[str], env: dict):
+        self.name = name
+        print(f"[{time.strftime('%H:%M:%S')}] loading {name} (load average {os.getloadavg()[0]:.2f}) ...",
+              file=sys.stderr, flush=True)
+        self.err = tempfile.TemporaryFile(mode="w+")
+        self.p = subprocess.Popen(cmd, cwd=REPO, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                  stderr=self.err, text=True)
+        self.ready = self._read()
+
+    def _read(self) -> dict:
+        for line in self.p.stdout:
+            if line.startswith(RESULT_TAG):
+                return json.loads(line[len(RESULT_TAG):])
+        self.p.wait()
+        self.err.seek(0)
+        tail = "\n".join(self.err.read().splitlines()[-30:])
+        raise SystemExit(f"{self.name} child failed (exit {self.p.wait()}):\n{tail}")
+
+    def call(self) -> float:
+        self.p.stdin.write("run\n")
+        self.p.stdin.flush()
+        return self._read()["call_s"]
+
+    def finish(self) -> dict:
+        self.p.stdin.write("quit\n")
+        self.p.stdin.flush()
+        r = self._read()
+        self.p.wait()
+        return r
+
+
+def summarize(r: dict) -> dict:
+    """A child's report with best_s, median_s, rtfx_best and rtfx_median added."""
+    t = sorted(r["times_s"])
+    r["best_s"] = t[0]
+    r["median_s"] = round(statistics.median(t), 3)
+    r["rtfx_best"] = round(r["audio_s"] / t[0], 2)
+    r["rtfx_median"] = round(r["audio_s"] / statistics.median(t), 2)
+    return r
+
+
+def shown(path: str) -> str:
+    """A path as results record it: relative to the repository when inside it."""
+    p = Path(path)
+    return str(p.relative_to(REPO)) if p.is_relative_to(REPO) else path
+
+
+# --------------------------------------------------------------------------------------
+# one family's script
+# --------------------------------------------------------------------------------------
 
 
 @dataclass
@@ -62,11 +156,14 @@ class Bench:
     load_ref: Callable  # (model, precision, opts) -> (rss_after_import_mb, load_s, run), in the reference's Python
     load_ours: Callable  # the same, in the project's Python
     default_model: str | Callable = ""  # relative to the repository; or (args) -> that
-    model_file: str = "config.json"  # what a model folder holds
+    model_file: str = "config.json"  # what a model folder holds ("": the model is one file, e.g. a .nemo)
     make_hint: str = ""  # how to make a missing model, e.g. "benchmarks/make_moonshine_model.py"
     precisions: tuple = ("fp32", "bf16")  # those it knows
     default_precisions: str = "fp32,bf16"
     ref_runs_fp32: tuple = ()  # precisions the reference lacks: its row runs it in float32 beside ours
+    ref_lacks: tuple = ()  # precisions the reference lacks: ours runs alone in their rows
+    load_columns: bool = False  # the table shows both engines' load times too
+    repo_on_ref_path: bool = False  # the reference's child gets the repository on PYTHONPATH too (ours always does)
     one_at_a_time: bool = False  # offer --one-at-a-time
     add_args: Callable | None = None  # (argparse parser) -> None: the family's own options
     early: Callable | None = None  # (args) -> exit status, or None to go on: a family's own mode (gigaam's --make)
@@ -154,7 +251,8 @@ class Child(ChildProcess):
         env = dict(os.environ)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
         env["TOKENIZERS_PARALLELISM"] = "false"
-        env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+        if impl == "ours" or bench.repo_on_ref_path:
+            env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
         cmd = [python, str(Path(bench.script).resolve()), "--child", impl, "--precision", precision,
                "--clip", str(clip), "--job", str(job)]
         super().__init__(f"{impl} {Path(model).name} {precision}", cmd, env)
@@ -177,14 +275,18 @@ def table(bench: Bench, rows: list[dict]) -> str:
         h, o = r.get(bench.ref), r.get("ours")
         rt = lambda d: f"{d['rtfx_best']:.2f} / {d['rtfx_median']:.2f}" if d else "-"  # noqa: E731
         rss = lambda d: f"{d['peak_rss_mb']} MB" if d else "-"  # noqa: E731
+        load = lambda d: f"{d['load_s']:.1f} s" if d else "-"  # noqa: E731
         both = h and o
-        lines.append([
+        line = [
             r["precision"] + (f" ({R} fp32)" if r["precision"] in bench.ref_runs_fp32 and h else ""), rt(h), rt(o),
             f"{h['best_s'] / o['best_s']:.2f}x" if both else "-",
             f"{h['median_s'] / o['median_s']:.2f}x" if both else "-",
             f"{r['round_ratio_median']:.2f}x" if r.get("round_ratio_median") else "-",
             rss(h), rss(o), f"{h['tokens'] if h else '-'} / {o['tokens'] if o else '-'}",
-            same_ids(h, o) if both else "-"])
+            same_ids(h, o) if both else "-"]
+        if bench.load_columns:
+            line[8:8] = [load(h), load(o)]
+        lines.append(line)
     w = [max(len(str(line[i])) for line in lines) for i in range(len(head))]
     out = [" | ".join(str(c).ljust(w[i]) for i, c in enumerate(line)) for line in lines]
     out.insert(1, "-+-".join("-" * x for x in w))
@@ -236,7 +338,7 @@ def main(bench: Bench, doc: str, argv=None) -> int:
                  f"or pass {bench.ref_python_option})")
     if bench.check:
         bench.check(args, model, ap)
-    if not (Path(model) / bench.model_file).exists():
+    if not (Path(model) / bench.model_file if bench.model_file else Path(model)).exists():
         ap.error(f"{model}: no model (make it with {bench.make_hint})")
     import soundfile as sf
 
@@ -283,8 +385,9 @@ def main(bench: Bench, doc: str, argv=None) -> int:
         for prec in precisions:
             row: dict = {"precision": prec}
             ratios, loads = [], []
+            names = [i for i in impls if not (i == bench.ref and prec in bench.ref_lacks)]
             if one_at_a_time:
-                for i in impls:
+                for i in names:
                     kid = start(i, prec)
                     for k in range(args.rounds):
                         s = kid.call()
@@ -293,16 +396,16 @@ def main(bench: Bench, doc: str, argv=None) -> int:
                               file=sys.stderr, flush=True)
                     row[i] = done(kid)
             else:
-                kids = {i: start(i, prec) for i in impls}
+                kids = {i: start(i, prec) for i in names}
                 for k in range(args.rounds):
-                    order = impls if k % 2 == 0 else impls[::-1]
+                    order = names if k % 2 == 0 else names[::-1]
                     got = {i: kids[i].call() for i in order}
                     if len(got) == 2:
                         ratios.append(got[bench.ref] / got["ours"])
                     loads.append(round(os.getloadavg()[0], 2))
-                    print(f"    {prec} round {k + 1}: " + ", ".join(f"{i} {got[i]:.2f} s" for i in impls)
+                    print(f"    {prec} round {k + 1}: " + ", ".join(f"{i} {got[i]:.2f} s" for i in names)
                           + f" (load average {loads[-1]:.2f})", file=sys.stderr, flush=True)
-                for i in impls:
+                for i in names:
                     row[i] = done(kids[i])
             if ratios:
                 row["round_ratios"] = [round(x, 3) for x in ratios]
