@@ -149,6 +149,10 @@ def main(argv=None) -> int:
     given = {"hf": args.hf_python, "funasr": args.funasr_python, "gigaam": args.gigaam_python}
     pythons = {k: os.path.abspath(v) if v else str(REPO / PYTHONS[k][1]) for k, v in given.items()}
     missing = [n for n in names if FAMILIES[n]["make"] and not (models / FAMILIES[n]["model"]).exists()]
+    for n in names:
+        if not FAMILIES[n]["make"] and not (models / FAMILIES[n]["model"]).exists():
+            print(f"{n}: {models / FAMILIES[n]['model']} is missing; {FAMILIES[n]['script']} makes it first "
+                  f"(in its reference's venv)", file=sys.stderr)
     if missing:
         print("missing models (make them from the repository root, or pass --models):", file=sys.stderr)
         for n in missing:

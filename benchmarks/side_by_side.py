@@ -270,6 +270,8 @@ def table(bench: Bench, rows: list[dict]) -> str:
     R = bench.ref_label
     head = ["precision", f"{R} RTFx best / median", "ours RTFx best / median", f"ours/{R} best", "median",
             "per round", f"{R} peak RSS", "ours peak RSS", f"tokens {R} / ours", "same ids"]
+    if bench.load_columns:
+        head[8:8] = [f"{R} load", "ours load"]
     lines = [head]
     for r in rows:
         h, o = r.get(bench.ref), r.get("ours")
