@@ -42,9 +42,8 @@ Timing on a shared machine is noisy: check `uptime` first and run when the load 
 from __future__ import annotations
 
 import sys
-import time
 
-from side_by_side import REPO, SAMPLE_RATE, Bench, collapse, load_ours, main, rss_mb, shown
+from side_by_side import REPO, SAMPLE_RATE, Bench, collapse, load_ours, load_transformers, main, shown
 
 
 def load_hf(model_path: str, precision: str, opts):
@@ -52,16 +51,9 @@ def load_hf(model_path: str, precision: str, opts):
 
     sys.path.insert(0, str(REPO / "tools"))
     import granite_speech5_common as C
-    from transformers import GraniteSpeech5ForCTC
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    rss_import = rss_mb()
-    t0 = time.perf_counter()
-    processor = C.load_processor(model_path)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}[precision]
-    model = GraniteSpeech5ForCTC.from_pretrained(model_path, dtype=dtype).eval()
-    load_s = time.perf_counter() - t0
+    rss_import, load_s, processor, model, dtype = load_transformers(model_path, precision, "GraniteSpeech5ForCTC",
+                                                                    C.load_processor)
     blank = model.config.pad_token_id
 
     def run(pcm):

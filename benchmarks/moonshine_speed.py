@@ -44,10 +44,9 @@ Timing on a shared machine is noisy: check `uptime` first and run when the load 
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
-from side_by_side import SAMPLE_RATE, Bench, load_ours, main, rss_mb
+from side_by_side import SAMPLE_RATE, Bench, load_ours, load_transformers, main
 
 MAX_PIECE_S = 30.0  # ours: its default
 GRAIN = 384  # samples per encoder frame
@@ -55,18 +54,15 @@ GRAIN = 384  # samples per encoder frame
 
 def load_hf(model_path: str, precision: str, opts):
     import torch
-    from transformers import MoonshineForConditionalGeneration, PreTrainedTokenizerFast, Wav2Vec2FeatureExtractor
-    from transformers.utils import logging as hf_logging
+    from transformers import PreTrainedTokenizerFast, Wav2Vec2FeatureExtractor
 
-    hf_logging.set_verbosity_error()
+    def processor(path):
+        return (Wav2Vec2FeatureExtractor.from_pretrained(path),
+                PreTrainedTokenizerFast(tokenizer_file=str(Path(path) / "tokenizer.json")))
+
     spans = opts.context
-    rss_import = rss_mb()
-    t0 = time.perf_counter()
-    fe = Wav2Vec2FeatureExtractor.from_pretrained(model_path)
-    tok = PreTrainedTokenizerFast(tokenizer_file=str(Path(model_path) / "tokenizer.json"))
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
-    model = MoonshineForConditionalGeneration.from_pretrained(model_path, dtype=dtype).eval()
-    load_s = time.perf_counter() - t0
+    rss_import, load_s, (fe, tok), model, _ = load_transformers(model_path, precision,
+                                                                "MoonshineForConditionalGeneration", processor)
     eos = model.generation_config.eos_token_id
 
     def run(pcm):

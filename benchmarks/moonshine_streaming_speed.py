@@ -31,23 +31,15 @@ noisy: run it alone (`uptime` first).
 from __future__ import annotations
 
 import sys
-import time
 
-from side_by_side import SAMPLE_RATE, Bench, load_ours, main, rss_mb
+from side_by_side import SAMPLE_RATE, Bench, load_ours, load_transformers, main
 
 
 def load_hf(model_path: str, precision: str, opts):
     import torch
-    from transformers import AutoProcessor, MoonshineStreamingForConditionalGeneration
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    rss_import = rss_mb()
-    t0 = time.perf_counter()
-    processor = AutoProcessor.from_pretrained(model_path)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16}[precision]
-    model = MoonshineStreamingForConditionalGeneration.from_pretrained(model_path, dtype=dtype).eval()
-    load_s = time.perf_counter() - t0
+    rss_import, load_s, processor, model, dtype = load_transformers(
+        model_path, precision, "MoonshineStreamingForConditionalGeneration")
 
     def run(pcm):
         inputs = processor(pcm, sampling_rate=SAMPLE_RATE, return_tensors="pt", return_attention_mask=True)

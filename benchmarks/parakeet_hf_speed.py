@@ -41,23 +41,14 @@ Timing on a shared machine is noisy: check `uptime` first and run when the load 
 from __future__ import annotations
 
 import sys
-import time
 
-from side_by_side import SAMPLE_RATE, Bench, collapse, load_ours, main, rss_mb, shown
+from side_by_side import SAMPLE_RATE, Bench, collapse, load_ours, load_transformers, main, shown
 
 
 def load_hf(model_path: str, precision: str, opts):
     import torch
-    from transformers import AutoProcessor, ParakeetForCTC
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    rss_import = rss_mb()
-    t0 = time.perf_counter()
-    processor = AutoProcessor.from_pretrained(model_path)
-    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}[precision]
-    model = ParakeetForCTC.from_pretrained(model_path, dtype=dtype).eval()
-    load_s = time.perf_counter() - t0
+    rss_import, load_s, processor, model, _ = load_transformers(model_path, precision, "ParakeetForCTC")
     blank = model.config.pad_token_id
 
     def run(pcm):

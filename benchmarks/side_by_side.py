@@ -2,7 +2,7 @@
 scripts share (standard library only at module level: the children import it under the reference's Python).
 
 A family's script describes itself in a `Bench` (its reference's name and Python, its model folder, its
-precisions, how each engine loads and what one call does) and hands it to `main(bench)`. Then:
+precisions, how each engine loads and what one call does) and hands it to `main(bench, __doc__)`. Then:
 
   parent   makes S seconds of real speech (benchmarks/speech_clip.py), lets the family prepare what both engines
            need (`prepare`: the pieces to cut, ...), and for each precision starts one child process per engine
@@ -204,6 +204,25 @@ def load_ours(model_path: str, precision: str, opts, call: Callable | None = Non
         return t.text, [tok.id for tok in t.tokens]
 
     return rss_import, load_s, run
+
+
+def load_transformers(model_path: str, precision: str, model_class: str, processor: Callable | None = None):
+    """transformers' side (in the reference's Python): its logging held to errors, then, timed as the load,
+    processor(model_path) (default AutoProcessor.from_pretrained) and
+    transformers.<model_class>.from_pretrained(model_path, dtype=float32 | bfloat16).eval() (int8, which
+    transformers lacks, loads float32). Returns (rss_after_import_mb, load_s, processor, model, dtype)."""
+    import torch
+    import transformers
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    cls = getattr(transformers, model_class)
+    rss_import = _rss_mb()
+    t0 = time.perf_counter()
+    proc = processor(model_path) if processor else transformers.AutoProcessor.from_pretrained(model_path)
+    dtype = {"fp32": torch.float32, "bf16": torch.bfloat16, "int8": torch.float32}[precision]
+    model = cls.from_pretrained(model_path, dtype=dtype).eval()
+    return rss_import, time.perf_counter() - t0, proc, model, dtype
 
 
 # --------------------------------------------------------------------------------------
