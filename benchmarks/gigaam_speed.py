@@ -37,18 +37,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
-from machine import cpu_info, cpu_line, package_commit
-from parakeet_rtfx import RESULT_TAG, ChildProcess, _peak_rss_mb, _rss_mb, serve_calls, shown, summarize
+from side_by_side import SAMPLE_RATE, Bench, load_ours, main, rss_mb
 
-HERE = Path(__file__).resolve().parent
-REPO = HERE.parent
-SAMPLE_RATE = 16000
 MAX_PIECE_S = 25.0
 CLASSES = {"ctc": 34, "rnnt": 34, "e2e_ctc": 257, "e2e_rnnt": 1025}
 DEFAULT_REF_PYTHON = ".venv-gigaam/bin/python"
@@ -99,13 +93,14 @@ def make_model(out: str, variant: str, scale: int) -> int:
 
 # ----------------------------------------------------------------------------------------- children
 
-def _ref_child(model_path: str, spans: list):
+def load_gigaam(model_path: str, precision: str, opts):
     import torch
     from omegaconf import OmegaConf
 
     from gigaam.model import GigaAMASR
 
-    rss_import = _rss_mb()
+    spans = opts.context
+    rss_import = rss_mb()
     t0 = time.perf_counter()
     cfg = json.loads((Path(model_path) / "config.json").read_text())["cfg"]["model"]["cfg"]
     model = GigaAMASR(OmegaConf.create(cfg))
@@ -130,151 +125,59 @@ def _ref_child(model_path: str, spans: list):
     return rss_import, load_s, run
 
 
-def _ours_child(model_path: str, threads: int):
-    import transcribe
-    import transcribe.runtime
+def load_mine(model_path: str, precision: str, opts):
     from transcribe import long_input
 
-    transcribe.runtime.tune_malloc()
-    rss_import = _rss_mb()
-    t0 = time.perf_counter()
-    model = transcribe.load_model(model_path, threads=threads)
-    load_s = time.perf_counter() - t0
-
-    def run(pcm):
+    def call(model, pcm):
         t = model.transcribe(pcm, max_piece_s=MAX_PIECE_S)
         spans = long_input.cut_spans(pcm, SAMPLE_RATE, MAX_PIECE_S, "auto", grain=model.model.cfg.frame_samples)
         return t.text, [tok.id for tok in t.tokens], [b - a for a, b in spans]
 
-    return rss_import, load_s, run
+    return load_ours(model_path, precision, opts, call)
 
 
-def child_main(args) -> int:
-    import numpy as np
-    import soundfile as sf
-    import torch
+# ----------------------------------------------------------------------------------------- parent
 
-    torch.set_num_threads(args.threads)
-    torch.set_flush_denormal(True)
-    pcm, sr = sf.read(args.clip, dtype="float32")
-    assert sr == SAMPLE_RATE and pcm.ndim == 1
-    pcm = np.ascontiguousarray(pcm)
-    if args.child == "ref":
-        rss_import, load_s, run = _ref_child(args.model, json.loads(Path(args.spans).read_text()))
-    else:
-        rss_import, load_s, run = _ours_child(args.model, args.threads)
-    rss_loaded = _rss_mb()
-    warmup_s, times, (text, ids, pieces) = serve_calls(run, pcm, load_s)
-    print(RESULT_TAG + json.dumps(dict(
-        impl=args.child, threads=torch.get_num_threads(), audio_s=len(pcm) / SAMPLE_RATE, load_s=round(load_s, 2),
-        warmup_s=round(warmup_s, 2), times_s=[round(t, 3) for t in times], peak_rss_mb=round(_peak_rss_mb()),
-        rss_after_import_mb=round(rss_import), rss_after_load_mb=round(rss_loaded), piece_samples=pieces,
-        tokens=len(ids), token_ids=ids, text80=text[:80], torch=torch.__version__)), flush=True)
-    return 0
-
-
-class Child(ChildProcess):
-    def __init__(self, python: str, impl: str, model: str, clip: Path, spans: Path, args):
-        env = dict(os.environ)
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(args.threads)
-        if impl == "ours":
-            env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-        cmd = [python, str(Path(__file__).resolve()), "--child", impl, "--clip", str(clip), "--spans", str(spans),
-               "--model", model, "--threads", str(args.threads)]
-        super().__init__(f"{impl} {Path(model).name}", cmd, env)
-
-
-def table(row: dict) -> str:
-    r, o = row.get("ref"), row.get("ours")
-    rt = lambda d: f"{d['rtfx_best']:.2f} / {d['rtfx_median']:.2f}" if d else "-"  # noqa: E731
-    head = ["gigaam RTFx best / median", "ours RTFx best / median", "ours/gigaam best", "per round",
-            "gigaam peak RSS", "ours peak RSS", "same ids"]
-    cells = [rt(r), rt(o), f"{r['best_s'] / o['best_s']:.2f}x" if r and o else "-",
-             f"{row['round_ratio_median']:.2f}x" if row.get("round_ratio_median") else "-",
-             f"{r['peak_rss_mb']} MB" if r else "-", f"{o['peak_rss_mb']} MB" if o else "-",
-             ("yes" if r["token_ids"] == o["token_ids"] else "no") if r and o else "-"]
-    w = [max(len(a), len(b)) for a, b in zip(head, cells)]
-    return "\n".join([" | ".join(x.ljust(n) for x, n in zip(head, w)), "-+-".join("-" * n for n in w),
-                      " | ".join(x.ljust(n) for x, n in zip(cells, w))])
-
-
-def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_args(ap):
     ap.add_argument("--variant", default="e2e_rnnt", choices=sorted(CLASSES))
-    ap.add_argument("--model")
-    ap.add_argument("--ref-python")
-    ap.add_argument("--threads", type=int, default=2)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--seconds", type=float, default=60.0)
     ap.add_argument("--scale", type=int, default=1)
-    ap.add_argument("--impls", default="ref,ours")
-    ap.add_argument("--json", metavar="PATH")
     ap.add_argument("--make", metavar="DIR", help=argparse.SUPPRESS)
-    ap.add_argument("--child", choices=["ref", "ours"], help=argparse.SUPPRESS)
-    ap.add_argument("--clip", help=argparse.SUPPRESS)
-    ap.add_argument("--spans", help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if args.make:
-        return make_model(args.make, args.variant, args.scale)
-    if args.child:
-        return child_main(args)
+
+
+def default_model(args) -> str:
+    suffix = f"-scale{args.scale}" if args.scale != 1 else ""
+    return f"local-models/gigaam-v3-{args.variant.replace('_', '-')}-random{suffix}"
+
+
+def make_if_missing(args, model, ap):
+    """The model is made by the gigaam package in its venv when absent."""
+    if (Path(model) / "config.json").exists():
+        return
+    if not Path(args.ref_python).exists():
+        ap.error(f"{args.ref_python}: no such Python (tools/setup_gigaam_venv.sh, or --ref-python)")
     import subprocess
 
-    import soundfile as sf
+    subprocess.run([args.ref_python, str(Path(__file__).resolve()), "--make", model, "--variant", args.variant,
+                    "--scale", str(args.scale)], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
 
-    from speech_clip import speech_clip
 
-    sys.path.insert(0, str(REPO))
+def prepare(args, pcm) -> list:
+    """The pieces both engines decode: at most 25 s, cut at pauses by this package's cutter."""
     from transcribe import long_input
 
-    suffix = f"-scale{args.scale}" if args.scale != 1 else ""
-    model = os.path.abspath(args.model) if args.model else \
-        str(REPO / "local-models" / f"gigaam-v3-{args.variant.replace('_', '-')}-random{suffix}")
-    ref_python = os.path.abspath(args.ref_python) if args.ref_python else str(REPO / DEFAULT_REF_PYTHON)
-    impls = [i.strip() for i in args.impls.split(",") if i.strip()]
-    if not set(impls) <= {"ref", "ours"}:
-        ap.error("impls: ref, ours")
-    if not Path(ref_python).exists():
-        ap.error(f"{ref_python}: no such Python (tools/setup_gigaam_venv.sh, or --ref-python)")
-    if not (Path(model) / "config.json").exists():
-        subprocess.run([ref_python, str(Path(__file__).resolve()), "--make", model, "--variant", args.variant,
-                        "--scale", str(args.scale)], check=True, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    pcm, used = speech_clip(args.seconds)
-    spans = long_input.cut_spans(pcm, SAMPLE_RATE, MAX_PIECE_S, "auto", grain=640)
-    started, commit, load_start = time.strftime("%Y-%m-%d %H:%M:%S"), package_commit(), os.getloadavg()
-    row: dict = {"variant": args.variant, "scale": args.scale}
-    ratios = []
-    with tempfile.TemporaryDirectory() as tmp:
-        clip, span_file = Path(tmp) / "clip.wav", Path(tmp) / "spans.json"
-        sf.write(clip, pcm, SAMPLE_RATE, subtype="FLOAT")
-        span_file.write_text(json.dumps(spans))
-        kids = {i: Child(ref_python if i == "ref" else sys.executable, i, model, clip, span_file, args) for i in impls}
-        for k in range(args.rounds):
-            order = impls if k % 2 == 0 else impls[::-1]
-            got = {i: kids[i].call() for i in order}
-            if len(got) == 2:
-                ratios.append(got["ref"] / got["ours"])
-            print(f"    round {k + 1}: " + ", ".join(f"{i} {got[i]:.2f} s" for i in impls), file=sys.stderr, flush=True)
-        for i in impls:
-            row[i] = summarize({**kids[i].finish(), "load_s": kids[i].ready["load_s"],
-                                "warmup_s": kids[i].ready["warmup_s"]})
-    if ratios:
-        row["round_ratios"] = [round(x, 3) for x in ratios]
-        row["round_ratio_median"] = round(statistics.median(ratios), 3)
-    text = table(row)
-    if args.json:
-        Path(args.json).parent.mkdir(parents=True, exist_ok=True)
-        Path(args.json).write_text(json.dumps(dict(
-            started=started, package_commit=commit, model=shown(model), clip_seconds=args.seconds,
-            clip_utterances=used, pieces=spans, threads=args.threads, rounds=args.rounds, **cpu_info(),
-            loadavg_start=[round(x, 2) for x in load_start], loadavg_end=[round(x, 2) for x in os.getloadavg()],
-            results=row, table=text), indent=2) + "\n")
-    print(f"\nGigaAM v3 {args.variant} (full-size architecture{'' if args.scale == 1 else f' / {args.scale}'}, random "
-          f"weights), ours at {commit}, {args.seconds:g} s clip, {args.threads} threads, {args.rounds} rounds; "
-          f"{cpu_line()}\n")
-    print(text)
-    return 0
+    return [[int(a), int(b)] for a, b in long_input.cut_spans(pcm, SAMPLE_RATE, MAX_PIECE_S, "auto", grain=640)]
 
+
+BENCH = Bench(
+    family="GigaAM v3", script=__file__, ref="ref", ref_label="gigaam", ref_python_option="--ref-python",
+    ref_python_default=DEFAULT_REF_PYTHON, ref_setup="tools/setup_gigaam_venv.sh",
+    load_ref=load_gigaam, load_ours=load_mine, default_model=default_model,
+    make_hint="gigaam_speed.py itself (it makes the model when absent)", precisions=("fp32",),
+    default_precisions="fp32", add_args=add_args, check=make_if_missing, prepare=prepare,
+    early=lambda args: make_model(args.make, args.variant, args.scale) if args.make else None,
+    json_extra=lambda args, spans: dict(variant=args.variant, scale=args.scale, pieces=spans),
+    title=lambda args, model: f"GigaAM v3 {args.variant} (full-size architecture"
+                              f"{'' if args.scale == 1 else f' / {args.scale}'}, random weights)")
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(BENCH, __doc__))

@@ -103,7 +103,6 @@ FAMILIES = (
     # Parakeet before Whisper (which claims every folder with a config.json): transformers' parakeet_ctc /
     # parakeet_tdt folders are Parakeet's; Parakeet leaves .pt files (OpenAI Whisper checkpoints) to Whisper.
     Family("sensevoice", "transcribe.sensevoice"),  # funasr's config.yaml + model.pt, no config.json
-    Family("whisper", "transcribe.whisper"),
     Family("parakeet", "transcribe.parakeet"),
     Family("whisper", "transcribe.whisper"),
 )
