@@ -105,6 +105,18 @@ def test_no_module_imports_one_that_imports_it_back():
     assert new == set(), "import cycles (issue 27: only the known ones may remain, and they are to go)"
 
 
+def test_each_family_is_registered_once_and_each_folder_is_a_family():
+    """One line per family in loading.FAMILIES (a second line of one family, left by a merge, would ask it
+    twice and put it ahead of a family that must come first), and every folder holding a family contract
+    (an __init__.py with detect and load) is registered."""
+    names = [f.name for f in FAMILIES]
+    assert len(names) == len(set(names)), [n for n, c in Counter(names).items() if c > 1]
+    assert len({f.module for f in FAMILIES}) == len(FAMILIES)
+    contracts = {p.parent.name for p in PKG.glob("*/__init__.py")
+                 if "def detect(" in p.read_text(encoding="utf-8") and "def load(" in p.read_text(encoding="utf-8")}
+    assert contracts <= {f.module.split(".")[-1] for f in FAMILIES}, contracts
+
+
 def test_families_do_not_import_each_other_and_layers_do_not_import_families():
     """Every family in the registry (not a list written here): a family imports no other family, and
     a shared layer (the root package included) imports none; only loading.py names them, lazily."""

@@ -100,9 +100,9 @@ FAMILIES = (
     Family("canary", "transcribe.canary"),
     # Sortformer before Parakeet: both read .nemo files; a diarizer's config alone says what it is.
     Family("sortformer", "transcribe.sortformer"),
+    Family("sensevoice", "transcribe.sensevoice"),  # funasr's config.yaml + model.pt, no config.json
     # Parakeet before Whisper (which claims every folder with a config.json): transformers' parakeet_ctc /
     # parakeet_tdt folders are Parakeet's; Parakeet leaves .pt files (OpenAI Whisper checkpoints) to Whisper.
-    Family("sensevoice", "transcribe.sensevoice"),  # funasr's config.yaml + model.pt, no config.json
     Family("parakeet", "transcribe.parakeet"),
     Family("whisper", "transcribe.whisper"),
 )
