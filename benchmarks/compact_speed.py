@@ -74,10 +74,8 @@ FAMILIES = {
     "parakeet_hf": dict(script="parakeet_hf_speed.py", size="parakeet-ctc-1.1b (transformers layout)",
                         model="parakeet-ctc-1.1b-hf-random", python="hf",
                         make=".venv-nemo/bin/python benchmarks/make_parakeet_hf_model.py"),
-    # Kyutai STT: one entry here once benchmarks/kyutai_speed.py is on main, written on side_by_side.py (or writing
-    # its JSON layout), e.g.
-    # "kyutai": dict(script="kyutai_speed.py", size="stt-2.6b-en", model="kyutai-stt-2.6b-en-random",
-    #                python="hf", make=".venv-nemo/bin/python benchmarks/make_kyutai_model.py"),
+    "kyutai": dict(script="kyutai_speed.py", size="stt-2.6b-en", model="kyutai-stt-2.6b-random", python="hf",
+                   make=".venv-nemo/bin/python benchmarks/make_kyutai_model.py"),
 }
 PRECISIONS = ("fp32", "bf16", "int8")
 

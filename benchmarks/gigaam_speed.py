@@ -15,6 +15,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --seconds S     clip length (default 60)
              --scale K       divide d_model, heads and layers by K (a smoke test at a tiny scale; default 1)
              --impls L       comma list of ref, ours (default ref,ours)
+             --precisions L  comma list of fp32, int8 (default fp32,int8; int8 is ours only: its row runs
+                             gigaam in fp32 beside it)
 
 The model: the published v3 config (16 conformer layers, d_model 768, 16 heads, FF x4, conv1d subsampling by 4,
 rotary attention, kernel 5, layer norm; RNN-T predictor and joint 320; 34 or 1025 / 257 classes) built by the
@@ -172,8 +174,8 @@ BENCH = Bench(
     family="GigaAM v3", script=__file__, ref="ref", ref_label="gigaam", ref_python_option="--ref-python",
     ref_python_default=DEFAULT_REF_PYTHON, ref_setup="tools/setup_gigaam_venv.sh",
     load_ref=load_gigaam, load_ours=load_mine, default_model=default_model,
-    make_hint="gigaam_speed.py itself (it makes the model when absent)", precisions=("fp32",),
-    default_precisions="fp32", add_args=add_args, check=make_if_missing, prepare=prepare,
+    make_hint="gigaam_speed.py itself (it makes the model when absent)", precisions=("fp32", "int8"),
+    default_precisions="fp32,int8", ref_runs_fp32=("int8",), add_args=add_args, check=make_if_missing, prepare=prepare,
     early=lambda args: make_model(args.make, args.variant, args.scale) if args.make else None,
     json_extra=lambda args, spans: dict(variant=args.variant, scale=args.scale, pieces=spans),
     title=lambda args, model: f"GigaAM v3 {args.variant} (full-size architecture"

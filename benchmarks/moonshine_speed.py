@@ -13,7 +13,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --threads N       torch threads and OMP_NUM_THREADS in every child (default 2)
              --rounds N        timed calls of each engine after one warm-up (default 3)
              --seconds S       clip length (default 60)
-             --precisions L    comma list of fp32, bf16 (default fp32,bf16)
+             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; int8 is ours only:
+                               transformers has no int8 CPU path, so its row runs transformers in fp32)
              --impls L         comma list of hf, ours (default hf,ours)
 
 The clip: `S` seconds of real speech, the dev utterances of ../shared/audio/dev joined end to end
@@ -103,7 +104,8 @@ BENCH = Bench(
     ref_python_default=".venv-nemo/bin/python", ref_setup="tools/setup_nemo_venv.sh",
     load_ref=load_hf, load_ours=load_mine,
     default_model="local-models/moonshine-base-random", make_hint="benchmarks/make_moonshine_model.py",
-    precisions=("fp32", "bf16"), default_precisions="fp32,bf16", prepare=prepare,
+    precisions=("fp32", "bf16", "int8"), default_precisions="fp32,bf16,int8", ref_runs_fp32=("int8",),
+    prepare=prepare,
     json_extra=lambda args, spans: dict(piece_samples=[b - a for a, b in spans]),
     summary_extra=lambda args, spans: f" in {len(spans)} pieces",
     title=lambda args, model: "Moonshine (full-size base architecture, random weights)")

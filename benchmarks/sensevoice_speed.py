@@ -13,6 +13,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --rounds N        timed calls of each engine after one warm-up (default 3)
              --seconds S       clip length (default 60)
              --impls L         comma list of funasr, ours (default funasr,ours)
+             --precisions L    comma list of fp32, int8 (default fp32,int8; int8 is ours only: its row runs
+                               funasr in fp32 beside it)
 
 Default paths are relative to the repository root (git-ignored folders); paths given on the command line are
 relative to the working directory.
@@ -89,7 +91,7 @@ BENCH = Bench(
     ref_python_default=".venv-funasr/bin/python", ref_setup="tools/setup_funasr_venv.sh",
     load_ref=load_funasr, load_ours=load_mine, default_model="local-models/sensevoice-small-random",
     model_file="model.pt", make_hint="benchmarks/make_sensevoice_model.py",
-    precisions=("fp32",), default_precisions="fp32", repo_on_ref_path=True,
+    precisions=("fp32", "int8"), default_precisions="fp32,int8", ref_runs_fp32=("int8",), repo_on_ref_path=True,
     title=lambda args, model: f"SenseVoiceSmall ({shown(model)}, random weights)")
 
 if __name__ == "__main__":
