@@ -25,7 +25,7 @@ def test_json_document_for_jfk():
     assert len(lines) == 1
     doc = json.loads(lines[0])
     assert list(doc) == ["text", "language", "duration", "model", "segments", "words", "tokens", "nbest",
-                         "speakers"]
+                         "speakers", "tags"]
     assert doc["language"] is None and doc["model"] == "tiny-tdt-fit.nemo"
     assert doc["text"] == "and so my fellow americans ask not what your country can do for you ask what you can do for your country"
     assert [w["word"] for w in doc["words"]] == doc["text"].split()
@@ -160,7 +160,7 @@ def test_json_has_the_same_keys_for_whisper_and_parakeet():
         docs[name] = json.loads(out.stdout)
     p, w = docs["parakeet"], docs["whisper"]
     assert list(p) == list(w) == ["text", "language", "duration", "model", "segments", "words", "tokens", "nbest",
-                                  "speakers"]
+                                  "speakers", "tags"]
     for key in ("segments", "words", "tokens"):
         assert p[key] and w[key]
         assert {tuple(x) for x in p[key]} == {tuple(x) for x in w[key]} == {tuple(p[key][0])}
