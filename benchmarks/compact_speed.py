@@ -15,6 +15,8 @@ Run from the repository root with the project's Python (torch, this package impo
                                the references' Pythons (default .venv-nemo, .venv-funasr, .venv-gigaam in the
                                repository), handed to the scripts
              --skip-missing    leave out a family whose model is missing, instead of stopping
+             --table-only      run nothing: the table from the families' JSON already in --out (each written
+                               by its own run, e.g. a family re-run alone)
 
 It runs each family's `benchmarks/<family>_speed.py` in turn (one after the other, never two at once), each with its
 own defaults (its precisions, its reference's call, the largest published size with random weights, made by the
@@ -138,6 +140,8 @@ def main(argv=None) -> int:
     ap.add_argument("--funasr-python")
     ap.add_argument("--gigaam-python")
     ap.add_argument("--skip-missing", action="store_true")
+    ap.add_argument("--table-only", action="store_true",
+                    help="run nothing: the table from the families' JSON already in --out (each from its own run)")
     args = ap.parse_args(argv)
     names = [f.strip() for f in args.families.split(",") if f.strip()]
     if not names or not set(names) <= set(FAMILIES):
@@ -146,8 +150,9 @@ def main(argv=None) -> int:
     out = Path(os.path.abspath(args.out)) if args.out else HERE / "results"
     given = {"hf": args.hf_python, "funasr": args.funasr_python, "gigaam": args.gigaam_python}
     pythons = {k: os.path.abspath(v) if v else str(REPO / PYTHONS[k][1]) for k, v in given.items()}
-    missing = [n for n in names if FAMILIES[n]["make"] and not (models / FAMILIES[n]["model"]).exists()]
-    for n in names:
+    missing = [] if args.table_only else \
+        [n for n in names if FAMILIES[n]["make"] and not (models / FAMILIES[n]["model"]).exists()]
+    for n in [] if args.table_only else names:
         if not FAMILIES[n]["make"] and not (models / FAMILIES[n]["model"]).exists():
             print(f"{n}: {models / FAMILIES[n]['model']} is missing; {FAMILIES[n]['script']} makes it first "
                   f"(in its reference's venv)", file=sys.stderr)
@@ -168,6 +173,10 @@ def main(argv=None) -> int:
         cmd = [sys.executable, str(HERE / fam["script"]), "--model", str(models / fam["model"]),
                option, pythons[fam["python"]], "--rounds", str(args.rounds), "--threads", str(args.threads),
                "--seconds", str(args.seconds), "--json", str(path)]
+        if args.table_only:
+            result = json.loads(path.read_text()) if path.exists() else None
+            rows.append(summary(n, result, None if result and result.get("complete") else "no complete results"))
+            continue
         print(f"\n[{time.strftime('%H:%M:%S')}] {n}: {' '.join(cmd[1:])}", file=sys.stderr, flush=True)
         if path.exists():
             path.unlink()  # a stale file must not pass for this run's figures

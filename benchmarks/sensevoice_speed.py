@@ -25,7 +25,7 @@ The clip: `S` seconds of real speech, the dev utterances of ../shared/audio/dev 
 The same work in both: funasr's AutoModel without a VAD model decodes the whole clip in one call (its model card
 caps a call at 30 s of audio, but nothing enforces it), and ours runs with max_piece_s 60, so a clip of up to
 60 s is one piece too; both then give the same ids (compared and reported).
-  funasr  AutoModel(model=DIR, device="cpu", frontend_conf={"dither": 0.0}, disable_update=True), a call is
+  funasr  AutoModel(model=DIR, device="cpu", frontend_conf={"dither": 0.0}, disable_update=True, ncpu=N), a call is
           generate(input=pcm, language="en", use_itn=False) (batch of one, greedy CTC).
   ours    transcribe.runtime.tune_malloc(), transcribe.load_model(DIR, threads=N), a call is
           model.transcribe(pcm, language="en", max_piece_s=60).
@@ -57,8 +57,10 @@ def load_funasr(model_path: str, precision: str, opts):
     logging.disable(logging.WARNING)
     rss_import = rss_mb()
     t0 = time.perf_counter()
+    # ncpu: funasr's AutoModel sets torch's threads to it (default 4, more than this machine's 2 cores: its
+    # threads then fight for the cores and a call runs 45x slower); the same thread count as ours
     am = AutoModel(model=model_path, device="cpu", disable_update=True, disable_pbar=True, disable_log=True,
-                   frontend_conf={"dither": 0.0})
+                   frontend_conf={"dither": 0.0}, ncpu=opts.threads)
     load_s = time.perf_counter() - t0
     import sentencepiece as spm
 
