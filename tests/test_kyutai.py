@@ -322,3 +322,13 @@ def test_the_hub_aliases():
     assert ALIASES["kyutai-stt-2.6b"] == "kyutai/stt-2.6b-en-trfs"
     names = [f.name for f in FAMILIES]
     assert names.index("kyutai") < names.index("whisper")
+
+
+def test_the_codec_config_defaults_are_mimis():
+    """A codec_config without codebook_dim takes MimiConfig's default (256), not the hidden size; None takes
+    the hidden size, as MimiConfig does."""
+    from transcribe.kyutai.config import mimi_config
+
+    assert mimi_config({"model_type": "mimi"}, "x").codebook_dim == 256
+    c = mimi_config({"model_type": "mimi", "codebook_dim": None, "hidden_size": 384}, "x")
+    assert c.codebook_dim == 384

@@ -154,7 +154,7 @@ def mimi_config(c: dict, where: str) -> MimiConfig:
         intermediate_size=c.get("intermediate_size", 2048), norm_eps=float(c.get("norm_eps", 1e-5)),
         rope_theta=_rope_theta(c, where, 10000.0), sliding_window=c.get("sliding_window", 250),
         attention_bias=bool(c.get("attention_bias", False)), num_quantizers=nq, num_semantic_quantizers=nsem,
-        codebook_size=c.get("codebook_size", 2048), codebook_dim=c.get("codebook_dim") or hidden,
+        codebook_size=c.get("codebook_size", 2048), codebook_dim=c.get("codebook_dim", 256) or hidden,  # MimiConfig: 256 when absent, None: hidden
         vq_dim=c.get("vector_quantization_hidden_dimension", 256), frame_size=frame_size, latent_stride=stride)
 
 
