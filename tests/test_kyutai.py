@@ -27,6 +27,7 @@ import transcribe
 from transcribe.errors import ModelError, OptionsNotTaken, OptionValueError
 
 from .conftest import AUDIO, MODELS, REPO
+from .live_server import websocket_events
 
 MODEL = MODELS / "kyutai" / "tiny"
 REFS = json.loads((REPO / "tests" / "references" / "kyutai" / "tiny.json").read_text(encoding="utf-8"))
@@ -233,46 +234,8 @@ def test_the_command_streams_jsonl(capsys, model):
 
 
 def test_the_websocket_streams_it(model):
-    pytest.importorskip("fastapi", reason="the server tests need the test extra")
-    uvicorn = pytest.importorskip("uvicorn", reason="the server tests need the test extra")
-    websockets = pytest.importorskip("websockets", reason="the server tests need the test extra")
-    import asyncio
-    import socket
-    import threading
-    import time
-
-    from transcribe.server import Engine, create_app
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(Engine({"m": model})), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     pcm = (np.clip(_pcm16("jfk.wav"), -1, 1) * 32767).astype("<i2")
-
-    async def talk():
-        events = []
-        async with websockets.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as ws:
-            await ws.send(json.dumps({"type": "start", "model": "m"}))
-            for i in range(0, len(pcm), 3200):
-                await ws.send(pcm[i:i + 3200].tobytes())
-            await ws.send(json.dumps({"type": "end"}))
-            async for message in ws:
-                events.append(json.loads(message))
-                if events[-1]["type"] == "final":
-                    break
-        return events
-
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        events = asyncio.run(talk())
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    events = websocket_events(model, pcm, 3200)
     s, _ = _stream(model, pcm.astype(np.float32) / 32768.0, list(range(3200, len(pcm), 3200)))
     assert events[-1]["type"] == "final" and events[-1]["text"] == s.text() and s.text()
 

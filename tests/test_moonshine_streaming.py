@@ -25,6 +25,7 @@ import transcribe
 from transcribe.errors import ModelError, OptionsNotTaken, OptionValueError
 
 from .conftest import AUDIO, MODELS, REPO
+from .live_server import websocket_events
 
 MODEL = MODELS / "moonshine_streaming" / "tiny"
 REFS = json.loads((REPO / "tests" / "references" / "moonshine_streaming" / "reference.json").read_text("utf-8"))
@@ -132,46 +133,8 @@ def test_the_command_gives_json_and_streams_jsonl(capsys):
 
 
 def test_the_websocket_streams_it(model):
-    pytest.importorskip("fastapi", reason="the server tests need the test extra")
-    uvicorn = pytest.importorskip("uvicorn", reason="the server tests need the test extra")
-    websockets = pytest.importorskip("websockets", reason="the server tests need the test extra")
-    import asyncio
-    import socket
-    import threading
-    import time
-
-    from transcribe.server import Engine, create_app
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(Engine({"m": model})), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     pcm = (np.clip(_audio("jfk.wav"), -1, 1) * 32767).astype("<i2")
-
-    async def talk():
-        events = []
-        async with websockets.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as ws:
-            await ws.send(json.dumps({"type": "start", "model": "m", "decode_every_ms": 960}))
-            for i in range(0, len(pcm), 8000):
-                await ws.send(pcm[i:i + 8000].tobytes())
-            await ws.send(json.dumps({"type": "end"}))
-            async for message in ws:
-                events.append(json.loads(message))
-                if events[-1]["type"] == "final":
-                    break
-        return events
-
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        events = asyncio.run(talk())
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    events = websocket_events(model, pcm, 8000, start={"decode_every_ms": 960})
     assert events[-1]["type"] == "final" and events[-1]["text"] == REFS["offline"][0]["text"]
     assert "partial" in [e["type"] for e in events]
 

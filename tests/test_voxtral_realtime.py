@@ -14,11 +14,8 @@ greedy step of the references is near a tie at that scale: the smallest top-2 lo
 every recorded run (offline, live, both delays) is 0.59 (tests/references/voxtral_realtime/README.md)."""
 from __future__ import annotations
 
-import asyncio
 import json
 import shutil
-import threading
-import time
 
 import numpy as np
 import pytest
@@ -29,6 +26,7 @@ import transcribe
 from transcribe.errors import ModelError, OptionsNotTaken, OptionValueError
 
 from .conftest import AUDIO, MODELS, REPO
+from .live_server import websocket_events
 
 MODEL = MODELS / "voxtral_realtime" / "tiny"
 REFS = json.loads((REPO / "tests" / "references" / "voxtral_realtime" / "tiny.json").read_text(encoding="utf-8"))
@@ -181,43 +179,8 @@ def test_the_command_streams_jsonl(capsys, model):
 
 
 def test_the_websocket_streams_it(model):
-    pytest.importorskip("fastapi", reason="the server tests need the test extra")
-    uvicorn = pytest.importorskip("uvicorn", reason="the server tests need the test extra")
-    websockets = pytest.importorskip("websockets", reason="the server tests need the test extra")
-    import socket
-
-    from transcribe.server import Engine, create_app
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    server = uvicorn.Server(uvicorn.Config(create_app(Engine({"m": model})), host="127.0.0.1", port=port,
-                                           log_level="warning", lifespan="on"))
-    thread = threading.Thread(target=server.run, daemon=True)
-    thread.start()
     pcm = (np.clip(_audio("jfk.wav"), -1, 1) * 32767).astype("<i2")
-
-    async def talk():
-        events = []
-        async with websockets.connect(f"ws://127.0.0.1:{port}/v1/audio/stream") as ws:
-            await ws.send(json.dumps({"type": "start", "model": "m"}))
-            for i in range(0, len(pcm), 1600):
-                await ws.send(pcm[i:i + 1600].tobytes())
-            await ws.send(json.dumps({"type": "end"}))
-            async for message in ws:
-                events.append(json.loads(message))
-                if events[-1]["type"] == "final":
-                    break
-        return events
-
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started and time.monotonic() < deadline:
-            time.sleep(0.05)
-        events = asyncio.run(talk())
-    finally:
-        server.should_exit = True
-        thread.join(30)
+    events = websocket_events(model, pcm, 1600)
     s, text = _stream(model, pcm.astype(np.float32) / 32768.0, list(range(1600, len(pcm), 1600)))
     assert events[-1]["type"] == "final" and events[-1]["text"] == s.text() and s.text()
     assert "partial" in [e["type"] for e in events]
