@@ -5,7 +5,7 @@ runtime transcribes from them (tests/models/gguf/medasr/). Two steps, each in it
     # 1. F32 file: upstream scripts/convert-medasr.py, unmodified, on tests/models/medasr/tiny (the published
     #    layout: config.json, preprocessor_config.json, spiece.model, model.safetensors). UPSTREAM: a checkout (or
     #    `git archive HEAD scripts`) of handy-computer/transcribe.cpp. The Python needs torch, safetensors, numpy,
-    #    gguf and sentencepiece (/tmp/venv-gguf-like: system site packages + gguf)
+    #    gguf and sentencepiece (a venv with the system site packages and gguf)
     OMP_NUM_THREADS=1 <python> tools/make_medasr_gguf_refs.py convert --upstream UPSTREAM
     # 2. references: the transcribe-cpp Python package (0.4.1 + transcribe-cpp-native) in its own venv
     OMP_NUM_THREADS=1 .venv-peers/bin/python tools/make_medasr_gguf_refs.py refs
