@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .config import LMConfig
-from .mimi import rope, rope_tables, window_attention
+from .mimi import cached_self_attention, rope_tables
 
 
 class RMSNorm(nn.Module):
@@ -97,22 +97,9 @@ class KyutaiLM(nn.Module):
         b, t = x.shape[0], x.shape[1]
         pos = cache["pos"]
         cos, sin = rope_tables(self.inv_freq, pos, t, x.dtype)
-        keep = cfg.sliding_window - 1
         for i, layer in enumerate(self.layers):
-            h = layer.input_layernorm(x)
-            q = layer.q_proj(h).view(b, t, layer.heads, layer.head_dim).transpose(1, 2)
-            k = layer.k_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
-            v = layer.v_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-            past = cache["kv"][i]
-            n_past = 0
-            if past is not None:
-                n_past = past[0].shape[2]
-                k = torch.cat([past[0], k], dim=2)
-                v = torch.cat([past[1], v], dim=2)
-            cache["kv"][i] = (k[:, :, max(0, k.shape[2] - keep):], v[:, :, max(0, v.shape[2] - keep):])
-            a = window_attention(q, k, v, n_past, cfg.sliding_window, layer.head_dim ** -0.5)
-            x = x + layer.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+            x = x + cached_self_attention(layer, layer.input_layernorm(x), cos, sin, cache["kv"], i,
+                                          cfg.sliding_window)
             h = layer.fc1(layer.post_attention_layernorm(x))
             gate, up = h.view(b, t, 2, -1).unbind(dim=2)
             x = x + layer.fc2(F.silu(gate) * up)

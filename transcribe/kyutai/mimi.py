@@ -126,6 +126,27 @@ def window_attention(q, k, v, n_past: int, window: int, scale: float) -> torch.T
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=scale)
 
 
+def cached_self_attention(layer, h: torch.Tensor, cos, sin, kv: list, i: int, window: int) -> torch.Tensor:
+    """Layer `layer`'s (q_proj, k_proj, v_proj, o_proj, heads, kv_heads, head_dim) rotary self-attention of h
+    (B, T, hidden) over its sliding window, the codec's transformer's and the LM's alike: kv[i] holds the layer's
+    last window - 1 keys and values (None at first) and is replaced by the new ones. Returns o_proj's output."""
+    b, t, _ = h.shape
+    q = layer.q_proj(h).view(b, t, layer.heads, layer.head_dim).transpose(1, 2)
+    k = layer.k_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
+    v = layer.v_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
+    q, k = rope(q, cos, sin), rope(k, cos, sin)
+    past = kv[i]
+    n_past = 0
+    if past is not None:
+        n_past = past[0].shape[2]
+        k = torch.cat([past[0], k], dim=2)
+        v = torch.cat([past[1], v], dim=2)
+    keep = window - 1
+    kv[i] = (k[:, :, max(0, k.shape[2] - keep):], v[:, :, max(0, v.shape[2] - keep):])
+    a = window_attention(q, k, v, n_past, window, layer.head_dim ** -0.5)
+    return layer.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+
+
 class MimiLayer(nn.Module):
     def __init__(self, cfg: MimiConfig):
         super().__init__()
@@ -155,25 +176,12 @@ class MimiTransformer(nn.Module):
     def forward(self, x: torch.Tensor, cache: dict) -> torch.Tensor:
         """x (B, T, hidden) at positions cache["pos"]...; cache["kv"][i]: layer i's last window - 1 keys / values."""
         cfg = self.cfg
-        b, t, _ = x.shape
+        t = x.shape[1]
         pos = cache["pos"]
         cos, sin = rope_tables(self.inv_freq, pos, t, x.dtype)
-        keep = cfg.sliding_window - 1
         for i, layer in enumerate(self.layers):
-            h = layer.norm1(x)
-            q = layer.q_proj(h).view(b, t, layer.heads, layer.head_dim).transpose(1, 2)
-            k = layer.k_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
-            v = layer.v_proj(h).view(b, t, layer.kv_heads, layer.head_dim).transpose(1, 2)
-            q, k = rope(q, cos, sin), rope(k, cos, sin)
-            past = cache["kv"][i]
-            n_past = 0
-            if past is not None:
-                n_past = past[0].shape[2]
-                k = torch.cat([past[0], k], dim=2)
-                v = torch.cat([past[1], v], dim=2)
-            cache["kv"][i] = (k[:, :, max(0, k.shape[2] - keep):], v[:, :, max(0, v.shape[2] - keep):])
-            a = window_attention(q, k, v, n_past, cfg.sliding_window, layer.head_dim ** -0.5)
-            x = x + layer.scale1 * layer.o_proj(a.transpose(1, 2).reshape(b, t, -1))
+            x = x + layer.scale1 * cached_self_attention(layer, layer.norm1(x), cos, sin, cache["kv"], i,
+                                                         cfg.sliding_window)
             h = layer.norm2(x)
             x = x + layer.scale2 * layer.fc2(F.gelu(layer.fc1(h)))
         cache["pos"] = pos + t
