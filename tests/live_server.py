@@ -1,6 +1,6 @@
 """What the tests of the live families' WebSocket sessions share (tests/test_<family>.py): the server on a free
 local port in a thread, one client that sends a stream's start message, 16-bit PCM in blocks and the end, and
-collects the events up to the final one."""
+collects the events up to the final one; and a session fed a clip in pieces."""
 from __future__ import annotations
 
 import json
@@ -52,3 +52,19 @@ def websocket_events(model, pcm16: np.ndarray, block: int, start: dict | None = 
     finally:
         server.should_exit = True
         thread.join(30)
+
+
+def fed_session(model, pcm, cuts, **options):
+    """A live session of `model` (stream(**options)) fed `pcm` cut at `cuts` (sample indices) and finalized, for the
+    families whose every token is final at once (no tentative text after any feed); (session, the text it
+    committed)."""
+    s = model.stream(**options)
+    text = []
+    bounds = [0, *cuts, len(pcm)]
+    for a, b in zip(bounds, bounds[1:]):
+        s.feed(pcm[a:b])
+        text.append(s.take_new_text())
+        assert s.tentative_text() == ""  # every token is final
+    s.finalize()
+    text.append(s.take_new_text())
+    return s, "".join(text)

@@ -27,6 +27,7 @@ import transcribe
 from transcribe.errors import ModelError, OptionsNotTaken, OptionValueError
 
 from .conftest import AUDIO, MODELS, REPO
+from .live_server import fed_session as _stream
 from .live_server import websocket_events
 
 MODEL = MODELS / "kyutai" / "tiny"
@@ -63,19 +64,6 @@ def one_thread():
 @pytest.fixture(scope="module")
 def model(one_thread):
     return transcribe.load_model(str(MODEL))
-
-
-def _stream(model, pcm, cuts):
-    s = model.stream()
-    text = []
-    bounds = [0, *cuts, len(pcm)]
-    for a, b in zip(bounds, bounds[1:]):
-        s.feed(pcm[a:b])
-        text.append(s.take_new_text())
-        assert s.tentative_text() == ""  # every token is final
-    s.finalize()
-    text.append(s.take_new_text())
-    return s, "".join(text)
 
 
 # ---------------------------------------------------------------------------------------------- offline

@@ -26,6 +26,7 @@ import transcribe
 from transcribe.errors import ModelError, OptionsNotTaken, OptionValueError
 
 from .conftest import AUDIO, MODELS, REPO
+from .live_server import fed_session as _stream
 from .live_server import websocket_events
 
 MODEL = MODELS / "voxtral_realtime" / "tiny"
@@ -43,20 +44,6 @@ def _audio(clip: str) -> np.ndarray:
 @pytest.fixture(scope="module")
 def model():
     return transcribe.load_model(str(MODEL))
-
-
-def _stream(model, pcm, cuts, **options):
-    """A session fed `pcm` cut at `cuts` (sample indices), finalized; (session, the text it committed)."""
-    s = model.stream(**options)
-    text = []
-    bounds = [0, *cuts, len(pcm)]
-    for a, b in zip(bounds, bounds[1:]):
-        s.feed(pcm[a:b])
-        text.append(s.take_new_text())
-        assert s.tentative_text() == ""  # every token is final
-    s.finalize()
-    text.append(s.take_new_text())
-    return s, "".join(text)
 
 
 # ---------------------------------------------------------------------------------------------- offline
