@@ -43,6 +43,7 @@ so not its cost per step) give a realistic decoding load:
      bisection so that greedy TDT decoding of the benchmark clip (benchmarks/speech_clip.py, 60 s of
      real speech) emits about --tokens-per-second tokens (default 3, about what a real model emits
      for read English speech).
+(benchmarks/blank_bias.py, shared with the other transducers' benchmark models.)
 The duration outputs are left alone; they vary from frame to frame after step 1.
 """
 from __future__ import annotations
@@ -56,6 +57,8 @@ import sysconfig
 import tempfile
 import time
 from pathlib import Path
+
+from blank_bias import ENC_GAIN, bisect_blank_bias, recentre
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = "local-models/parakeet-tdt-0.6b-v2-random.nemo"  # relative to REPO (git-ignored)
@@ -232,9 +235,6 @@ def train_tokenizer(work: Path, seed: int) -> Path:
 # --------------------------------------------------------------------------------------
 
 
-ENC_GAIN = 30.0
-
-
 def count_tokens(model, enc, enc_len) -> int:
     import torch
 
@@ -259,40 +259,19 @@ def make_decoding_realistic(model, audio, tokens_per_second: float) -> dict:
     spread = (frames - mu).norm(dim=1).mean() / mu.norm()
     log.info("encoder on the %.0f s clip: %.1f s, %d frames; frame-to-frame spread %.3f of the mean frame",
              seconds, time.time() - t0, int(enc_len[0]), float(spread))
-    # 1. The random encoder's output is nearly the same vector on every frame, so the joint decides
-    #    the same on every frame.  Let the joint's encoder projection see each frame's deviation
-    #    from the mean frame, amplified: enc(x) = ENC_GAIN * W (x - mu) + b.
-    proj = model.joint.enc
-    with torch.no_grad():
-        proj.bias -= ENC_GAIN * (proj.weight @ mu)
-        proj.weight *= ENC_GAIN
+    # 1. Let the joint's encoder projection see each frame's deviation from the mean frame, amplified.
+    recentre(model.joint.enc, mu)
     # 2. Bias blank until greedy decoding emits about `target` tokens.
     last = model.joint.joint_net[-1]
     blank = model.decoder.blank_idx
     base = float(last.bias[blank])
-    tried = {}
 
     def tokens_at(b: float) -> int:
         with torch.no_grad():
             last.bias[blank] = base + b
-        t = time.time()
-        tried[b] = count_tokens(model, enc, enc_len)
-        log.info("blank bias %+.4f: %d tokens (decoding %.1f s)", b, tried[b], time.time() - t)
-        return tried[b]
+        return count_tokens(model, enc, enc_len)
 
-    lo, hi = -1.0, 1.0  # tokens(lo) > target >= tokens(hi)
-    while tokens_at(lo) <= target and lo > -64:
-        lo *= 2
-    while tokens_at(hi) > target and hi < 64:
-        hi *= 2
-    for _ in range(16):
-        mid = (lo + hi) / 2
-        n = tokens_at(mid)
-        if abs(n - target) <= 0.05 * target:
-            break
-        lo, hi = (mid, hi) if n > target else (lo, mid)
-    b = min(tried, key=lambda k: abs(tried[k] - target))
-    n = tokens_at(b)
+    b, n = bisect_blank_bias(tokens_at, target, log.info)
     return dict(enc_gain=ENC_GAIN, blank_bias_added=round(b, 4), tokens=n,
                 tokens_per_second=round(n / seconds, 2), frames=int(enc_len[0]))
 

@@ -74,10 +74,10 @@ REPO = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(REPO))
 from machine import cpu_info, cpu_line  # noqa: E402  (benchmarks/machine.py)
+from blank_bias import ENC_GAIN, bisect_blank_bias, recentre  # noqa: E402
 
 CONFIGS = "tests/configs/published"  # relative to the repository
 DEFAULT_MODELS = "parakeet_realtime_eou_120m-v1,nemotron-speech-streaming-en-0.6b"
-ENC_GAIN = 30.0
 SAMPLE_RATE = 16000
 
 
@@ -173,12 +173,9 @@ def realistic_joint(asr, enc_frames, steps, tokens_target: float, original: dict
         proj.weight.copy_(original["w"])
         proj.bias.copy_(original["b"])
         last.bias.copy_(original["out_b"])
-        mu = enc_frames.mean(1).to(proj.weight.dtype)
-        proj.bias -= ENC_GAIN * (proj.weight @ mu)
-        proj.weight *= ENC_GAIN
+    recentre(proj, enc_frames.mean(1), ENC_GAIN)
     m.joint.__dict__.pop("_t", None)  # the joint's cached transposed output weight
     base = float(original["out_b"][blank])
-    tried: dict[float, int] = {}
     projected = asr.project_encoder(enc_frames[None])[0]
 
     def count(b: float) -> int:
@@ -187,22 +184,9 @@ def realistic_joint(asr, enc_frames, steps, tokens_target: float, original: dict
         m.joint.__dict__.pop("_t", None)
         with torch.inference_mode():
             toks, _ = stream_greedy.transducer_chunk(projected, steps, stream_greedy.initial_carry(steps), confidence=None)
-        tried[b] = len(toks)
-        return tried[b]
+        return len(toks)
 
-    lo, hi = -1.0, 1.0  # count(lo) > target >= count(hi)
-    while count(lo) <= tokens_target and lo > -64:
-        lo *= 2
-    while count(hi) > tokens_target and hi < 64:
-        hi *= 2
-    for _ in range(20):
-        mid = (lo + hi) / 2
-        n = count(mid)
-        if abs(n - tokens_target) <= 0.05 * tokens_target:
-            break
-        lo, hi = (mid, hi) if n > tokens_target else (lo, mid)
-    b = min(tried, key=lambda k: abs(tried[k] - tokens_target))
-    n = count(b)
+    b, n = bisect_blank_bias(count, tokens_target)
     spread = float((enc_frames - enc_frames.mean(1, keepdim=True)).norm(dim=0).mean() / enc_frames.mean(1).norm())
     return {"blank_bias_added": round(b, 4), "tokens_on_clip": n, "frame_spread": round(spread, 4)}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 from typing import Optional
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 
@@ -46,3 +47,69 @@ def checked_state(expected: dict, tensors, what: str, where: str, dtype: Optiona
             raise ModelError(f"{where}: {what} tensor {name!r} is not floating point ({t.dtype})")
         state[name] = t.to(torch.float32) if keep_float(name) else t if dtype is None else t.to(dtype)
     return state
+
+
+def label_lstm_step(cache: dict, embed_weight: torch.Tensor, zero_label: int, lstm: nn.LSTM, int8: bool,
+                    labels: torch.Tensor, state: tuple[torch.Tensor, torch.Tensor]):
+    """One step of a transducer predictor: an embedding (the `zero_label` row embeds to zeros: the start of
+    a sequence) then an `nn.LSTM` stack, written out. labels [B], state (h, c) each [layers, B, H] ->
+    output [B, H], new state.
+
+    The first layer's input product depends on the label alone, so it is a table, [vocabulary, 4H], made
+    once (embedding times input weights, plus both biases): a step reads a row of it instead of half the
+    layer's weights. Each later layer's input and hidden products are one matrix product with the two weight
+    matrices side by side (much cheaper per step than a call of nn.LSTM on a sequence of one). `int8`: the
+    products on the hidden state (and a later layer's input) as `quant.Int8Linear`. The tables and fused
+    weights are kept in `cache` (a dict the caller owns, emptied when its weights change), keyed by the
+    weights' storage, dtype and device.
+    """
+    from .quant import Int8Linear
+
+    h0, c0 = state
+    hs, cs = [], []
+    x = None
+    for layer in range(lstm.num_layers):
+        if layer == 0:
+            table, w_hh = _first_lstm_layer(cache, embed_weight, zero_label, lstm, int8)
+            if isinstance(w_hh, Int8Linear):
+                gates = table.index_select(0, labels) + w_hh(h0[0])
+            else:
+                gates = torch.addmm(table.index_select(0, labels), h0[0], w_hh.t())
+        else:
+            w, b = _lstm_step_weights(cache, lstm, layer, int8)
+            if isinstance(w, Int8Linear):
+                gates = w(torch.cat([x, h0[layer]], dim=1))
+            else:
+                gates = F.linear(torch.cat([x, h0[layer]], dim=1), w, b)
+        i, f, g, o = gates.chunk(4, dim=1)
+        c = torch.sigmoid(f) * c0[layer] + torch.sigmoid(i) * torch.tanh(g)
+        x = torch.sigmoid(o) * torch.tanh(c)
+        hs.append(x)
+        cs.append(c)
+    return x, (torch.stack(hs), torch.stack(cs))
+
+
+def _first_lstm_layer(cache: dict, embed_weight: torch.Tensor, zero_label: int, lstm: nn.LSTM, int8: bool):
+    from .quant import Int8Linear
+
+    w_ih = lstm.weight_ih_l0
+    key = ("table", w_ih.data_ptr(), w_ih.dtype, w_ih.device)
+    if key not in cache:
+        emb = embed_weight.detach().clone()
+        emb[zero_label] = 0.0
+        table = torch.addmm(lstm.bias_ih_l0 + lstm.bias_hh_l0, emb.to(w_ih.dtype), w_ih.t()).detach()
+        w_hh = lstm.weight_hh_l0.detach()
+        cache[key] = (table, Int8Linear(w_hh, None) if int8 else w_hh)
+    return cache[key]
+
+
+def _lstm_step_weights(cache: dict, lstm: nn.LSTM, layer: int, int8: bool):
+    from .quant import Int8Linear
+
+    w_ih = getattr(lstm, f"weight_ih_l{layer}")
+    key = (layer, w_ih.data_ptr(), w_ih.dtype, w_ih.device)
+    if key not in cache:
+        w = torch.cat([w_ih, getattr(lstm, f"weight_hh_l{layer}")], dim=1).detach()
+        b = (getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}")).detach()
+        cache[key] = (Int8Linear(w, b), None) if int8 else (w, b)
+    return cache[key]

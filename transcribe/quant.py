@@ -157,9 +157,14 @@ class Int8Linear(QuantLinear):
         if xq.is_cuda and m < _CUDA_MIN_ROWS:
             xq = torch.cat([xq, xq.new_zeros(_CUDA_MIN_ROWS - m, xq.shape[1])])
         acc = int_mm(xq, self.weight_t, self._weight_split())[:m]
-        y = acc.to(torch.float32).mul_(sx).mul_(self.weight_scale)
+        y = acc.to(torch.float32)
+        # The row scales expanded to the full shape: ATen's in-place product of a [M, 1] operand is 3x
+        # slower on a CPU than of an expanded one. Then y * w_scale + bias in one pass (addcmul).
+        y.mul_(sx.expand_as(y))
         if self.bias is not None:
-            y.add_(self.bias)
+            torch.addcmul(self.bias, y, self.weight_scale, out=y)
+        else:
+            y.mul_(self.weight_scale)
         return y.to(dtype).reshape(*shape[:-1], self.out_features)
 
     def _load_from_state_dict(self, *args, **kwargs):

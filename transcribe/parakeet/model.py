@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ..modules import embedding_weight
+from ..modules import embedding_weight, label_lstm_step
 from ..quant import Int8Linear, quantize_linears
 from ..search.transducer import DEFAULT_MAX_SYMBOLS
 
@@ -54,60 +54,10 @@ class Predictor(nn.Module):
         return (z, z.clone())
 
     def forward(self, labels: torch.Tensor, state) -> tuple[torch.Tensor, tuple]:
-        """labels [B] -> output [B, H], new state. The blank label embeds to zeros (start of sequence).
-
-        One step of the LSTM stack, written out. The first layer's input product depends on the
-        label alone, so it is a table, [vocabulary + blank, 4H], made once (embedding times input
-        weights, plus both biases): a step reads a row of it instead of half the layer's weights.
-        Each later layer's input and hidden products are one matrix product with the two weight
-        matrices side by side (much cheaper per step than a call of nn.LSTM on a sequence of one).
-        """
-        h0, c0 = state
-        hs, cs = [], []
-        x = None
-        for layer in range(self.layers):
-            if layer == 0:
-                table, w_hh = self._first_layer()
-                if isinstance(w_hh, Int8Linear):
-                    gates = table.index_select(0, labels) + w_hh(h0[0])
-                else:
-                    gates = torch.addmm(table.index_select(0, labels), h0[0], w_hh.t())
-            else:
-                w, b = self._step_weights(layer)
-                if isinstance(w, Int8Linear):
-                    gates = w(torch.cat([x, h0[layer]], dim=1))
-                else:
-                    gates = F.linear(torch.cat([x, h0[layer]], dim=1), w, b)
-            i, f, g, o = gates.chunk(4, dim=1)
-            c = torch.sigmoid(f) * c0[layer] + torch.sigmoid(i) * torch.tanh(g)
-            x = torch.sigmoid(o) * torch.tanh(c)
-            hs.append(x)
-            cs.append(c)
-        return x, (torch.stack(hs), torch.stack(cs))
-
-    def _first_layer(self):
-        cache = self.__dict__.setdefault("_fused", {})
-        lstm = self.prediction.dec_rnn.lstm
-        w_ih = lstm.weight_ih_l0
-        key = ("table", w_ih.data_ptr(), w_ih.dtype, w_ih.device)
-        if key not in cache:
-            emb = self.prediction.embed.weight.detach().clone()
-            emb[self.blank] = 0.0
-            table = torch.addmm(lstm.bias_ih_l0 + lstm.bias_hh_l0, emb.to(w_ih.dtype), w_ih.t()).detach()
-            w_hh = lstm.weight_hh_l0.detach()
-            cache[key] = (table, Int8Linear(w_hh, None) if self.int8 else w_hh)
-        return cache[key]
-
-    def _step_weights(self, layer: int):
-        cache = self.__dict__.setdefault("_fused", {})
-        lstm = self.prediction.dec_rnn.lstm
-        w_ih = getattr(lstm, f"weight_ih_l{layer}")
-        key = (layer, w_ih.data_ptr(), w_ih.dtype, w_ih.device)
-        if key not in cache:
-            w = torch.cat([w_ih, getattr(lstm, f"weight_hh_l{layer}")], dim=1).detach()
-            b = (getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}")).detach()
-            cache[key] = (Int8Linear(w, b), None) if self.int8 else (w, b)
-        return cache[key]
+        """labels [B] -> output [B, H], new state. The blank label embeds to zeros (start of sequence);
+        one step of the LSTM stack written out (`modules.label_lstm_step`)."""
+        return label_lstm_step(self.__dict__.setdefault("_fused", {}), self.prediction.embed.weight, self.blank,
+                               self.prediction.dec_rnn.lstm, self.int8, labels, state)
 
     def quantize_int8(self) -> None:
         """The LSTM's matrix products on the hidden state (and a later layer's input) in int8
