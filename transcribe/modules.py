@@ -113,3 +113,59 @@ def _lstm_step_weights(cache: dict, lstm: nn.LSTM, layer: int, int8: bool):
         b = (getattr(lstm, f"bias_ih_l{layer}") + getattr(lstm, f"bias_hh_l{layer}")).detach()
         cache[key] = (Int8Linear(w, b), None) if int8 else (w, b)
     return cache[key]
+
+
+def fused_linear(cache: dict, layers) -> nn.Module:
+    """One layer computing several linear layers that read the same input, their outputs side by side (a
+    self-attention's query, key and value projections): one matrix product instead of several, and for int8
+    layers (`quant.Int8Linear`) one quantization of the input. Made once and kept in `cache` (a dict the
+    caller owns) while the layers are the same objects (a swap, e.g. to int8, makes it again); the layers'
+    own weights then become views of the fused one (no second copy). Each output column is the same dot
+    product as in its own layer; only the product's blocking may differ (float rounding in the last bits)."""
+    from .quant import Int8Linear
+
+    layers = tuple(layers)
+    hit = cache.get("fused")
+    if hit is not None and len(hit[0]) == len(layers) and all(a is b for a, b in zip(hit[0], layers)):
+        return hit[1]
+    sizes = [m.out_features for m in layers]
+    biases = [m.bias for m in layers]
+    if all(b is None for b in biases):
+        bias = None
+    else:
+        bias = torch.cat([torch.zeros(n) if b is None else b.detach().float() for n, b in zip(sizes, biases)])
+    if all(isinstance(m, Int8Linear) for m in layers):
+        fused = Int8Linear.from_int8(torch.cat([m.weight_t.t() for m in layers]),
+                                     torch.cat([m.weight_scale for m in layers]), bias)
+        for m, q in zip(layers, fused.weight_t.t().split(sizes)):
+            m.weight_t = q.t()
+    elif all(type(m) is nn.Linear for m in layers):
+        w = torch.cat([m.weight.detach() for m in layers])
+        fused = nn.Linear(w.shape[1], w.shape[0], bias=bias is not None, device="meta")
+        fused.weight = nn.Parameter(w, requires_grad=False)
+        for m, part in zip(layers, w.split(sizes)):
+            m.weight = nn.Parameter(part, requires_grad=False)
+        if bias is not None:
+            fused.bias = nn.Parameter(bias.to(w.dtype), requires_grad=False)
+    else:
+        raise TypeError(f"cannot fuse {[type(m).__name__ for m in layers]}")
+    cache["fused"] = (layers, fused)
+    return fused
+
+
+def kv_append(held: Optional[tuple[torch.Tensor, torch.Tensor]], length: int, k: torch.Tensor, v: torch.Tensor):
+    """A decoder's self-attention cache of one layer grown by a step: `held` the buffers (keys, values)
+    [rows, H, capacity, d] whose first `length` positions are filled (None: empty), k, v [rows, H, n, d] the
+    step's -> (buffers, keys, values), the last two views of the first length + n positions. The capacity
+    doubles when full, so a step writes its own positions instead of copying the whole cache (torch.cat)."""
+    end = length + k.shape[2]
+    if held is None or held[0].shape[2] < end:
+        cap = max(2 * end, 64)
+        grown = tuple(t.new_empty(t.shape[0], t.shape[1], cap, t.shape[3]) for t in (k, v))
+        if held is not None:
+            for g, h in zip(grown, held):
+                g[:, :, :length] = h[:, :, :length]
+        held = grown
+    held[0][:, :, length:end] = k
+    held[1][:, :, length:end] = v
+    return held, held[0][:, :, :end], held[1][:, :, :end]

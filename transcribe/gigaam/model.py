@@ -135,12 +135,18 @@ class ConvModule(nn.Module):
         self.pointwise_conv2 = nn.Conv1d(d_model, d_model, 1)
 
     def forward(self, x: Tensor, pad_mask: Optional[Tensor]) -> Tensor:
-        x = F.glu(self.pointwise_conv1(x.transpose(1, 2)), dim=1)
+        """[B, T, C] -> [B, T, C]. The pointwise convolutions may be int8 matrix products (`quant.Int8Linear`,
+        dtype int8), which take [..., C] rows."""
+        quantized = not isinstance(self.pointwise_conv1, nn.Conv1d)
+        x = self.pointwise_conv1(x).transpose(1, 2) if quantized else self.pointwise_conv1(x.transpose(1, 2))
+        x = F.glu(x, dim=1)
         if pad_mask is not None:
             x = x.masked_fill(pad_mask.unsqueeze(1), 0.0)
         x = self.depthwise_conv(x)
-        x = self.batch_norm(x.transpose(1, 2)).transpose(1, 2)
-        return self.pointwise_conv2(self.activation(x)).transpose(1, 2)
+        x = self.activation(self.batch_norm(x.transpose(1, 2)))
+        if quantized:
+            return self.pointwise_conv2(x)
+        return self.pointwise_conv2(x.transpose(1, 2)).transpose(1, 2)
 
 
 class ConformerLayer(nn.Module):

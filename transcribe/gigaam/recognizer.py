@@ -86,7 +86,7 @@ class GigaAMASR(Recognizer):
     def load(cls, path: Path, name: str, device: torch.device, dtype: Optional[torch.dtype] = None) -> "GigaAMASR":
         """A model folder (or a loadable .ckpt) -> a recognizer on `device`: float32 (None); bfloat16 or
         float16 (the encoder's weights and compute; front end and heads float32); int8 (the encoder's linear
-        layers as int8 products, `quant.quantize_linears`; the rest float32)."""
+        layers and pointwise convolutions as int8 products, `quant.quantize_linears`; the rest float32)."""
         ckpt = read(Path(path))
         vocab = Vocabulary(ckpt.config.vocabulary, ckpt.tokenizer)
         model = build(ckpt.config, ckpt.state_dict, str(path))
@@ -244,9 +244,10 @@ class GigaAMASR(Recognizer):
 def finish(model: GigaAM, device, dtype: Optional[torch.dtype]) -> GigaAM:
     """The built model on `device` in `dtype` (as GigaAMASR.load says); every loader ends here."""
     if dtype == torch.int8:
-        from ..quant import quantize_linears
+        from ..quant import quantize_linears, quantize_matching
 
         quantize_linears(model.encoder)
+        quantize_matching(model.encoder, lambda name: ".pointwise_conv" in name)
     elif dtype not in (None, torch.float32):
         if dtype not in (torch.bfloat16, torch.float16):
             raise ModelError(f"GigaAM models run in float32, bfloat16, float16 or int8, not {dtype}")

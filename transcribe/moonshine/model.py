@@ -22,6 +22,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..modules import fused_linear, kv_append
 from .config import MoonshineConfig
 
 STRIDE = 64 * 3 * 2  # samples per encoder frame
@@ -83,10 +84,25 @@ class Attention(nn.Module):
     def split(self, x: torch.Tensor) -> torch.Tensor:
         return x.unflatten(-1, (self.heads, self.head_dim)).transpose(1, 2)
 
-    def attend(self, q, k, v, mask: Optional[torch.Tensor] = None, causal: bool = False) -> torch.Tensor:
-        """q [B, H, Tq, d], k, v [B, H, Tk, d] -> [B, Tq, hidden] (after o_proj)."""
+    def qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The query, key and value of h [B, T, hidden], each [B, H, T, d], from one fused product
+        (`modules.fused_linear`)."""
+        fused = fused_linear(self.__dict__.setdefault("_fused", {}), (self.q_proj, self.k_proj, self.v_proj))
+        return tuple(self.split(t) for t in fused(h).chunk(3, dim=-1))
+
+    def padded(self, t: torch.Tensor) -> torch.Tensor:
+        """t [..., d] with zeros up to the padded head size (transformers' `pad_head_dim_to_multiple_of`: zeros
+        change no dot product, only the attention kernel's blocking)."""
+        return F.pad(t, (0, self.pad)) if self.pad else t
+
+    def attend(self, q, k, v, mask: Optional[torch.Tensor] = None, causal: bool = False,
+               kv_padded: bool = False) -> torch.Tensor:
+        """q [B, H, Tq, d], k, v [B, H, Tk, d] (already `padded` when kv_padded: a decoder's caches are kept so,
+        padded once) -> [B, Tq, hidden] (after o_proj)."""
         if self.pad:
-            q, k, v = (F.pad(t, (0, self.pad)) for t in (q, k, v))
+            q = self.padded(q)
+            if not kv_padded:
+                k, v = self.padded(k), self.padded(v)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal and mask is None,
                                              scale=self.head_dim ** -0.5)
         if self.pad:
@@ -131,8 +147,7 @@ class EncoderLayer(nn.Module):
 
     def forward(self, x, cos, sin):
         a = self.self_attn
-        h = self.input_layernorm(x)
-        q, k, v = a.split(a.q_proj(h)), a.split(a.k_proj(h)), a.split(a.v_proj(h))
+        q, k, v = a.qkv(self.input_layernorm(x))
         x = x + a.attend(rotate(q, cos, sin), rotate(k, cos, sin), v)
         return x + self.mlp(self.post_attention_layernorm(x))
 
@@ -175,14 +190,19 @@ class DecoderLayer(nn.Module):
 
 @dataclass
 class DecoderState:
-    """One decode's cache: per layer the self-attention keys and values [rows, H, T, d] (None before the first
-    step) and the cross-attention ones [rows, H, S, d]; the cross-attention mask [rows, 1, 1, S] (None when every
+    """One decode's cache (head size padded, `Attention.padded`): per layer the self-attention keys and values
+    [rows, H, capacity, d], the first `length` positions filled (None before the first step; `append`), and the cross-attention ones [rows, H, S, d]; the cross-attention mask [rows, 1, 1, S] (None when every
     row attends to all S frames); the positions fed so far."""
 
     self_kv: list
     cross_kv: list
     mask: Optional[torch.Tensor]
     length: int = 0
+
+    def append(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Adds a layer's new keys and values [rows, H, n, d] at position `length` -> all of them so far."""
+        self.self_kv[layer], k, v = kv_append(self.self_kv[layer], self.length, k, v)
+        return k, v
 
     def select(self, rows: torch.Tensor) -> None:
         """Keeps the given rows, in that order."""
@@ -206,7 +226,7 @@ class Decoder(nn.Module):
         cross = []
         for layer in self.layers:
             a = layer.encoder_attn
-            cross.append((a.split(a.k_proj(states)), a.split(a.v_proj(states))))
+            cross.append((a.padded(a.split(a.k_proj(states))), a.padded(a.split(a.v_proj(states)))))
         s = states.shape[1]
         mask = None
         if bool((lengths < s).any()):
@@ -220,18 +240,15 @@ class Decoder(nn.Module):
         cos, sin = self.rotary(torch.arange(state.length, state.length + n, device=ids.device), x.dtype)
         for i, layer in enumerate(self.layers):
             a = layer.self_attn
-            h = layer.input_layernorm(x)
-            q, k, v = a.split(a.q_proj(h)), a.split(a.k_proj(h)), a.split(a.v_proj(h))
+            q, k, v = a.qkv(layer.input_layernorm(x))
             q, k = rotate(q, cos, sin), rotate(k, cos, sin)
-            past = state.self_kv[i]
-            if past is not None:
-                k, v = torch.cat([past[0], k], dim=2), torch.cat([past[1], v], dim=2)
-            state.self_kv[i] = (k, v)
-            x = x + a.attend(q, k, v, causal=n > 1 and past is None)
+            first = state.length == 0
+            k, v = state.append(i, a.padded(k), a.padded(v))
+            x = x + a.attend(q, k, v, causal=n > 1 and first, kv_padded=True)
             c = layer.encoder_attn
             h = layer.post_attention_layernorm(x)
             ck, cv = state.cross_kv[i]
-            x = x + c.attend(c.split(c.q_proj(h)), ck, cv, mask=state.mask)
+            x = x + c.attend(c.split(c.q_proj(h)), ck, cv, mask=state.mask, kv_padded=True)
             x = x + layer.mlp(layer.final_layernorm(x))
         state.length += n
         return self.norm(x)

@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..modules import fused_linear, kv_append
 from .config import MoonshineStreamingConfig
 
 _ACT = {"gelu": F.gelu, "silu": F.silu, "relu": F.relu}
@@ -174,6 +175,13 @@ class DecoderAttention(nn.Module):
         b, t, _ = x.shape
         return x.view(b, t, self.heads, self.head_dim).transpose(1, 2)
 
+    def qkv(self, h: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The query, key and value of h [B, T, hidden], each [B, heads, T, head_dim], from one fused product
+        (`modules.fused_linear`)."""
+        fused = fused_linear(self.__dict__.setdefault("_fused", {}), (self.q_proj, self.k_proj, self.v_proj))
+        b, t, _ = h.shape
+        return tuple(x.view(b, t, self.heads, self.head_dim).transpose(1, 2) for x in fused(h).chunk(3, dim=-1))
+
     def kv(self, states: torch.Tensor):
         return self.split(self.k_proj(states)), self.split(self.v_proj(states))
 
@@ -208,7 +216,7 @@ class DecoderLayer(nn.Module):
 @dataclass
 class DecoderState:
     """One decoding's caches: per layer the cross-attention keys and values (fixed) and the self-attention
-    keys and values so far (grown by each step)."""
+    keys and values so far (buffers grown by each step, `modules.kv_append`: the first `position` filled)."""
 
     cross: list
     self_kv: list = field(default_factory=list)
@@ -250,16 +258,11 @@ class Decoder(nn.Module):
             causal = torch.ones(n, state.position + n, dtype=torch.bool, device=ids.device).tril(state.position)
         for i, layer in enumerate(self.layers):
             a = layer.self_attn
-            h = layer.input_layernorm(x)
-            q = apply_rope(a.split(a.q_proj(h)), cos, sin)
-            k = apply_rope(a.split(a.k_proj(h)), cos, sin)
-            v = a.split(a.v_proj(h))
-            if i < len(state.self_kv):
-                pk, pv = state.self_kv[i]
-                k, v = torch.cat((pk, k), dim=2), torch.cat((pv, v), dim=2)
-                state.self_kv[i] = (k, v)
-            else:
-                state.self_kv.append((k, v))
+            q, k, v = a.qkv(layer.input_layernorm(x))
+            q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+            if i == len(state.self_kv):
+                state.self_kv.append(None)
+            state.self_kv[i], k, v = kv_append(state.self_kv[i], state.position, k, v)
             x = x + a.out(F.scaled_dot_product_attention(q, k, v, attn_mask=causal))
             e = layer.encoder_attn
             h = layer.post_attention_layernorm(x)
