@@ -13,7 +13,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --rounds N        timed calls of each engine after one warm-up (default 3)
              --seconds S       clip length (default 60; at most 80: the adapter's 4,096 positions hold 82 s)
              --max-new-tokens N  generated tokens, both engines (default 200: a random model never emits EOS)
-             --precisions L    comma list of fp32, bf16 (default fp32,bf16)
+             --precisions L    comma list of fp32, bf16, int8 (default fp32,bf16,int8; int8 is ours only:
+                               transformers has no int8 CPU path, so its row runs transformers in fp32)
 
 The clip: `S` seconds of real speech (benchmarks/speech_clip.py), float32 PCM at 16 kHz given to both as an array,
 decoded whole by both (ours with max_piece_s 80: one piece, the same work as transformers' one call).
@@ -22,7 +23,7 @@ One child process per engine, both loaded at once, their calls alternating (the 
   hf    transformers: AutoProcessor + MoonshineStreamingForConditionalGeneration.from_pretrained(model, dtype),
         processor(pcm, return_attention_mask=True), generate(max_new_tokens=N, num_beams=1, do_sample=False)
         under torch.inference_mode(), then batch_decode(skip_special_tokens=True);
-  ours  transcribe.load_model(model, threads=N, dtype=None | "bfloat16"), transcribe(pcm, max_new_tokens=N,
+  ours  transcribe.load_model(model, threads=N, dtype=None | "bfloat16" | "int8"), transcribe(pcm, max_new_tokens=N,
         max_piece_s=80) (greedy).
 Reported per engine: load time, best and median call, RTFx = audio seconds / best (and / median), peak RSS, the
 tokens emitted and whether both emitted the same ids; the ratios ours/transformers. Timing on a shared machine is
@@ -73,8 +74,8 @@ BENCH = Bench(
     family="Moonshine Streaming", script=__file__, ref="hf", ref_label="transformers",
     ref_python_option="--hf-python", ref_python_default=".venv-nemo/bin/python", ref_setup="tools/setup_nemo_venv.sh",
     load_ref=load_hf, load_ours=load_mine, default_model="local-models/moonshine-streaming-medium-random",
-    make_hint="benchmarks/make_moonshine_streaming_model.py", precisions=("fp32", "bf16"),
-    default_precisions="fp32,bf16", add_args=add_args, check=check,
+    make_hint="benchmarks/make_moonshine_streaming_model.py", precisions=("fp32", "bf16", "int8"),
+    default_precisions="fp32,bf16,int8", ref_runs_fp32=("int8",), add_args=add_args, check=check,
     json_extra=lambda args, _: dict(max_new_tokens=args.max_new_tokens),
     summary_extra=lambda args, _: f", {args.max_new_tokens} new tokens",
     title=lambda args, model: f"Moonshine Streaming ({model.rstrip('/').split('/')[-1]})")

@@ -53,6 +53,19 @@ def test_offline_greedy_and_beam_equal_transformers(model, ref):
     assert t.text == ref["text"] and [tok.id for tok in t.tokens] == ref["greedy"]
 
 
+def test_int8_loads_and_follows_the_float_model():
+    from transcribe.quant import Int8Linear
+
+    m8 = transcribe.load_model(str(MODEL), dtype="int8")
+    assert isinstance(m8.model.encoder.layers[0].self_attn.q_proj, Int8Linear)
+    assert isinstance(m8.model.decoder.layers[0].mlp.fc1, Int8Linear)
+    assert isinstance(m8.model.proj_out, Int8Linear)
+    ref = REFS["offline"][0]
+    ids8 = m8.decode_pcm(_audio(ref["clip"]), m8.options()).ids
+    # the tiny model's words survive int8's rounding (per-channel weights, per-row activations) at its start
+    assert ids8[:10] == ref["greedy"][:10]
+
+
 def test_the_tiny_model_follows_the_audio(model):
     jfk = ("And so, my fellow Americans, ask not what your country can do for you, ask what you can do for your "
            "country.")

@@ -65,7 +65,8 @@ class MoonshineASR(Recognizer):
     @classmethod
     def load(cls, path: Path, name: str, device, dtype: Optional[torch.dtype] = None) -> "MoonshineASR":
         """A transformers-format directory -> a recognizer on `device`; `dtype`: bfloat16 / float16 (every layer),
-        int8 (the encoder's and decoder's linear layers, `quant.Int8Linear`; the stem, norms and head float32)."""
+        int8 (the encoder's and decoder's linear layers and the head, `quant.Int8Linear`; the stem, norms and
+        embedding float32)."""
         from ..safetensors_files import read_tensors, weight_files
         from .config import read_config
         from .tokenizer import load_tokenizer
@@ -92,10 +93,11 @@ class MoonshineASR(Recognizer):
         if dtype == torch.int8:
             if torch.device(device).type != "cpu":
                 raise ModelError(f"{name}: int8 runs on the CPU only (float32, bfloat16 or float16 on {device})")
-            from ..quant import quantize_linears
+            from ..quant import Int8Linear, quantize_linears
 
             for part in (model.model.encoder.layers, model.model.decoder.layers):
                 quantize_linears(part)
+            model.proj_out = Int8Linear.from_linear(model.proj_out)
         elif dtype is not None and dtype != torch.float32:
             model.to(dtype)
         return cls(model, tokenizer, name, str(device))

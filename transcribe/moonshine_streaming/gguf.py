@@ -143,12 +143,9 @@ def _tokenizer(keys, where: str, config):
 def load_gguf(path: Path, name: str, device, dtype: Optional[torch.dtype] = None):
     from ..gguf.file import GGUFFile
     from .model import MoonshineStreamingModel
-    from .recognizer import MoonshineStreamingASR
+    from .recognizer import MoonshineStreamingASR, finish
 
     where = str(path)
-    if dtype == torch.int8:
-        raise ModelError(f"{name}: int8 is not implemented for Moonshine Streaming models (float32, bfloat16, "
-                         "float16)")
     with GGUFFile(path) as f:
         if f.arch != ARCH:
             raise ModelError(f"{where}: a {f.arch!r} GGUF file, not {ARCH}")
@@ -184,7 +181,4 @@ def load_gguf(path: Path, name: str, device, dtype: Optional[torch.dtype] = None
         model.load_checkpoint(sd)
     except KeyError as e:
         raise ModelError(f"{where}: {e.args[0] if e.args else e}") from None
-    model.eval().to(device)
-    if dtype is not None and dtype != torch.float32:
-        model.to(dtype)
-    return MoonshineStreamingASR(model, tokenizer, name, str(device))
+    return MoonshineStreamingASR(finish(model, name, device, dtype), tokenizer, name, str(device))

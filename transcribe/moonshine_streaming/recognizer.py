@@ -76,13 +76,7 @@ class MoonshineStreamingASR(Recognizer):
             model.load_checkpoint(read_tensors(weight_files(path)))
         except KeyError as e:
             raise ModelError(f"{path}: {e.args[0] if e.args else e}") from None
-        if dtype == torch.int8:
-            raise ModelError(f"{name}: int8 is not implemented for Moonshine Streaming models (float32, bfloat16, "
-                             "float16)")
-        model.eval().to(device)
-        if dtype is not None and dtype != torch.float32:
-            model.to(dtype)
-        return cls(model, tokenizer, name, str(device))
+        return cls(finish(model, name, device, dtype), tokenizer, name, str(device))
 
     # -- pieces of the contract
     def piece(self, i: int) -> str:
@@ -104,7 +98,7 @@ class MoonshineStreamingASR(Recognizer):
 
     # -- running the network
     def _dtype(self) -> torch.dtype:
-        return self.model.proj_out.weight.dtype
+        return self.model.decoder.embed_tokens.weight.dtype
 
     @torch.inference_mode()
     def encode(self, pcm: np.ndarray) -> torch.Tensor:
@@ -191,3 +185,21 @@ class MoonshineStreamingASR(Recognizer):
 
 
 __all__ = ["MoonshineStreamingASR", "WORD_START"]
+
+
+def finish(model: MoonshineStreamingModel, name: str, device, dtype: Optional[torch.dtype]) -> MoonshineStreamingModel:
+    """A loaded model on `device` in `dtype` (every loader ends here): bfloat16 / float16 every layer; int8 (CPU
+    only) the encoder's and decoder's layers' linear layers and the head as `quant.Int8Linear` (int8 weights per
+    output row, activations quantized per row at run time), the stem, adapter, norms and embeddings float32."""
+    model.eval().requires_grad_(False).to(device)
+    if dtype == torch.int8:
+        if torch.device(device).type != "cpu":
+            raise ModelError(f"{name}: int8 runs on the CPU only (float32, bfloat16 or float16 on {device})")
+        from ..quant import Int8Linear, quantize_linears
+
+        for part in (model.encoder.layers, model.decoder.layers):
+            quantize_linears(part)
+        model.proj_out = Int8Linear.from_linear(model.proj_out)
+    elif dtype is not None and dtype != torch.float32:
+        model.to(dtype)
+    return model
