@@ -3,7 +3,8 @@ vocabulary 32768) with random weights, on ONE core by default: does a live sessi
 by the tests.
 
     python3 benchmarks/moonshine_streaming_chunk.py [--threads 1] [--seconds 60] [--chunk-ms 80]
-                                                     [--size tiny|small|medium] [--json bench-out/ms_chunk.json]
+                                                     [--size tiny|small|medium] [--dtype float32|int8]
+                                                     [--json bench-out/ms_chunk.json]
 
 It builds the model with random weights (no file: the network of transcribe/moonshine_streaming/model.py from the
 published shapes, benchmarks/make_moonshine_streaming_model.py's), then runs a live session
@@ -32,11 +33,11 @@ sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "benchmarks"))
 
 
-def random_asr(size: str):
+def random_asr(size: str, dtype: str = "float32"):
     from make_moonshine_streaming_model import SIZES, windows
     from transcribe.moonshine_streaming.config import parse_config
     from transcribe.moonshine_streaming.model import MoonshineStreamingModel
-    from transcribe.moonshine_streaming.recognizer import MoonshineStreamingASR
+    from transcribe.moonshine_streaming.recognizer import MoonshineStreamingASR, finish
     from transcribe.moonshine_streaming.tokenizer import load_tokenizer
 
     (el, ew, eh, ed), (dl, dw, dh) = SIZES[size]
@@ -56,7 +57,8 @@ def random_asr(size: str):
             elif p.dim() > 1:
                 p.normal_(0.0, 0.02)
     tok = load_tokenizer(REPO / "tests" / "models" / "moonshine_streaming" / "tiny")
-    return MoonshineStreamingASR(model.eval(), tok, f"random-{size}")
+    model = finish(model, f"random-{size}", "cpu", {"float32": None, "int8": torch.int8}[dtype])
+    return MoonshineStreamingASR(model, tok, f"random-{size}")
 
 
 def main():
@@ -66,6 +68,7 @@ def main():
     ap.add_argument("--chunk-ms", type=float, default=80.0)
     ap.add_argument("--tokens-per-s", type=float, default=3.0)
     ap.add_argument("--size", default="tiny", choices=["tiny", "small", "medium"])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "int8"])
     ap.add_argument("--json")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
@@ -79,7 +82,7 @@ def main():
         def _bound(self, samples: int) -> int:  # as many tokens as speech has (random weights never stop)
             return max(1, math.ceil(rate * samples / 16000))
 
-    asr = random_asr(args.size)
+    asr = random_asr(args.size, args.dtype)
     pcm, _ = speech_clip(args.seconds)
     s = Session(asr)
     chunk = int(round(args.chunk_ms * 16))
@@ -96,7 +99,7 @@ def main():
         final_ms = 1000 * (time.perf_counter() - t)
     total_s = (sum(feeds) + final_ms) / 1000
     ordered = sorted(feeds)
-    rec = {"cpu": cpu_info(), "threads": args.threads, "size": args.size, "seconds": args.seconds,
+    rec = {"cpu": cpu_info(), "threads": args.threads, "size": args.size, "dtype": args.dtype, "seconds": args.seconds,
            "chunk_ms": args.chunk_ms, "tokens_per_s": rate, "partial_decodes": s.decodes,
            "feed_ms": {"best": ordered[0], "median": statistics.median(feeds),
                        "p90": ordered[int(0.9 * (len(ordered) - 1))], "max": ordered[-1]},

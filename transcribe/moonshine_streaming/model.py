@@ -222,6 +222,11 @@ class DecoderState:
     self_kv: list = field(default_factory=list)
     position: int = 0
 
+    def cut(self, n: int) -> None:
+        """Keeps the first n fed positions (a verified draft's rejected tail is dropped; the buffers keep their
+        capacity and are written over)."""
+        self.position = min(self.position, n)
+
 
 class Decoder(nn.Module):
     def __init__(self, config: MoonshineStreamingConfig):
@@ -244,9 +249,9 @@ class Decoder(nn.Module):
         """Per layer (keys, values) [B, heads, T, head_dim] of adapted states (per frame: slices concatenate)."""
         return [layer.encoder_attn.kv(adapted) for layer in self.layers]
 
-    def step(self, ids: torch.Tensor, state: DecoderState) -> torch.Tensor:
-        """ids [B, L] at the state's next positions -> the last position's hidden state [B, hidden] (the
-        self-attention caches grow by L)."""
+    def step(self, ids: torch.Tensor, state: DecoderState, every: bool = False) -> torch.Tensor:
+        """ids [B, L] at the state's next positions -> the last position's hidden state [B, hidden] (`every`: every
+        position's, [B, L, hidden]; the self-attention caches grow by L)."""
         c = self.config
         x = self.embed_tokens(ids)
         n = ids.shape[1]
@@ -270,7 +275,7 @@ class Decoder(nn.Module):
             x = x + e.out(F.scaled_dot_product_attention(e.split(e.q_proj(h)), ck, cv))
             x = x + layer.mlp(layer.final_layernorm(x))
         state.position += n
-        return self.norm(x[:, -1])
+        return self.norm(x if every else x[:, -1])
 
 
 class MoonshineStreamingModel(nn.Module):
@@ -304,5 +309,5 @@ class MoonshineStreamingModel(nn.Module):
                                f"{tuple(own[k].shape)}")
         self.load_state_dict({k: v.float() for k, v in sd.items()}, strict=True, assign=True)
 
-    def logits(self, ids: torch.Tensor, state: DecoderState) -> torch.Tensor:
-        return self.proj_out(self.decoder.step(ids, state)).float()
+    def logits(self, ids: torch.Tensor, state: DecoderState, every: bool = False) -> torch.Tensor:
+        return self.proj_out(self.decoder.step(ids, state, every)).float()

@@ -122,10 +122,18 @@ class MoonshineStreamingASR(Recognizer):
         return torch.tensor([[self.config.decoder_start]], dtype=torch.long, device=self.device)
 
     @torch.inference_mode()
-    def greedy(self, state: DecoderState, max_new: int) -> aed.AEDHypothesis:
+    def greedy(self, state: DecoderState, max_new: int, draft=None) -> aed.AEDHypothesis:
+        """Greedy ids over a fresh state; `draft`: ids it likely starts with (a live session's previous partial),
+        verified in one call (`aed.greedy_from_draft`)."""
         m = self.model
-        return aed.greedy(lambda ids: m.logits(ids, state), self._prompt(), max_new, self.config.eos,
-                          self.config.pad)[0]
+
+        def step(ids, every=False):
+            return m.logits(ids, state, every)
+
+        if draft:
+            return aed.greedy_from_draft(step, state.cut, self._prompt(), list(draft), max_new, self.config.eos,
+                                         self.config.pad)
+        return aed.greedy(step, self._prompt(), max_new, self.config.eos, self.config.pad)[0]
 
     @torch.inference_mode()
     def beam(self, state: DecoderState, beams: int, max_new: int) -> list[aed.AEDHypothesis]:

@@ -70,6 +70,7 @@ class MoonshineStreamingSession(StreamingSession):
         self._emitted = 0                          # final encoder frames of the segment
         self._decoded = 0                          # frames the last partial decode read
         self._cross: list = []                     # per decoder layer (keys, values) of the final frames
+        self._draft: list = []                     # the segment's last partial ids: the next decode's draft
 
     @property
     def cache_frames(self) -> int:
@@ -102,7 +103,9 @@ class MoonshineStreamingSession(StreamingSession):
                 self._pcm = rest
             self._advance(final=False)
             if self._emitted - self._decoded >= self._every and self._emitted > 0:
-                ids = self._asr.greedy(self._state(), self._bound(self._emitted * self._enc_samples)).ids
+                ids = self._asr.greedy(self._state(), self._bound(self._emitted * self._enc_samples),
+                                       draft=self._draft).ids
+                self._draft = ids
                 self._decoded = self._emitted
                 self.decodes += 1
                 self.last_partial = ids
@@ -171,7 +174,7 @@ class MoonshineStreamingSession(StreamingSession):
         asr = self._asr
         n = self._pcm.size
         self._advance(final=True)
-        ids = asr.greedy(self._state(), self._bound(n)).ids if self._emitted else []
+        ids = asr.greedy(self._state(), self._bound(n), draft=self._draft).ids if self._emitted else []
         first = self._seg_start // self._enc_samples
         last = (self._seg_start + n + self._enc_samples - 1) // self._enc_samples
         self._set_tentative("")

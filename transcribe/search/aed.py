@@ -73,6 +73,49 @@ def greedy(step: Callable, prompt: torch.Tensor, max_new: int, eos: int, pad: in
 
 
 @torch.no_grad()
+def greedy_from_draft(step: Callable, cut: Callable, prompt: torch.Tensor, draft: list[int], max_new: int, eos: int,
+                      pad: int) -> AEDHypothesis:
+    """`greedy` for one row (prompt [1, P]) given a draft of its ids (a live session's previous partial of the same
+    audio, which the new one mostly repeats): the prompt and the draft go in one call, `step(ids, every=True)` ->
+    the logits of every fed position [1, L, vocab]; the draft's longest prefix that greedy would emit (each draft
+    id the argmax after the ids before it) is kept, `cut(n)` cuts the decoder's state back to its first n fed
+    positions (the prompt and the kept ids), and greedy goes on from greedy's own next id. The same ids as
+    `greedy` but one call for the ids the draft got right instead of one each: the verifying call computes the
+    kept positions together, so their logits may differ from the one-at-a-time ones in the last bits (a flip only
+    at an exact near-tie)."""
+    p = prompt.shape[1]
+    draft = [int(i) for i in draft[:max_new]]
+    if eos in draft:
+        draft = draft[:draft.index(eos)]
+    fed = torch.cat([prompt, torch.tensor([draft], dtype=prompt.dtype, device=prompt.device)], dim=1)
+    logits = step(fed, every=True)[0, p - 1:].float()                 # [len(draft) + 1, vocab]
+    pred = logits.argmax(dim=-1).cpu()
+    logp = torch.log_softmax(logits, dim=-1).cpu()
+    k = 0
+    while k < len(draft) and int(pred[k]) == draft[k]:
+        k += 1
+    out = draft[:k]
+    lps = [float(logp[j, draft[j]]) for j in range(k)]
+    score = sum(lps)
+    if k < max_new:
+        nxt = int(pred[k])
+        out.append(nxt)
+        lps.append(float(logp[k, nxt]))
+        score += lps[-1]
+        cut(p + k)
+        if nxt != eos and k + 1 < max_new:
+            rest = greedy(step, torch.tensor([[nxt]], dtype=prompt.dtype, device=prompt.device), max_new - k - 1,
+                          eos, pad)[0]
+            out += rest.ids
+            lps += rest.logprobs
+            score += rest.score
+    else:
+        cut(p + k - 1)  # the bound reached inside the draft: its last kept id is not fed, as in greedy
+    kept = strip_end(out, eos, pad)
+    return AEDHypothesis(kept, float(score), lps[:len(kept)])
+
+
+@torch.no_grad()
 def beam(step: Callable, select: Callable, prompt: torch.Tensor, beam_size: int, max_new: int, eos: int, pad: int,
          length_penalty: float = 0.0) -> list[list[AEDHypothesis]]:
     """NeMo's beam search for each row of `prompt` [B, P]: per row, its `beam_size` hypotheses, best
