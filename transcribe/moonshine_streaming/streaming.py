@@ -25,6 +25,7 @@ import math
 import numpy as np
 import torch
 
+from ..modules import kv_append
 from ..runtime import model_call
 from ..streaming import CommitToken, StreamingSession
 from .model import DecoderState
@@ -70,6 +71,7 @@ class MoonshineStreamingSession(StreamingSession):
         self._emitted = 0                          # final encoder frames of the segment
         self._decoded = 0                          # frames the last partial decode read
         self._cross: list = []                     # per decoder layer (keys, values) of the final frames
+        self._cross_held: list = []                # their buffers (`modules.kv_append`)
         self._draft: list = []                     # the segment's last partial ids: the next decode's draft
 
     @property
@@ -164,9 +166,12 @@ class MoonshineStreamingSession(StreamingSession):
         """Final encoder frames (the next of the segment) -> their cross-attention keys and values, appended."""
         d = self._asr.model.decoder
         kv = d.cross_kv(d.adapt(new, self._emitted))
-        if self._cross:
-            kv = [(torch.cat((k0, k), dim=2), torch.cat((v0, v), dim=2)) for (k0, v0), (k, v) in zip(self._cross, kv)]
-        self._cross = kv
+        held = self._cross_held or [None] * len(kv)
+        self._cross = []
+        for i, (k, v) in enumerate(kv):  # written into buffers that grow by doubling (no copy of the whole cache)
+            held[i], k, v = kv_append(held[i], self._emitted, k, v)
+            self._cross.append((k, v))
+        self._cross_held = held
         self._emitted += int(new.shape[1])
 
     def _end_segment(self) -> None:
