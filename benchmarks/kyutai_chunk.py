@@ -1,7 +1,7 @@
 """Kyutai STT's compute per 80 ms frame of a live session on the stt-1b-en_fr architecture (the smallest published
 size) with random weights: does a stream keep up with real time on one core? Not run by the tests.
 
-    python3 benchmarks/kyutai_chunk.py --threads 1 --frames 200 [--json bench-out/kyutai_chunk.json]
+    python3 benchmarks/kyutai_chunk.py --threads 1 --frames 200 [--dtype float32|int8] [--json bench-out/kyutai_chunk.json]
 
 It builds the model without a file (`KyutaiModel` on the published dimensions as the -trfs config.json spells them:
 the LM 16 layers x 2048, 16 heads, gated MLP ffn_dim 11264, text vocabulary 8001, 32 codebooks of 2049 ids; Mimi's
@@ -54,6 +54,8 @@ def main(argv=None) -> int:
     ap.add_argument("--frames", type=int, default=200)
     ap.add_argument("--warmup", type=int, default=40)
     ap.add_argument("--tiny", action="store_true")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "int8"],
+                    help="the LM's: int8 as load_model(dtype='int8') makes it (KyutaiLM.quantize_int8); the codec float32")
     ap.add_argument("--json", metavar="PATH")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
@@ -68,6 +70,8 @@ def main(argv=None) -> int:
         model = KyutaiModel(cfg).eval()
         for rvq in (model.mimi.semantic, model.mimi.acoustic):
             rvq.codebooks.normal_()
+    if args.dtype == "int8":
+        model.lm.quantize_int8()
     build_s = time.perf_counter() - t0
     dec = Decoder(model)
     rng = np.random.default_rng(0)
@@ -92,7 +96,7 @@ def main(argv=None) -> int:
         return {"best_ms": round(min(xs), 2), "median_ms": round(statistics.median(xs), 2),
                 "p90_ms": round(pct(xs, 0.9), 2)}
 
-    out = {"model": "tiny" if args.tiny else "stt-1b-en_fr architecture, random weights, float32",
+    out = {"model": "tiny" if args.tiny else f"stt-1b-en_fr architecture, random weights, LM {args.dtype}",
            "threads": args.threads, "frames": args.frames, "warmup": args.warmup, "build_s": round(build_s, 1),
            "codec": stats(codec_ms), "lm": stats(lm_ms), "frame": stats(total),
            "realtime_factor": round(1000 * cfg.frame_s / med, 2),

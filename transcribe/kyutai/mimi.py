@@ -198,14 +198,35 @@ class RVQ(nn.Module):
         self.register_buffer("codebooks", torch.zeros(n, cfg.codebook_size, cfg.codebook_dim))
 
     def encode(self, latents: torch.Tensor, n: int) -> torch.Tensor:
-        """latents (T, hidden) -> codes (n, T)."""
+        """latents (T, hidden) -> codes (n, T): each codebook's nearest entry (transformers' `torch.cdist` + argmin)."""
         x = latents if self.input_proj is None else self.input_proj(latents)
         out = []
-        for cb in self.codebooks[:n]:
-            idx = torch.cdist(x[None].float(), cb[None].float(), p=2)[0].argmin(dim=-1)
+        for cb, padded in zip(self.codebooks[:n], self._padded_codebooks()):
+            idx = _cdist(x[None].float(), padded)[0].argmin(dim=-1)
             x = x - cb[idx]
             out.append(idx)
         return torch.stack(out)
+
+    def _padded_codebooks(self) -> list:
+        """Per codebook (entries, 1, squared norm) side by side [1, size, dim + 2] in float32: the codebook's half
+        of the product `_cdist` takes, made once (torch.cdist makes it again at every call: half a live frame's
+        codec time)."""
+        key = (self.codebooks.data_ptr(), self.codebooks.dtype, self.codebooks.device)
+        held = self.__dict__.get("_padded")
+        if held is None or held[0] != key:
+            cbs = self.codebooks.detach().float()
+            padded = torch.cat([cbs, torch.ones_like(cbs[..., :1]), cbs.pow(2).sum(-1, keepdim=True)], dim=-1)
+            held = (key, [p[None] for p in padded])
+            self.__dict__["_padded"] = held
+        return held[1]
+
+
+def _cdist(x: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
+    """torch.cdist(x, cb, p=2) as ATen computes it for these sizes (its matrix-product form: [-2x, |x|^2, 1] against
+    [cb, 1, |cb|^2], clamped at zero, square root), with the codebook's half given (`RVQ._padded_codebooks`): the same
+    operations on the same operands, so the same distances. x [1, T, dim] -> [1, T, size]."""
+    x_ = torch.cat([x.mul(-2), x.pow(2).sum(-1, keepdim=True), torch.ones_like(x[..., :1])], dim=-1)
+    return x_.matmul(padded.mT).clamp_min_(0).sqrt_()
 
 
 class MimiEncoder(nn.Module):
