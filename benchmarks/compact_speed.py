@@ -14,6 +14,8 @@ Run from the repository root with the project's Python (torch, this package impo
              --hf-python P, --funasr-python P, --gigaam-python P
                                the references' Pythons (default .venv-nemo, .venv-funasr, .venv-gigaam in the
                                repository), handed to the scripts
+             --precisions L    comma list of fp32, bf16, int8: each family runs those of them it has (default: each
+                               family's script's own default)
              --skip-missing    leave out a family whose model is missing, instead of stopping
              --table-only      run nothing: the table from the families' JSON already in --out (each written
                                by its own run, e.g. a family re-run alone)
@@ -21,7 +23,9 @@ Run from the repository root with the project's Python (torch, this package impo
 It runs each family's `benchmarks/<family>_speed.py` in turn (one after the other, never two at once), each with its
 own defaults (its precisions, its reference's call, the largest published size with random weights, made by the
 family's `make_*` script into the git-ignored local-models/; before it starts, it names every model that is
-missing and the command that makes it), 60 s of speech and 2 threads, and then prints one Markdown table:
+missing and the command that makes it), 60 s of speech and 2 threads (Kyutai STT: 10 s, one round, one engine
+loaded at a time: its 2.6B LM in float32 takes transformers about 12 minutes a call on 60 s), and then prints one
+Markdown table:
 
     family | model size | reference | reference RTFx | ours RTFx fp32 / bf16 / int8 | best ratio | peak RSS ratio |
     ids equal
@@ -59,25 +63,33 @@ PYTHONS = {"hf": ("--hf-python", ".venv-nemo/bin/python"),
 # (None: the script makes it itself), and which reference Python it takes.
 FAMILIES = {
     "moonshine": dict(script="moonshine_speed.py", size="moonshine-base (61.5 M)",
-                      model="moonshine-base-random", python="hf",
+                      model="moonshine-base-random", python="hf", precisions=("fp32", "bf16", "int8"),
                       make=".venv-nemo/bin/python benchmarks/make_moonshine_model.py"),
     "moonshine_streaming": dict(script="moonshine_streaming_speed.py", size="moonshine-streaming-medium",
                                 model="moonshine-streaming-medium-random", python="hf",
+                                precisions=("fp32", "bf16", "int8"),
                                 make=".venv-nemo/bin/python benchmarks/make_moonshine_streaming_model.py"),
     "granite_speech5": dict(script="granite_speech5_speed.py", size="granite-speech-5.0-470m-turboctc",
                             model="granite-speech5-random", python="hf",
+                            precisions=("fp32", "bf16", "int8"),
                             make=".venv-nemo/bin/python benchmarks/make_granite_speech5_model.py"),
     "medasr": dict(script="medasr_speed.py", size="google/medasr (105 M)", model="medasr-random", python="hf",
+                   precisions=("fp32", "bf16", "int8"),
                    make=".venv-nemo/bin/python benchmarks/make_medasr_model.py"),
     "gigaam": dict(script="gigaam_speed.py", size="GigaAM v3 e2e_rnnt", model="gigaam-v3-e2e-rnnt-random",
-                   python="gigaam", make=None),  # gigaam_speed.py makes it in .venv-gigaam when absent
+                   python="gigaam", make=None, precisions=("fp32", "int8")),  # gigaam_speed.py makes it in .venv-gigaam when absent
     "sensevoice": dict(script="sensevoice_speed.py", size="SenseVoiceSmall", model="sensevoice-small-random",
-                       python="funasr", make="python3 benchmarks/make_sensevoice_model.py"),
+                       python="funasr", make="python3 benchmarks/make_sensevoice_model.py",
+                       precisions=("fp32", "int8")),
     "parakeet_hf": dict(script="parakeet_hf_speed.py", size="parakeet-ctc-1.1b (transformers layout)",
                         model="parakeet-ctc-1.1b-hf-random", python="hf",
+                        precisions=("fp32", "bf16", "int8"),
                         make=".venv-nemo/bin/python benchmarks/make_parakeet_hf_model.py"),
+    # a 2.6B LM that reads its 10.4 GB of float32 weights for every 80 ms frame: transformers takes about 12 minutes
+    # a call on 60 s here, so this family runs a shorter clip, one round, one engine loaded at a time (RAM)
     "kyutai": dict(script="kyutai_speed.py", size="stt-2.6b-en", model="kyutai-stt-2.6b-random", python="hf",
-                   make=".venv-nemo/bin/python benchmarks/make_kyutai_model.py"),
+                   make=".venv-nemo/bin/python benchmarks/make_kyutai_model.py", precisions=("fp32", "bf16", "int8"),
+                   seconds=10.0, rounds=1, extra=["--one-at-a-time"]),
 }
 PRECISIONS = ("fp32", "bf16", "int8")
 
@@ -85,7 +97,10 @@ PRECISIONS = ("fp32", "bf16", "int8")
 def summary(name: str, result: dict | None, error: str | None = None) -> dict:
     """The table's figures for one family from its script's JSON (side_by_side's layout)."""
     fam = FAMILIES[name]
-    row = dict(family=result["family"] if result else name, size=fam["size"],
+    size = fam["size"]
+    if result and (result.get("clip_seconds") != 60.0 or result.get("rounds") != 3):
+        size += f" ({result.get('clip_seconds'):g} s clip, {result.get('rounds')} round(s))"
+    row = dict(family=result["family"] if result else name, size=size,
                reference=result["reference"] if result else "-")
     if error or not result:
         return {**row, "error": error or "no results"}
@@ -139,6 +154,8 @@ def main(argv=None) -> int:
     ap.add_argument("--hf-python")
     ap.add_argument("--funasr-python")
     ap.add_argument("--gigaam-python")
+    ap.add_argument("--precisions", help="comma list of fp32, bf16, int8: each family runs those it has (default: "
+                                         "each family's own default)")
     ap.add_argument("--skip-missing", action="store_true")
     ap.add_argument("--table-only", action="store_true",
                     help="run nothing: the table from the families' JSON already in --out (each from its own run)")
@@ -170,9 +187,14 @@ def main(argv=None) -> int:
         fam = FAMILIES[n]
         path = out / f"{Path(fam['script']).stem}.json"
         option = PYTHONS[fam["python"]][0]
+        seconds = min(args.seconds, fam.get("seconds", args.seconds))
+        rounds = min(args.rounds, fam.get("rounds", args.rounds))
         cmd = [sys.executable, str(HERE / fam["script"]), "--model", str(models / fam["model"]),
-               option, pythons[fam["python"]], "--rounds", str(args.rounds), "--threads", str(args.threads),
-               "--seconds", str(args.seconds), "--json", str(path)]
+               option, pythons[fam["python"]], "--rounds", str(rounds), "--threads", str(args.threads),
+               "--seconds", str(seconds), "--json", str(path), *fam.get("extra", [])]
+        if args.precisions:
+            wanted = [p for p in args.precisions.split(",") if p in fam["precisions"]]
+            cmd += ["--precisions", ",".join(wanted or fam["precisions"][:1])]
         if args.table_only:
             result = json.loads(path.read_text()) if path.exists() else None
             rows.append(summary(n, result, None if result and result.get("complete") else "no complete results"))

@@ -94,7 +94,7 @@ BENCH = Bench(
     ref_python_default=".venv-nemo/bin/python", ref_setup="tools/setup_nemo_venv.sh",
     load_ref=load_hf, load_ours=load_mine, default_model="local-models/kyutai-stt-2.6b-random",
     make_hint="benchmarks/make_kyutai_model.py", precisions=("fp32", "bf16", "int8"), default_precisions="fp32,int8",
-    ref_runs_fp32=("int8",), prepare=prepare, summary_extra=lambda args, _: ", 24 kHz, decoded whole",
+    ref_runs_fp32=("int8",), one_at_a_time=True, prepare=prepare, summary_extra=lambda args, _: ", 24 kHz, decoded whole",
     title=lambda args, model: "Kyutai STT (stt-2.6b-en architecture, random weights)")
 
 if __name__ == "__main__":

@@ -19,6 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from ..modules import fused_linear
 from .config import MedASRConfig
 
 
@@ -44,8 +45,8 @@ class Attention(nn.Module):
 
     def forward(self, x, cos, sin, mask):
         b, t, _ = x.shape
-        q, k, v = (p(x).view(b, t, self.heads, self.head_dim).transpose(1, 2)
-                   for p in (self.q_proj, self.k_proj, self.v_proj))
+        qkv = fused_linear(self.__dict__.setdefault("_fused", {}), (self.q_proj, self.k_proj, self.v_proj))
+        q, k, v = (p.view(b, t, self.heads, self.head_dim).transpose(1, 2) for p in qkv(x).chunk(3, dim=-1))
         q, k = q * cos + rotate_half(q) * sin, k * cos + rotate_half(k) * sin
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
