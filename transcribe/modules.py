@@ -121,7 +121,8 @@ def fused_linear(cache: dict, layers) -> nn.Module:
     layers (`quant.Int8Linear`) one quantization of the input. Made once and kept in `cache` (a dict the
     caller owns) while the layers are the same objects (a swap, e.g. to int8, makes it again); the layers'
     own weights then become views of the fused one (no second copy). Each output column is the same dot
-    product as in its own layer; only the product's blocking may differ (float rounding in the last bits)."""
+    product as in its own layer; only the product's blocking may differ (float rounding in the last bits).
+    Layers of other kinds (weights kept compressed) run one after the other, their outputs side by side."""
     from .quant import Int8Linear
 
     layers = tuple(layers)
@@ -147,10 +148,19 @@ def fused_linear(cache: dict, layers) -> nn.Module:
             m.weight = nn.Parameter(part, requires_grad=False)
         if bias is not None:
             fused.bias = nn.Parameter(bias.to(w.dtype), requires_grad=False)
-    else:
-        raise TypeError(f"cannot fuse {[type(m).__name__ for m in layers]}")
+    else:  # other kinds (weights kept compressed): the layers one after the other, their outputs side by side
+        fused = _SideBySide(layers)
     cache["fused"] = (layers, fused)
     return fused
+
+
+class _SideBySide(nn.Module):
+    def __init__(self, layers):
+        super().__init__()
+        self.parts = list(layers)  # not registered: the layers stay their owner's
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.cat([m(x) for m in self.parts], dim=-1)
 
 
 def kv_append(held: Optional[tuple[torch.Tensor, torch.Tensor]], length: int, k: torch.Tensor, v: torch.Tensor):
