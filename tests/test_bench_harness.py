@@ -73,6 +73,9 @@ def test_compact_summary_ratios_and_ids(mods):
     assert row["best_ratio"] == 4.0
     assert row["peak_rss_ratio"] == 0.5  # fp32: 200 / 400
     assert row["ids_equal"] == {"fp32": "yes", "bf16": "no (from token 1 of 3)", "int8": "yes"}
+    assert "clip" not in row["size"]  # no clip length recorded: nothing said about it
+    short = compact.summary("kyutai", {**result, "clip_seconds": 10.0, "rounds": 1})
+    assert short["size"].endswith("(10 s clip, 1 round(s))")
     table = compact.markdown([row, compact.summary("medasr", None, "failed (exit 2)")])
     lines = table.splitlines()
     assert len(lines) == 4 and "4.00x" in lines[2] and "failed (exit 2)" in lines[3]
