@@ -225,6 +225,8 @@ def _cdist(x: torch.Tensor, padded: torch.Tensor) -> torch.Tensor:
     """torch.cdist(x, cb, p=2) as ATen computes it for these sizes (its matrix-product form: [-2x, |x|^2, 1] against
     [cb, 1, |cb|^2], clamped at zero, square root), with the codebook's half given (`RVQ._padded_codebooks`): the same
     operations on the same operands, so the same distances. x [1, T, dim] -> [1, T, size]."""
+    if x.shape[1] <= 25 and padded.shape[1] <= 25:  # ATen's direct form for small sizes: torch.cdist itself
+        return torch.cdist(x, padded[..., :-2], p=2)
     x_ = torch.cat([x.mul(-2), x.pow(2).sum(-1, keepdim=True), torch.ones_like(x[..., :1])], dim=-1)
     return x_.matmul(padded.mT).clamp_min_(0).sqrt_()
 

@@ -191,8 +191,9 @@ class DecoderLayer(nn.Module):
 @dataclass
 class DecoderState:
     """One decode's cache (head size padded, `Attention.padded`): per layer the self-attention keys and values
-    [rows, H, capacity, d], the first `length` positions filled (None before the first step; `append`), and the cross-attention ones [rows, H, S, d]; the cross-attention mask [rows, 1, 1, S] (None when every
-    row attends to all S frames); the positions fed so far."""
+    [rows, H, capacity, d], the first `length` positions filled (None before the first step; `append`), and the
+    cross-attention ones [rows, H, S, d]; the cross-attention mask [rows, 1, 1, S] (None when every row attends
+    to all S frames); the positions fed so far."""
 
     self_kv: list
     cross_kv: list

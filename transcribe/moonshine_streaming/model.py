@@ -179,8 +179,7 @@ class DecoderAttention(nn.Module):
         """The query, key and value of h [B, T, hidden], each [B, heads, T, head_dim], from one fused product
         (`modules.fused_linear`)."""
         fused = fused_linear(self.__dict__.setdefault("_fused", {}), (self.q_proj, self.k_proj, self.v_proj))
-        b, t, _ = h.shape
-        return tuple(x.view(b, t, self.heads, self.head_dim).transpose(1, 2) for x in fused(h).chunk(3, dim=-1))
+        return tuple(self.split(x) for x in fused(h).chunk(3, dim=-1))
 
     def kv(self, states: torch.Tensor):
         return self.split(self.k_proj(states)), self.split(self.v_proj(states))

@@ -70,14 +70,13 @@ class MoonshineStreamingSession(StreamingSession):
         self._pcm = np.zeros(0, np.float32)        # the segment's audio
         self._emitted = 0                          # final encoder frames of the segment
         self._decoded = 0                          # frames the last partial decode read
-        self._cross: list = []                     # per decoder layer (keys, values) of the final frames
-        self._cross_held: list = []                # their buffers (`modules.kv_append`)
+        self._cross_held: list = []                # per decoder layer (keys, values) buffers of the final frames
         self._draft: list = []                     # the segment's last partial ids: the next decode's draft
 
     @property
     def cache_frames(self) -> int:
         """Encoder frames whose keys and values the session holds (the current segment's)."""
-        return 0 if not self._cross else int(self._cross[0][0].shape[2])
+        return self._emitted
 
     @property
     def encoder_frames(self) -> int:
@@ -99,7 +98,6 @@ class MoonshineStreamingSession(StreamingSession):
                 self._pcm = self._pcm[:cut]
                 # frames that read audio past the cut (their lookahead) are encoded again without it
                 keep = max(0, min(self._emitted, cut // self._enc_samples - self._ahead))
-                self._cross = [(k[:, :, :keep], v[:, :, :keep]) for k, v in self._cross]
                 self._emitted = keep
                 self._end_segment()
                 self._pcm = rest
@@ -134,7 +132,8 @@ class MoonshineStreamingSession(StreamingSession):
         return (first + int(np.argmin((tail ** 2).sum(axis=1)))) * e
 
     def _state(self) -> DecoderState:
-        return DecoderState(list(self._cross))
+        n = self._emitted  # the buffers' first n frames are the segment's final ones
+        return DecoderState([(k[:, :, :n], v[:, :, :n]) for k, v in self._cross_held])
 
     def _advance(self, final: bool) -> None:
         """Encodes the segment's frames that became final (all of them when `final`: the audio zero-padded to
@@ -167,10 +166,8 @@ class MoonshineStreamingSession(StreamingSession):
         d = self._asr.model.decoder
         kv = d.cross_kv(d.adapt(new, self._emitted))
         held = self._cross_held or [None] * len(kv)
-        self._cross = []
         for i, (k, v) in enumerate(kv):  # written into buffers that grow by doubling (no copy of the whole cache)
-            held[i], k, v = kv_append(held[i], self._emitted, k, v)
-            self._cross.append((k, v))
+            held[i] = kv_append(held[i], self._emitted, k, v)[0]
         self._cross_held = held
         self._emitted += int(new.shape[1])
 
